@@ -1,0 +1,48 @@
+"""The dispatcher's one outbound seam: :class:`HubPublisher`.
+
+The dispatcher never imports hub internals. It hands a publisher a slice of :class:`Push` values
+(already in outbox order) and gets back one result per push: ``None`` for delivered/enqueued, or
+the error for that push. Errors are classified by type (see :mod:`realtime_dispatch.errors`):
+a :class:`~realtime_dispatch.errors.TransientError` keeps the row Pending for a retry, a
+:class:`~realtime_dispatch.errors.PermanentError` quarantines it. A publisher must not raise for
+a single push; raising from :meth:`HubPublisher.publish` marks the whole slice as failed with
+that error.
+
+Implementations: :class:`~realtime_dispatch.dispatch.http_publisher.HttpHubPublisher` (a hub in
+another process), the hub's in-process and Redis backplane publishers, and test recorders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from realtime_dispatch.errors import RealtimeDispatchError
+
+JsonValue: TypeAlias = (
+    str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+)
+JsonObject: TypeAlias = dict[str, JsonValue]
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """One hub invocation for one group: ``{"type":1,"target":target,"arguments":[payload]}``."""
+
+    group: str
+    target: str
+    payload: JsonObject
+
+
+PublishResult: TypeAlias = RealtimeDispatchError | None
+
+
+class HubPublisher(Protocol):
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        """Deliver ``pushes`` in order; return one result per push, in the same order."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections. Idempotent."""
+        ...

@@ -1,0 +1,78 @@
+"""The one exception root of the package, and how failures are classified.
+
+::
+
+    RealtimeDispatchError
+    ├── ConfigurationError            invalid settings; the process stops with one line
+    ├── IntentError                   an owner asked to enqueue an intent that cannot be valid
+    ├── TransientError                worth retrying after backoff; the row stays Pending
+    │   ├── HubUnavailable            hub / backplane / HTTP push target down, 5xx, timeout
+    │   └── DatabaseUnavailable       PostgreSQL connection lost or refused
+    └── PermanentError                retrying cannot help; the row is quarantined at once
+        ├── PayloadBuildError         referenced entity gone, row that cannot be built
+        └── PushRejected              the hub refused the push (4xx other than 429)
+
+The dispatcher decides retry versus quarantine by type only, never by message text. Every
+error carries a short ``code`` that is safe to store in ``last_error`` (no ids, no bodies).
+"""
+
+from __future__ import annotations
+
+
+class RealtimeDispatchError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    code: str = "Error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    def describe(self) -> str:
+        """``Class:code: message`` for ``last_error`` (callers keep messages free of PII)."""
+        return f"{type(self).__name__}:{self.code}: {self}"[:512]
+
+
+class ConfigurationError(RealtimeDispatchError):
+    """A setting is invalid. ``variable`` names the environment variable."""
+
+    code = "InvalidSetting"
+
+    def __init__(self, variable: str, message: str) -> None:
+        super().__init__(f"{variable}: {message}")
+        self.variable = variable
+
+
+class IntentError(RealtimeDispatchError, ValueError):
+    """An outbox intent is malformed (wrong ids for its kind, bad target)."""
+
+    code = "InvalidIntent"
+
+
+class TransientError(RealtimeDispatchError):
+    """Retry after backoff."""
+
+    code = "Transient"
+
+
+class HubUnavailable(TransientError):
+    code = "HubUnavailable"
+
+
+class DatabaseUnavailable(TransientError):
+    code = "DatabaseUnavailable"
+
+
+class PermanentError(RealtimeDispatchError):
+    """Quarantine at once."""
+
+    code = "Permanent"
+
+
+class PayloadBuildError(PermanentError):
+    code = "PayloadBuild"
+
+
+class PushRejected(PermanentError):
+    code = "PushRejected"

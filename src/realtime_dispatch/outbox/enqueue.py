@@ -1,0 +1,104 @@
+"""The owner side: write one push intent inside the caller's own transaction.
+
+With asyncpg::
+
+    async with conn.transaction():
+        message_id = await insert_message(conn, ...)
+        await enqueue(conn, OutboxIntent(
+            kind=RealtimeDispatchKind.MESSAGE_RECEIVED, target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat_id, message_id=message_id, seq=seq))
+
+With any other driver, :func:`enqueue_statement` gives the SQL and its parameters in the
+``%(name)s`` style that psycopg and SQLAlchemy's ``text()`` (after ``:name`` conversion) accept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from realtime_dispatch.errors import IntentError
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.outbox.model import OutboxIntent
+
+_COLUMNS = (
+    "id",
+    "kind",
+    "target_kind",
+    "chat_id",
+    "target_user_id",
+    "message_id",
+    "ref_id",
+    "session_kind",
+    "seq",
+)
+
+ENQUEUE_SQL = (
+    f"INSERT INTO messenger.realtime_outbox ({', '.join(_COLUMNS)})"
+    f" VALUES ({', '.join(f'${i}' for i in range(1, len(_COLUMNS) + 1))})"
+)
+ENQUEUE_SQL_NAMED = (
+    f"INSERT INTO messenger.realtime_outbox ({', '.join(_COLUMNS)})"
+    f" VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)})"
+)
+
+
+class _Executor(Protocol):
+    async def execute(self, query: str, *args: object) -> str: ...
+
+    def is_in_transaction(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueStatement:
+    """Driver-neutral form: ``sql`` with ``%(name)s`` placeholders and its ``params``."""
+
+    sql: str
+    params: dict[str, object]
+
+    @property
+    def sqlalchemy_sql(self) -> str:
+        """The same statement with ``:name`` placeholders, for ``sqlalchemy.text``."""
+        sql = self.sql
+        for column in _COLUMNS:
+            sql = sql.replace(f"%({column})s", f":{column}")
+        return sql
+
+
+def _values(intent: OutboxIntent, entry_id: UUID) -> tuple[object, ...]:
+    return (
+        entry_id,
+        intent.kind.value,
+        intent.target_kind.value,
+        intent.chat_id,
+        intent.target_user_id,
+        intent.message_id,
+        intent.ref_id,
+        intent.session_kind.value if intent.session_kind else None,
+        intent.seq,
+    )
+
+
+def enqueue_statement(intent: OutboxIntent, *, entry_id: UUID | None = None) -> EnqueueStatement:
+    """The INSERT for ``intent`` without running it (psycopg, SQLAlchemy, raw DB-API)."""
+    values = _values(intent, entry_id or new_id())
+    return EnqueueStatement(ENQUEUE_SQL_NAMED, dict(zip(_COLUMNS, values, strict=True)))
+
+
+async def enqueue(conn: _Executor, *intents: OutboxIntent) -> list[UUID]:
+    """Insert ``intents`` through ``conn`` (an asyncpg connection inside an open transaction).
+
+    Refuses to run outside a transaction: a push intent committed apart from its domain change
+    would break persist-then-push. Returns the new outbox ids (UUIDv7, in order).
+    """
+    if not conn.is_in_transaction():
+        raise IntentError(
+            "enqueue must run inside the owner's transaction", code="NoTransaction"
+        )
+    ids: list[UUID] = []
+    for intent in intents:
+        entry_id = new_id()
+        await conn.execute(ENQUEUE_SQL, *_values(intent, entry_id))
+        ids.append(entry_id)
+    return ids

@@ -1,0 +1,80 @@
+"""Versioned SQL migrations shipped in the package (``migrations/NNNN_name.sql``).
+
+Applied in order under an advisory lock, each in its own transaction, and recorded in
+``messenger.realtime_schema_migrations``: running ``migrate`` twice, or from two processes at
+once, is safe — the second waits for the lock and then finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+
+MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
+MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def packaged_migrations() -> list[Migration]:
+    """Every migration file shipped in the package, in version order."""
+    found: list[Migration] = []
+    for entry in resources.files("realtime_dispatch.outbox").joinpath("migrations").iterdir():
+        match = _NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration versions: {versions}")
+    return found
+
+
+async def applied_versions(conn: asyncpg.Connection) -> set[int]:
+    exists = await conn.fetchval("SELECT to_regclass('messenger.realtime_schema_migrations')")
+    if exists is None:
+        return set()
+    rows = await conn.fetch("SELECT version FROM messenger.realtime_schema_migrations")
+    return {int(r["version"]) for r in rows}
+
+
+async def migrate(conn: asyncpg.Connection) -> list[Migration]:
+    """Apply the pending migrations; return those applied by this call."""
+    applied: list[Migration] = []
+    await conn.execute(MIGRATION_LOCK_SQL)
+    try:
+        await conn.execute(
+            """
+            CREATE SCHEMA IF NOT EXISTS messenger;
+            CREATE TABLE IF NOT EXISTS messenger.realtime_schema_migrations (
+                version    integer     PRIMARY KEY,
+                name       text        NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            """
+        )
+        done = await applied_versions(conn)
+        for migration in packaged_migrations():
+            if migration.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO messenger.realtime_schema_migrations (version, name)"
+                    " VALUES ($1, $2)",
+                    migration.version,
+                    migration.name,
+                )
+            applied.append(migration)
+    finally:
+        await conn.execute(MIGRATION_UNLOCK_SQL)
+    return applied

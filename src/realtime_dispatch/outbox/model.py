@@ -1,0 +1,195 @@
+"""Typed values of ``messenger.realtime_outbox``: enums stored as the spec's names, and the rule
+of which reference ids each kind needs (pure; shared by ``enqueue`` and the dispatcher)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from realtime_dispatch.errors import IntentError
+
+
+class RealtimeDispatchKind(StrEnum):
+    MESSAGE_RECEIVED = "MessageReceived"
+    MESSAGE_EDITED = "MessageEdited"
+    MESSAGE_DELETED = "MessageDeleted"
+    READ_RECEIPT_UPDATED = "ReadReceiptUpdated"
+    CHAT_UPDATED = "ChatUpdated"
+    CONTACT_REQUEST_RECEIVED = "ContactRequestReceived"
+    CONTACT_REQUEST_ACCEPTED = "ContactRequestAccepted"
+    CONTACT_REMOVED = "ContactRemoved"
+    CALL_INVITED = "CallInvited"
+    CALL_ANSWERED = "CallAnswered"
+    CALL_DECLINED = "CallDeclined"
+    CALL_MISSED = "CallMissed"
+    CALL_CANCELLED = "CallCancelled"
+    CALL_ENDED = "CallEnded"
+    CONFERENCE_INVITED = "ConferenceInvited"
+    CONFERENCE_STARTED = "ConferenceStarted"
+    CONFERENCE_ENDED = "ConferenceEnded"
+    CONFERENCE_PARTICIPANT_JOINED = "ConferenceParticipantJoined"
+    CONFERENCE_PARTICIPANT_LEFT = "ConferenceParticipantLeft"
+    RECORDING_STARTED = "RecordingStarted"
+    RECORDING_STOPPED = "RecordingStopped"
+    RECORDING_AVAILABLE = "RecordingAvailable"
+    RECORDING_FAILED = "RecordingFailed"
+    SCREEN_SHARE_STARTED = "ScreenShareStarted"
+    SCREEN_SHARE_STOPPED = "ScreenShareStopped"
+    BLACKLIST_CHANGED = "BlacklistChanged"
+
+    @property
+    def event_name(self) -> str:
+        """The hub event: the kind in snake_case (``MessageReceived`` → ``message_received``)."""
+        return _snake(self.value)
+
+    @property
+    def is_message(self) -> bool:
+        return self in _MESSAGE_KINDS
+
+    @property
+    def is_media(self) -> bool:
+        return self in _MEDIA_KINDS
+
+
+class RealtimeTargetKind(StrEnum):
+    CHAT_GROUP = "ChatGroup"
+    USER = "User"
+
+
+class OutboxStatus(StrEnum):
+    PENDING = "Pending"
+    DONE = "Done"
+    QUARANTINED = "Quarantined"
+
+
+class SessionKind(StrEnum):
+    DIRECT = "Direct"
+    CONFERENCE = "Conference"
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+K = RealtimeDispatchKind
+_MESSAGE_KINDS = frozenset({K.MESSAGE_RECEIVED, K.MESSAGE_EDITED, K.MESSAGE_DELETED})
+_CHAT_KINDS = frozenset({K.READ_RECEIPT_UPDATED, K.CHAT_UPDATED})
+_USER_KINDS = frozenset(
+    {
+        K.CONTACT_REQUEST_RECEIVED,
+        K.CONTACT_REQUEST_ACCEPTED,
+        K.CONTACT_REMOVED,
+        K.BLACKLIST_CHANGED,
+    }
+)
+_MEDIA_KINDS = frozenset(set(K) - _MESSAGE_KINDS - _CHAT_KINDS - _USER_KINDS)
+
+
+def group_name(target: RealtimeTargetKind, chat_id: UUID | None, user_id: UUID | None) -> str:
+    """The hub group a row goes to: ``chat:{ChatId}`` or ``user:{UserId}``."""
+    if target is RealtimeTargetKind.CHAT_GROUP:
+        if chat_id is None:
+            raise IntentError("ChatGroup target needs chat_id", code="MissingChatId")
+        return f"chat:{chat_id}"
+    if user_id is None:
+        raise IntentError("User target needs target_user_id", code="MissingTargetUserId")
+    return f"user:{user_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxIntent:
+    """One push intent, as an owner enqueues it. Only ids and enums: never a body."""
+
+    kind: RealtimeDispatchKind
+    target_kind: RealtimeTargetKind
+    chat_id: UUID | None = None
+    target_user_id: UUID | None = None
+    message_id: UUID | None = None
+    ref_id: UUID | None = None
+    session_kind: SessionKind | None = None
+    seq: int | None = None
+
+    def __post_init__(self) -> None:
+        validate_intent(self)
+
+    @property
+    def group(self) -> str:
+        return group_name(self.target_kind, self.chat_id, self.target_user_id)
+
+
+def _need(condition: bool, message: str, code: str) -> None:
+    if not condition:
+        raise IntentError(message, code=code)
+
+
+def validate_intent(intent: OutboxIntent) -> None:
+    """Check that ``intent`` carries the ids its kind needs; raise :class:`IntentError` if not."""
+    kind = RealtimeDispatchKind(intent.kind)
+    target = RealtimeTargetKind(intent.target_kind)
+    group_name(target, intent.chat_id, intent.target_user_id)
+    if intent.seq is not None:
+        _need(intent.seq >= 0, "seq must be >= 0", "InvalidSeq")
+    if kind in _MESSAGE_KINDS:
+        _need(target is RealtimeTargetKind.CHAT_GROUP, f"{kind} goes to a ChatGroup", "BadTarget")
+        _need(intent.message_id is not None, f"{kind} needs message_id", "MissingMessageId")
+        _need(intent.seq is not None, f"{kind} needs seq", "MissingSeq")
+    elif kind in _CHAT_KINDS:
+        _need(target is RealtimeTargetKind.CHAT_GROUP, f"{kind} goes to a ChatGroup", "BadTarget")
+        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
+    elif kind in _USER_KINDS:
+        _need(target is RealtimeTargetKind.USER, f"{kind} goes to a User", "BadTarget")
+        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
+    else:
+        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
+        _need(intent.session_kind is not None, f"{kind} needs session_kind", "MissingSessionKind")
+        expected = (
+            RealtimeTargetKind.USER
+            if intent.session_kind is SessionKind.DIRECT
+            else RealtimeTargetKind.CHAT_GROUP
+        )
+        _need(
+            target is expected,
+            f"{kind} with session_kind {intent.session_kind} goes to a {expected}",
+            "BadTarget",
+        )
+    if kind not in _MEDIA_KINDS:
+        _need(intent.session_kind is None, f"{kind} takes no session_kind", "UnexpectedSessionKind")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    """A row as the dispatcher claimed it (attempts already incremented)."""
+
+    id: UUID
+    kind: str
+    target_kind: str
+    chat_id: UUID | None
+    target_user_id: UUID | None
+    message_id: UUID | None
+    ref_id: UUID | None
+    session_kind: str | None
+    seq: int | None
+    attempts: int
+    row_version: int
+    created_at: datetime
+
+    def intent(self) -> OutboxIntent:
+        """The typed intent; raises :class:`IntentError` for a row nobody could have enqueued."""
+        try:
+            return OutboxIntent(
+                kind=RealtimeDispatchKind(self.kind),
+                target_kind=RealtimeTargetKind(self.target_kind),
+                chat_id=self.chat_id,
+                target_user_id=self.target_user_id,
+                message_id=self.message_id,
+                ref_id=self.ref_id,
+                session_kind=SessionKind(self.session_kind) if self.session_kind else None,
+                seq=self.seq,
+            )
+        except ValueError as exc:
+            if isinstance(exc, IntentError):
+                raise
+            raise IntentError("unknown enum value in row", code="UnknownEnumValue") from exc

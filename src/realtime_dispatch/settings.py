@@ -1,0 +1,181 @@
+"""Settings: read from the environment once, at the edge, then passed down as frozen values.
+
+:class:`Settings` is the only place that touches ``os.environ`` (through pydantic-settings, prefix
+``REALTIME_``). Everything below takes the typed value objects it builds, such as
+:class:`RealtimeDispatchOptions`. Tests build those objects directly.
+
+An invalid value raises :class:`~realtime_dispatch.errors.ConfigurationError` naming the variable;
+the CLI turns that into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from realtime_dispatch.errors import ConfigurationError
+
+ENV_PREFIX = "REALTIME_"
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeDispatchOptions:
+    """The dispatcher's options (the spec's ``RealtimeDispatchOptions``); durations in seconds."""
+
+    polling_interval: float = 1.0
+    batch_size: int = 200
+    max_run_duration: float = 5.0
+    max_attempts: int = 8
+    backoff_base: float = 2.0
+    backoff_factor: float = 2.0
+    backoff_cap: float = 120.0
+    lock_ttl: float = 30.0
+    retention_done: float = 86_400.0
+    listen: bool = True
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("POLLING_INTERVAL", self.polling_interval > 0, "must be > 0"),
+            ("BATCH_SIZE", self.batch_size > 0, "must be > 0"),
+            ("MAX_RUN_DURATION", self.max_run_duration > 0, "must be > 0"),
+            ("MAX_ATTEMPTS", self.max_attempts > 0, "must be > 0"),
+            ("BACKOFF_BASE", self.backoff_base > 0, "must be > 0"),
+            ("BACKOFF_FACTOR", self.backoff_factor >= 1, "must be >= 1"),
+            ("BACKOFF_CAP", self.backoff_cap >= self.backoff_base, "must be >= BACKOFF_BASE"),
+            ("LOCK_TTL", self.lock_ttl > 0, "must be > 0"),
+            (
+                "MAX_RUN_DURATION",
+                self.max_run_duration < self.lock_ttl,
+                f"must be below REALTIME_DISPATCH_LOCK_TTL ({self.lock_ttl:g} s)",
+            ),
+            ("RETENTION_DONE", self.retention_done > 0, "must be > 0"),
+        ]
+        for name, ok, message in checks:
+            if not ok:
+                raise ConfigurationError(f"{ENV_PREFIX}DISPATCH_{name}", message)
+
+
+@dataclass(frozen=True, slots=True)
+class MediaOptions:
+    """Secrets for minting media join tokens at delivery (never stored)."""
+
+    jitsi_app_id: str = "realtime-dispatch"
+    jitsi_app_secret: SecretStr | None = None
+    jitsi_domain: str = "meet.local"
+    turn_urls: tuple[str, ...] = ()
+    turn_secret: SecretStr | None = None
+    token_ttl: float = 120.0
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+class Settings(BaseSettings):
+    """Every ``REALTIME_*`` variable. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
+    )
+
+    database_url: SecretStr | None = None
+    data_dir: Path | None = None
+    log_level: str = "info"
+
+    dispatch_polling_interval: float = 1.0
+    dispatch_batch_size: int = 200
+    dispatch_max_run_duration: float = 5.0
+    dispatch_max_attempts: int = 8
+    dispatch_backoff_base: float = 2.0
+    dispatch_backoff_factor: float = 2.0
+    dispatch_backoff_cap: float = 120.0
+    dispatch_lock_ttl: float = 30.0
+    dispatch_retention_done: float = 86_400.0
+    dispatch_listen: bool = True
+
+    backplane_enabled: bool = False
+    redis_url: SecretStr | None = None
+    hub_jwt_secret: SecretStr | None = None
+    hub_url: str | None = None
+    hub_service_key: SecretStr | None = None
+    hub_ping_interval: float = Field(default=15.0, gt=0)
+    hub_idle_timeout: float = Field(default=30.0, gt=0)
+
+    media_jitsi_app_id: str = "realtime-dispatch"
+    media_jitsi_app_secret: SecretStr | None = None
+    media_jitsi_domain: str = "meet.local"
+    media_turn_urls: Annotated[tuple[str, ...], NoDecode] = ()
+    media_turn_secret: SecretStr | None = None
+    media_token_ttl: float = Field(default=120.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _csv_lists(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "media_turn_urls" in data:
+            data = {**data, "media_turn_urls": _split_csv(data["media_turn_urls"])}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("log_level: must be one of debug, info, warning, error")
+        if self.backplane_enabled and self.redis_url is None:
+            raise ValueError("redis_url: required when REALTIME_BACKPLANE_ENABLED is true")
+        return self
+
+    def dispatch_options(self) -> RealtimeDispatchOptions:
+        return RealtimeDispatchOptions(
+            polling_interval=self.dispatch_polling_interval,
+            batch_size=self.dispatch_batch_size,
+            max_run_duration=self.dispatch_max_run_duration,
+            max_attempts=self.dispatch_max_attempts,
+            backoff_base=self.dispatch_backoff_base,
+            backoff_factor=self.dispatch_backoff_factor,
+            backoff_cap=self.dispatch_backoff_cap,
+            lock_ttl=self.dispatch_lock_ttl,
+            retention_done=self.dispatch_retention_done,
+            listen=self.dispatch_listen,
+        )
+
+    def media_options(self) -> MediaOptions:
+        return MediaOptions(
+            jitsi_app_id=self.media_jitsi_app_id,
+            jitsi_app_secret=self.media_jitsi_app_secret,
+            jitsi_domain=self.media_jitsi_domain,
+            turn_urls=self.media_turn_urls,
+            turn_secret=self.media_turn_secret,
+            token_ttl=self.media_token_ttl,
+        )
+
+
+def _variable_for(loc: tuple[int | str, ...], message: str) -> str:
+    if loc:
+        return f"{ENV_PREFIX}{str(loc[0]).upper()}"
+    # Model-level validators prefix their message with the field name.
+    field = message.removeprefix("Value error, ").split(":", 1)[0]
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment (``overrides`` win) and validate everything, dispatcher options too.
+
+    Raises :class:`ConfigurationError` naming the first offending variable.
+    """
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = str(error["msg"])
+        variable = _variable_for(tuple(error["loc"]), message)
+        detail = message.removeprefix("Value error, ")
+        if ":" in detail and not error["loc"]:
+            detail = detail.split(":", 1)[1].strip()
+        raise ConfigurationError(variable, detail) from None
+    settings.dispatch_options()
+    return settings

