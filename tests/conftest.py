@@ -91,7 +91,11 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     try:
         yield p
     finally:
-        await p.close()
+        try:
+            await asyncio.wait_for(p.close(), 10)
+        except TimeoutError:
+            p.terminate()
+            raise
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +110,17 @@ def redis_url() -> Iterator[str]:
     if binary:
         port = free_port()
         proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

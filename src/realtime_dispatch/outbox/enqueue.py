@@ -93,9 +93,7 @@ async def enqueue(conn: _Executor, *intents: OutboxIntent) -> list[UUID]:
     would break persist-then-push. Returns the new outbox ids (UUIDv7, in order).
     """
     if not conn.is_in_transaction():
-        raise IntentError(
-            "enqueue must run inside the owner's transaction", code="NoTransaction"
-        )
+        raise IntentError("enqueue must run inside the owner's transaction", code="NoTransaction")
     ids: list[UUID] = []
     for intent in intents:
         entry_id = new_id()

@@ -1,0 +1,321 @@
+"""Hub fan-out benchmark: one hub process, WebSocket clients in another process.
+
+    python bench/hub_fanout.py [--clients 2000] [--members 100] [--pushes 3000] [--runs 3]
+
+1. Starts the hub (``run_hub``) in a subprocess on a free port, against a fresh database
+   (``--dsn``, default ``REALTIME_DATABASE_URL`` or the local server) with one chat of
+   ``--members`` users.
+2. Starts the clients process: ``--clients`` WebSocket connections (JSON protocol, token in the
+   ``Authorization`` header, no negotiate); the first ``--members`` are the chat's members.
+3. Reports the hub's RSS before and after the clients connected (memory per idle connection),
+   and again after holding them idle for ``--hold`` seconds (flat memory).
+4. Fan-out: the driver POSTs ``--pushes`` pushes to ``chat:{id}`` through the HTTP push endpoint
+   (``--concurrency`` requests in flight) and measures until every member has every record:
+   delivered frames/s = pushes × members / elapsed. Repeated ``--runs`` times; prints a JSON
+   summary with the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+SECRET = "bench-secret-bench-secret-bench-secret!"
+SERVICE_KEY = "bench-service-key"
+NAMESPACE = uuid.UUID("6f1d7c1e-6d3a-4b7e-9a51-1f5c2b3d4e5f")
+RS = "\x1e"
+
+
+def user_id(index: int) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, f"user-{index}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- hub process ------------------------------------------------------------------------------
+
+
+def hub_main(args: argparse.Namespace) -> None:
+    from realtime_dispatch.hub.server import run_hub
+    from realtime_dispatch.observability import configure_logging
+    from realtime_dispatch.settings import Settings
+
+    configure_logging("warning")
+    settings = Settings(hub_jwt_secret=SECRET, hub_service_key=SERVICE_KEY, log_level="warning")  # type: ignore[call-arg]
+    asyncio.run(run_hub(settings, host="127.0.0.1", port=args.port, dsn=args.dsn))
+
+
+# --- clients process --------------------------------------------------------------------------
+
+
+async def clients_main(args: argparse.Namespace) -> None:
+    import jwt
+    from websockets.asyncio.client import ClientConnection, connect
+
+    url = f"ws://127.0.0.1:{args.port}/hubs/messenger"
+    received = [0] * args.clients
+    target = 0
+    done = asyncio.Event()
+    total = 0
+
+    def token(index: int) -> str:
+        claims = {"sub": str(user_id(index)), "exp": int(time.time()) + 3600}
+        return jwt.encode(claims, SECRET, algorithm="HS256")
+
+    async def run_client(index: int, ready: asyncio.Event) -> None:
+        nonlocal total
+        async with connect(
+            url,
+            additional_headers={"Authorization": f"Bearer {token(index)}"},
+            ping_interval=None,
+            max_size=None,
+            compression=None,
+        ) as ws:
+            await ws.send('{"protocol":"json","version":1}' + RS)
+            assert await ws.recv() == "{}" + RS
+            ready.set()
+            keepalive = asyncio.create_task(ping(ws))
+            try:
+                async for frame in ws:
+                    count = frame.count('{"type":1,')  # invocations; pings are not counted
+                    if count:
+                        received[index] += count
+                        total += count
+                        if target and total >= target:
+                            done.set()
+            finally:
+                keepalive.cancel()
+
+    async def ping(ws: ClientConnection) -> None:
+        while True:
+            await asyncio.sleep(10)
+            await ws.send('{"type":6}' + RS)
+
+    tasks = []
+    gate = asyncio.Semaphore(100)
+    for index in range(args.clients):
+        ready = asyncio.Event()
+        async with gate:
+            tasks.append(asyncio.create_task(run_client(index, ready)))
+            await asyncio.wait_for(ready.wait(), 30)
+    print(json.dumps({"event": "connected", "clients": args.clients}), flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        command = json.loads(line)
+        if command["expect"]:
+            done.clear()
+            target = total + command["expect"]
+            await done.wait()
+        print(json.dumps({"event": "received", "total": total}), flush=True)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+async def prepare_database(dsn: str, members: int) -> tuple[str, uuid.UUID]:
+    import asyncpg
+
+    from realtime_dispatch.messenger.commands import create_chat
+    from realtime_dispatch.outbox.migrate import migrate
+
+    name = f"rd_bench_hub_{os.getpid()}"
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    bench_dsn = dsn.rsplit("/", 1)[0] + f"/{name}"
+    conn = await asyncpg.connect(bench_dsn)
+    try:
+        await migrate(conn)
+        chat = await create_chat(
+            conn,
+            creator=user_id(0),
+            title="bench",
+            members=[user_id(i) for i in range(1, members)],
+        )
+    finally:
+        await conn.close()
+    return bench_dsn, chat
+
+
+async def drop_database(dsn: str, bench_dsn: str) -> None:
+    import asyncpg
+
+    admin = await asyncpg.connect(dsn)
+    try:
+        name = bench_dsn.rsplit("/", 1)[1]
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def wait_http(port: int) -> None:
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            try:
+                if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("hub did not become ready")
+
+
+async def fanout_run(port: int, chat: uuid.UUID, pushes: int, concurrency: int) -> float:
+    import httpx
+
+    body = {"target": "message_received", "arguments": [{"chatId": str(chat), "seq": 0}]}
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(pushes):
+        queue.put_nowait(n)
+    headers = {"Authorization": f"Bearer {SERVICE_KEY}"}
+    path = f"/api/v1/hubs/messenger/groups/chat:{chat}"
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
+
+        async def sender() -> None:
+            while not queue.empty():
+                n = queue.get_nowait()
+                body["arguments"][0]["seq"] = n  # type: ignore[index]
+                response = await http.post(path, json=body)
+                response.raise_for_status()
+
+        await asyncio.gather(*(sender() for _ in range(concurrency)))
+    return time.perf_counter()
+
+
+async def driver(args: argparse.Namespace) -> dict[str, Any]:
+    dsn = args.dsn or os.environ.get(
+        "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    bench_dsn, chat = await prepare_database(dsn, args.members)
+    port = free_port()
+    me = [sys.executable, __file__]
+    hub = await asyncio.create_subprocess_exec(*me, "hub", "--port", str(port), "--dsn", bench_dsn)
+    clients = None
+    try:
+        await wait_http(port)
+        await asyncio.sleep(0.5)
+        rss_before = rss_kib(hub.pid)
+        clients = await asyncio.create_subprocess_exec(
+            *me,
+            "clients",
+            "--port",
+            str(port),
+            "--clients",
+            str(args.clients),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert clients.stdout is not None
+        assert clients.stdin is not None
+        started = time.perf_counter()
+        line = await asyncio.wait_for(clients.stdout.readline(), 180)
+        assert json.loads(line)["event"] == "connected", line
+        connect_seconds = time.perf_counter() - started
+        await asyncio.sleep(1.0)
+        rss_connected = rss_kib(hub.pid)
+        await asyncio.sleep(args.hold)
+        rss_held = rss_kib(hub.pid)
+        rates, hub_cpu, client_cpu, driver_cpu = [], [], [], []
+        for _ in range(args.runs):
+            hub_cpu0, client_cpu0 = cpu_seconds(hub.pid), cpu_seconds(clients.pid)
+            driver_cpu0 = time.process_time()
+            expect = args.pushes * args.members
+            clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
+            await clients.stdin.drain()
+            t0 = time.perf_counter()
+            await fanout_run(port, chat, args.pushes, args.concurrency)
+            line = await asyncio.wait_for(clients.stdout.readline(), 300)
+            elapsed = time.perf_counter() - t0
+            assert json.loads(line)["event"] == "received"
+            rates.append(expect / elapsed)
+            hub_cpu.append((cpu_seconds(hub.pid) - hub_cpu0) / elapsed)
+            client_cpu.append((cpu_seconds(clients.pid) - client_cpu0) / elapsed)
+            driver_cpu.append((time.process_time() - driver_cpu0) / elapsed)
+            await asyncio.sleep(0.5)
+        rss_after = rss_kib(hub.pid)
+        return {
+            "clients": args.clients,
+            "members": args.members,
+            "pushes_per_run": args.pushes,
+            "connect_seconds": round(connect_seconds, 2),
+            "hub_rss_mib_before": round(rss_before / 1024, 1),
+            "hub_rss_mib_connected": round(rss_connected / 1024, 1),
+            "hub_rss_mib_after_hold": round(rss_held / 1024, 1),
+            "hub_rss_mib_after_fanout": round(rss_after / 1024, 1),
+            "kib_per_idle_connection": round((rss_connected - rss_before) / args.clients, 1),
+            "frames_per_second_runs": [round(r) for r in rates],
+            "frames_per_second_median": round(statistics.median(rates)),
+            "hub_cpu_utilisation_median": round(statistics.median(hub_cpu), 2),
+            "clients_cpu_utilisation_median": round(statistics.median(client_cpu), 2),
+            "driver_cpu_utilisation_median": round(statistics.median(driver_cpu), 2),
+        }
+    finally:
+        if clients is not None and clients.stdin is not None:
+            clients.stdin.close()
+            try:
+                await asyncio.wait_for(clients.wait(), 20)
+            except TimeoutError:
+                clients.kill()
+                await clients.wait()
+        hub.terminate()
+        await hub.wait()
+        await drop_database(dsn, bench_dsn)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("mode", nargs="?", default="driver", choices=["driver", "hub", "clients"])
+    parser.add_argument("--dsn")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--clients", type=int, default=2000)
+    parser.add_argument("--members", type=int, default=100)
+    parser.add_argument("--pushes", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=5.0)
+    args = parser.parse_args()
+    if args.mode == "hub":
+        hub_main(args)
+    elif args.mode == "clients":
+        asyncio.run(clients_main(args))
+    else:
+        print(json.dumps(asyncio.run(driver(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""``realtime-dispatch``: the one command for operators and developers.
+
+Every subcommand reads the same ``REALTIME_*`` environment. Invalid settings or arguments stop
+the process with exit code 2 and one line naming the variable; SIGTERM/SIGINT stop gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+from uuid import UUID
+
+import orjson
+import structlog
+
+from realtime_dispatch.cli.database import database_url
+from realtime_dispatch.cli.devsecrets import with_dev_secrets
+from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from realtime_dispatch.cli.serve import serve
+from realtime_dispatch.cli.tokens import mint_token
+from realtime_dispatch.database import create_pool
+from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
+from realtime_dispatch.dispatch.publisher import HubPublisher
+from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable
+from realtime_dispatch.hub.publishers import RedisHubPublisher
+from realtime_dispatch.observability import configure_logging
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.settings import Settings, load_settings
+
+_log = structlog.get_logger(__name__)
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="realtime-dispatch",
+        description="Transactional-outbox realtime push: outbox, dispatcher, SignalR hub.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("migrate", help="apply the schema (idempotent, safe to run concurrently)")
+    for name, text in (
+        ("serve", "hub + REST + dispatcher in one process (embedded PostgreSQL by default)"),
+        ("hub", "hub + REST without the dispatcher"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=8000)
+    sub.add_parser("worker", help="the dispatcher alone, pushing to REALTIME_HUB_URL or Redis")
+    requeue = sub.add_parser("requeue", help="Quarantined -> Pending with attempts 0")
+    selector = requeue.add_mutually_exclusive_group(required=True)
+    selector.add_argument("--id", dest="ids", action="append", type=UUID, metavar="ID")
+    selector.add_argument("--kind", choices=[k.value for k in RealtimeDispatchKind])
+    selector.add_argument("--all", action="store_true")
+    stats = sub.add_parser("stats", help="pending / quarantined / done / oldest pending age")
+    stats.add_argument("--json", action="store_true")
+    token = sub.add_parser("token", help="print a hub/REST JWT signed with REALTIME_HUB_JWT_SECRET")
+    token.add_argument("--user", type=UUID, required=True)
+    token.add_argument("--ttl", type=float, default=3600.0)
+    token.add_argument("--admin", action="store_true", help="add the admin role claim")
+    return parser
+
+
+async def _migrate(settings: Settings, _: argparse.Namespace) -> int:
+    async with database_url(settings, run_migrations=True):
+        print("schema is up to date")
+    return EXIT_OK
+
+
+async def _stats(settings: Settings, args: argparse.Namespace) -> int:
+    async with database_url(settings) as url:
+        pool = await create_pool(url, max_size=1)
+        try:
+            stats = await OutboxStore(pool, settings.dispatch_options()).stats()
+        finally:
+            await pool.close()
+    if args.json:
+        print(orjson.dumps(stats.as_json()).decode())
+    else:
+        for key, value in stats.as_json().items():
+            print(f"{key:>24}: {value}")
+    return EXIT_OK
+
+
+async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
+    async with database_url(settings) as url:
+        pool = await create_pool(url, max_size=1)
+        try:
+            count = await OutboxStore(pool, settings.dispatch_options()).requeue(
+                ids=args.ids or (),
+                kind=RealtimeDispatchKind(args.kind) if args.kind else None,
+                everything=bool(args.all),
+            )
+        finally:
+            await pool.close()
+    print(f"requeued {count}")
+    return EXIT_OK
+
+
+def _token(settings: Settings, args: argparse.Namespace) -> int:
+    settings = with_dev_secrets(settings, create=False)
+    if settings.hub_jwt_secret is None:
+        raise ConfigurationError("REALTIME_HUB_JWT_SECRET", "required to sign a token")
+    if args.ttl <= 0:
+        raise UsageError("--ttl must be > 0")
+    secret = settings.hub_jwt_secret.get_secret_value()
+    print(mint_token(secret, args.user, ttl=args.ttl, admin=args.admin))
+    return EXIT_OK
+
+
+def worker_publisher(settings: Settings) -> HubPublisher:
+    """HTTP to ``REALTIME_HUB_URL`` (the Redis backplane publisher when enabled)."""
+    if settings.backplane_enabled:
+        assert settings.redis_url is not None
+        return RedisHubPublisher(settings.redis_url.get_secret_value())
+    if not settings.hub_url:
+        raise ConfigurationError(
+            "REALTIME_HUB_URL", "required by worker (or set REALTIME_BACKPLANE_ENABLED=true)"
+        )
+    if settings.hub_service_key is None:
+        raise ConfigurationError("REALTIME_HUB_SERVICE_KEY", "required with REALTIME_HUB_URL")
+    return HttpHubPublisher(settings.hub_url, settings.hub_service_key.get_secret_value())
+
+
+async def _worker(settings: Settings, _: argparse.Namespace) -> int:
+    publisher = worker_publisher(settings)
+    try:
+        async with (
+            database_url(settings, run_migrations=True) as url,
+            dispatch_service(url, settings.dispatch_options(), publisher) as service,
+        ):
+            await _until_signal(service.runner.request_stop)
+    finally:
+        await publisher.aclose()
+    return EXIT_OK
+
+
+async def _until_signal(on_stop: Callable[[], None]) -> None:
+    """Wait for SIGTERM/SIGINT, then call ``on_stop``."""
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    try:
+        await stopped.wait()
+        _log.info("stop_requested")
+        on_stop()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    return await serve(settings, host=args.host, port=args.port, with_dispatcher=True)
+
+
+async def _hub(settings: Settings, args: argparse.Namespace) -> int:
+    return await serve(settings, host=args.host, port=args.port, with_dispatcher=False)
+
+
+_ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "migrate": _migrate,
+    "stats": _stats,
+    "requeue": _requeue,
+    "worker": _worker,
+    "serve": _serve,
+    "hub": _hub,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings()
+        configure_logging(settings.log_level)
+        if args.command == "token":
+            return _token(settings, args)
+        return asyncio.run(_ASYNC[args.command](settings, args))
+    except ConfigurationError as exc:
+        print(f"realtime-dispatch: invalid setting {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"realtime-dispatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DatabaseUnavailable as exc:
+        print(f"realtime-dispatch: database unavailable ({exc})", file=sys.stderr)
+        return EXIT_FAILURE
+    except (OSError, ConnectionError) as exc:
+        print(f"realtime-dispatch: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

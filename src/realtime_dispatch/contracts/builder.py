@@ -1,0 +1,73 @@
+"""The payload-building seam: a batch of claimed rows → one :class:`Push` (or a permanent
+error) per row, with one projection query per kind group, never one per row.
+
+:class:`CompositePayloadBuilder` parses each row into its typed intent (a row nobody could have
+enqueued fails with :class:`PayloadBuildError`), groups rows by the kind builder registered for
+them, and calls each builder once with its whole group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+from uuid import UUID
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.dispatch.publisher import Push
+from realtime_dispatch.errors import IntentError, PayloadBuildError, RealtimeDispatchError
+from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
+
+BuildResults: TypeAlias = dict[UUID, Push | RealtimeDispatchError]
+
+
+@dataclass(frozen=True, slots=True)
+class RowIntent:
+    row: ClaimedRow
+    intent: OutboxIntent
+
+
+class KindBuilder(Protocol):
+    kinds: frozenset[RealtimeDispatchKind]
+
+    async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        """Build every item; return a result for each row id."""
+        ...
+
+
+class PayloadBuilder(Protocol):
+    async def build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults: ...
+
+
+class CompositePayloadBuilder:
+    def __init__(self, builders: Iterable[KindBuilder]) -> None:
+        self._by_kind: dict[RealtimeDispatchKind, KindBuilder] = {}
+        for builder in builders:
+            for kind in builder.kinds:
+                if kind in self._by_kind:
+                    raise ValueError(f"two builders for {kind}")
+                self._by_kind[kind] = builder
+
+    async def build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults:
+        results: BuildResults = {}
+        groups: dict[int, tuple[KindBuilder, list[RowIntent]]] = {}
+        for row in rows:
+            try:
+                intent = row.intent()
+            except IntentError as exc:
+                results[row.id] = PayloadBuildError(str(exc), code=exc.code)
+                continue
+            builder = self._by_kind.get(intent.kind)
+            if builder is None:
+                results[row.id] = PayloadBuildError(
+                    f"no payload builder for {intent.kind}", code="NoBuilder"
+                )
+                continue
+            groups.setdefault(id(builder), (builder, []))[1].append(RowIntent(row, intent))
+        for builder, items in groups.values():
+            built = await builder.build(conn, items)
+            for item in items:
+                results[item.row.id] = built.get(
+                    item.row.id, PayloadBuildError("builder returned nothing", code="NotBuilt")
+                )
+        return results

@@ -1,0 +1,110 @@
+"""Message payloads (``message_received``, ``message_edited``, ``message_deleted``) and their
+batch projection: one query for every message row of a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import orjson
+
+from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.builder import BuildResults, RowIntent
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.dispatch.publisher import Push
+from realtime_dispatch.errors import PayloadBuildError
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+
+class MessageReceived(Contract):
+    chat_id: UUID
+    message_id: UUID
+    seq: int
+    sender_user_id: UUID | None = None
+    kind: str
+    sent_at: datetime
+    body: str | None = None
+    file_meta: dict[str, Any] | None = None
+    card_text: str | None = None
+
+
+class MessageEdited(Contract):
+    chat_id: UUID
+    message_id: UUID
+    seq: int
+    edited_at: datetime
+    body: str | None = None
+
+
+class MessageDeleted(Contract):
+    chat_id: UUID
+    message_id: UUID
+    seq: int
+    deleted_at: datetime
+
+
+# Projection of the messages a batch references; the chat id is part of the key so a row can
+# never be built from another chat's message.
+MESSAGES_SQL = """
+SELECT id, chat_id, seq, sender_user_id, kind, body, file_meta, card_text,
+       sent_at, edited_at, deleted_at
+FROM messenger.messages
+WHERE id = ANY($1::uuid[])
+"""
+
+
+class MessagePayloadBuilder:
+    kinds = frozenset(
+        {
+            RealtimeDispatchKind.MESSAGE_RECEIVED,
+            RealtimeDispatchKind.MESSAGE_EDITED,
+            RealtimeDispatchKind.MESSAGE_DELETED,
+        }
+    )
+
+    async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        ids = list({item.intent.message_id for item in items if item.intent.message_id})
+        records = {r["id"]: r for r in await conn.fetch(MESSAGES_SQL, ids)}
+        results: BuildResults = {}
+        for item in items:
+            intent = item.intent
+            record = records.get(intent.message_id) if intent.message_id else None
+            if record is None or record["chat_id"] != intent.chat_id:
+                results[item.row.id] = PayloadBuildError(
+                    "referenced message does not exist", code="MessageNotFound"
+                )
+                continue
+            try:
+                payload = _shape(intent.kind, record)
+            except PayloadBuildError as exc:
+                results[item.row.id] = exc
+                continue
+            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload.wire())
+        return results
+
+
+def _shape(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Contract:
+    common = {"chat_id": r["chat_id"], "message_id": r["id"], "seq": r["seq"]}
+    if kind is RealtimeDispatchKind.MESSAGE_RECEIVED:
+        deleted = r["deleted_at"] is not None
+        file_meta = r["file_meta"]
+        return MessageReceived(
+            **common,
+            sender_user_id=r["sender_user_id"],
+            kind=r["kind"],
+            sent_at=r["sent_at"],
+            body=None if deleted else r["body"],
+            file_meta=None if deleted or file_meta is None else orjson.loads(file_meta),
+            card_text=None if deleted else r["card_text"],
+        )
+    if kind is RealtimeDispatchKind.MESSAGE_EDITED:
+        if r["edited_at"] is None:
+            raise PayloadBuildError("message was never edited", code="NotEdited")
+        body = None if r["deleted_at"] is not None else r["body"]
+        return MessageEdited(**common, edited_at=r["edited_at"], body=body)
+    if r["deleted_at"] is None:
+        raise PayloadBuildError("message is not deleted", code="NotDeleted")
+    return MessageDeleted(**common, deleted_at=r["deleted_at"])

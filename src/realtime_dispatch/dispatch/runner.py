@@ -1,0 +1,235 @@
+"""The dispatcher's schedule: timer + LISTEN wake, the per-pass single-runner lock, retention,
+and recovery from a lost database — everything around :meth:`Dispatcher.run_pass`.
+
+One dedicated connection (outside the pool) holds the advisory lock during a pass and LISTENs on
+``realtime_outbox`` between passes. NOTIFY is only a hint: the loop waits for the first of wake,
+``polling_interval`` or stop, so a lost notification costs at most one interval. If that
+connection dies it is reopened on the next turn (and a pass runs at once, since notifications
+may have been missed); while PostgreSQL is down the loop logs, counts and keeps polling.
+
+Idle flag: owners' inserts notify only while ``messenger.realtime_dispatch_state.idle`` is true,
+because a notifying commit serialises all owners. After a pass that did work and drained the
+queue, the runner sets the flag (waiting out writers that passed the trigger before it flipped),
+then checks once more for due rows before it sleeps; the first claim of a pass clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
+from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.errors import DatabaseUnavailable
+from realtime_dispatch.outbox.queries import QUERIES
+from realtime_dispatch.outbox.store import translate_errors
+
+_log = structlog.get_logger(__name__)
+
+CHANNEL = "realtime_outbox"
+RETENTION_EVERY = 60.0  # seconds between retention sweeps
+RETENTION_BATCH = 1000
+RETENTION_MAX_BATCHES = 20
+
+Connect = Callable[[], Awaitable[Any]]
+
+DUE_EXISTS_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM messenger.realtime_outbox"
+    " WHERE status = 'Pending' AND next_attempt_at <= now())"
+)
+
+
+class DispatchRunner:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        connect: Connect,
+        metrics: DispatchMetrics,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._connect = connect
+        self._metrics = metrics
+        self._options = dispatcher.options
+        self._conn: Any = None
+        self._listening = False
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._flag_idle: bool | None = None  # what we last wrote to the idle flag
+        self._last_retention = 0.0
+        self.passes_run = 0
+        dispatcher.on_first_claim = self._mark_busy
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._dispatcher.request_stop()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def listening(self) -> bool:
+        return self._listening and self._conn is not None and not self._conn.is_closed()
+
+    async def run(self) -> None:
+        """Run until :meth:`request_stop`. Never raises for database or push failures."""
+        _log.info("dispatcher_started", **_options_log(self._dispatcher))
+        try:
+            while not self._stop.is_set():
+                again = await self._turn()
+                if again or self._stop.is_set():
+                    continue
+                # The wake event is cleared when a pass starts, so a notification that arrived
+                # during the pass ends this wait at once.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._options.polling_interval)
+        finally:
+            await self._close_connection()
+            _log.info("dispatcher_stopped")
+
+    async def _turn(self) -> bool:
+        """One scheduling turn; True when another pass should follow at once."""
+        try:
+            reconnected = await self._ensure_connection()
+            report = await self._locked_pass()
+            if report is None:
+                return False
+            await self._refresh_pending()
+            await self._maybe_retention()
+            if report.stopped or report.lost_lock:
+                return False
+            if report.more_waiting:
+                return True
+            if report.worked or reconnected:
+                return await self._go_idle()
+            return False
+        except Exception as exc:
+            reason = "database_unavailable" if _unavailable(exc) else type(exc).__name__
+            self._metrics.passes.labels("failed").inc()
+            self._metrics.errors.labels(reason).inc()
+            _log.error("dispatch_pass_failed", reason=reason)
+            if _unavailable(exc):
+                await self._close_connection()
+            return False
+
+    async def _ensure_connection(self) -> bool:
+        if self._conn is not None and not self._conn.is_closed():
+            return False
+        await self._close_connection()
+        async with translate_errors():
+            conn = await self._connect()
+        self._conn = conn
+        self._flag_idle = None
+        conn.add_termination_listener(self._on_terminated)
+        if self._options.listen:
+            async with translate_errors():
+                await conn.add_listener(CHANNEL, self._on_notify)
+            self._listening = True
+        else:
+            # Nobody listens: make sure owners do not pay for notifications.
+            await self._set_flag(idle=False)
+        _log.info("dispatcher_connected", listening=self._listening)
+        return True
+
+    async def _locked_pass(self) -> PassReport | None:
+        conn = self._conn
+        async with translate_errors():
+            locked = await conn.fetchval(QUERIES["try_lock"])
+        if not locked:
+            self._metrics.passes.labels("skipped_locked").inc()
+            _log.debug("dispatch_pass_skipped", reason="lock_busy")
+            return None
+        try:
+            self._wake.clear()
+            report = await self._dispatcher.run_pass(still_locked=lambda: not conn.is_closed())
+            self.passes_run += 1
+            self._metrics.passes.labels("ran").inc()
+            self._metrics.last_pass.set(time.time())
+            return report
+        finally:
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    async with translate_errors():
+                        await conn.fetchval(QUERIES["unlock"])
+
+    async def _mark_busy(self) -> None:
+        if self._flag_idle is not False:
+            await self._set_flag(idle=False)
+
+    async def _go_idle(self) -> bool:
+        """Set the idle flag (when listening) and re-check; True if rows are already due."""
+        if self.listening and self._flag_idle is not True:
+            await self._set_flag(idle=True)
+        async with translate_errors():
+            return bool(await self._dispatcher.store.pool.fetchval(DUE_EXISTS_SQL))
+
+    async def _set_flag(self, *, idle: bool) -> None:
+        pool = self._dispatcher.store.pool
+        async with translate_errors(), pool.acquire() as conn:
+            if idle:
+                async with conn.transaction():
+                    await conn.execute(QUERIES["wait_writers"])
+                    await conn.execute(QUERIES["set_idle"])
+            else:
+                await conn.execute(QUERIES["set_busy"])
+        self._flag_idle = idle
+
+    async def _refresh_pending(self) -> None:
+        self._metrics.pending.set(await self._dispatcher.store.pending_count())
+
+    async def _maybe_retention(self) -> None:
+        now = time.monotonic()
+        if now - self._last_retention < RETENTION_EVERY:
+            return
+        self._last_retention = now
+        total = 0
+        for _ in range(RETENTION_MAX_BATCHES):
+            deleted = await self._dispatcher.store.purge_done(
+                older_than=self._options.retention_done, limit=RETENTION_BATCH
+            )
+            total += deleted
+            if deleted < RETENTION_BATCH or self._stop.is_set():
+                break
+        if total:
+            self._metrics.purged.inc(total)
+            _log.info("retention_purged", rows=total)
+
+    def _on_notify(self, *_: object) -> None:
+        self._wake.set()
+
+    def _on_terminated(self, *_: object) -> None:
+        self._listening = False
+        self._metrics.errors.labels("listener_lost").inc()
+        _log.warning("dispatcher_connection_lost")
+        self._wake.set()
+
+    async def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        self._listening = False
+        if conn is not None and not conn.is_closed():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2)
+        elif conn is not None:
+            conn.terminate()
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, DatabaseUnavailable) or is_unavailable(exc)
+
+
+def _options_log(dispatcher: Dispatcher) -> dict[str, object]:
+    o = dispatcher.options
+    return {
+        "polling_interval": o.polling_interval,
+        "batch_size": o.batch_size,
+        "max_run_duration": o.max_run_duration,
+        "max_attempts": o.max_attempts,
+        "listen": o.listen,
+    }

@@ -1,0 +1,46 @@
+"""An ASGI app of the hub alone, its :class:`~.runtime.Hub` entered and left by the lifespan.
+
+For a bigger app (REST + hub), enter a :class:`~.runtime.Hub` in that app's lifespan and mount
+``hub.routes`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+
+from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.settings import Settings
+
+
+def create_hub_app(
+    settings: Settings,
+    *,
+    dsn: str,
+    pool: asyncpg.Pool | None = None,
+    redis_url: str | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    options: HubOptions | None = None,
+) -> Starlette:
+    """The hub as a Starlette app; ``app.state.hub`` is its :class:`Hub`."""
+    hub = Hub(
+        settings,
+        pool=pool,
+        dsn=dsn,
+        redis_url=redis_url,
+        metrics_registry=metrics_registry,
+        options=options,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with hub:
+            yield
+
+    app = Starlette(routes=hub.routes, lifespan=lifespan)
+    app.state.hub = hub
+    return app

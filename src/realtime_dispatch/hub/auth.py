@@ -1,0 +1,76 @@
+"""Who is connecting: HS256 JWTs (``sub`` = user UUID, ``exp`` required) and the service key of
+the push endpoint. Tokens are never logged; failures are reported by a short code only."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+from uuid import UUID
+
+import jwt
+
+from realtime_dispatch.errors import RealtimeDispatchError
+
+ALGORITHM = "HS256"
+LEEWAY_SECONDS = 5.0
+
+
+class AuthError(RealtimeDispatchError):
+    """Missing, expired, forged or malformed credentials (→ 401)."""
+
+    code = "Unauthorized"
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, credentials = value.partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+def request_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The token from ``Authorization: Bearer`` (Node, .NET, Python clients) or the
+    ``access_token`` query parameter (browsers cannot set WebSocket headers)."""
+    return bearer(headers) or query.get("access_token") or None
+
+
+class TokenVerifier:
+    """Checks hub tokens against ``secret``. With no secret configured every token is refused."""
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret: str | None) -> None:
+        self._secret = secret
+
+    def user_of(self, token: str | None) -> UUID:
+        if token is None:
+            raise AuthError("missing token", code="MissingToken")
+        if not self._secret:
+            raise AuthError("no token secret configured", code="NoSecret")
+        try:
+            claims = jwt.decode(
+                token,
+                self._secret,
+                algorithms=[ALGORITHM],
+                options={"require": ["exp", "sub"]},
+                leeway=LEEWAY_SECONDS,
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthError("token expired", code="Expired") from exc
+        except jwt.InvalidTokenError as exc:
+            raise AuthError("invalid token", code="InvalidToken") from exc
+        try:
+            return UUID(str(claims["sub"]))
+        except ValueError as exc:
+            raise AuthError("sub is not a user id", code="InvalidSubject") from exc
+
+
+def service_key_matches(headers: Mapping[str, str], expected: str | None) -> bool:
+    """Constant-time check of the push endpoint's bearer key; no key configured → refused."""
+    presented = bearer(headers)
+    if not expected or presented is None:
+        return False
+    return hmac.compare_digest(presented.encode(), expected.encode())

@@ -1,0 +1,272 @@
+"""``GET /hubs/messenger`` (WebSocket): authenticate, handshake, join groups, then run a reader
+and a writer task until the connection ends, or until its transport drops and (stateful
+reconnect) the client resumes it on a new WebSocket with the same connection token.
+
+This module only translates frames; protocol rules live in :mod:`.session`, buffering in
+:mod:`.outbound`, groups in :mod:`.registry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+import structlog
+from starlette.responses import PlainTextResponse
+from starlette.websockets import WebSocket, WebSocketState
+
+from realtime_dispatch.hub.auth import AuthError, request_token
+from realtime_dispatch.hub.connection import Attachment, HubConnection
+from realtime_dispatch.hub.membership_feed import DB_ERRORS
+from realtime_dispatch.hub.negotiate import new_connection_id
+from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.protocol import (
+    HANDSHAKE_OK,
+    ack_message,
+    handshake_error,
+    sequence_message,
+)
+from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.runtime import Hub
+
+log = structlog.get_logger(__name__)
+
+NORMAL_CLOSE_CODES = frozenset({1000, 1001})
+TOO_BIG_ERROR = "Connection closed with an error: message too big."
+
+
+async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
+    if hub.stopping:
+        await _deny(websocket, 503, "Service Unavailable")
+        return
+    try:
+        user_id = hub.verifier.user_of(request_token(websocket.headers, websocket.query_params))
+    except AuthError as exc:
+        log.info("hub_auth_refused", code=exc.code, transport="websocket")
+        await _deny(websocket, 401, "Unauthorized")
+        return
+    id_param = websocket.query_params.get("id")
+    existing = hub.resumable(id_param, user_id)
+    if existing is not None:
+        await _resume(hub, websocket, existing)
+    else:
+        await _open(hub, websocket, user_id, id_param)
+
+
+async def _deny(websocket: WebSocket, status: int, text: str) -> None:
+    try:
+        await websocket.send_denial_response(PlainTextResponse(text, status_code=status))
+    except RuntimeError:  # a server without the denial-response extension
+        await websocket.close(code=1008)
+
+
+def _too_big(data: str | bytes, limit: int) -> bool:
+    if len(data) > limit:
+        return isinstance(data, bytes) or len(data.encode()) > limit
+    return False
+
+
+async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) -> Inbound | None:
+    """Read until the handshake record is complete; None if it failed (already answered)."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data = message.get("text")
+        if data is None:
+            data = message.get("bytes")
+        if data is None:
+            continue
+        if _too_big(data, limit):
+            await websocket.send_text(handshake_error("Handshake message too big."))
+            return None
+        inbound = session.feed(data)
+        if inbound.handshake_reply_error is not None:
+            await websocket.send_text(handshake_error(inbound.handshake_reply_error))
+            return None
+        if inbound.handshake is not None:
+            return inbound
+
+
+async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | None) -> None:
+    loop = asyncio.get_running_loop()
+    options = hub.options
+    limits = options.limits
+    negotiation = hub.negotiations.claim(id_param, user_id, now=loop.time())
+    if negotiation is not None:
+        connection_id, token, stateful = (
+            negotiation.connection_id,
+            negotiation.token,
+            negotiation.stateful,
+        )
+    else:
+        connection_id = new_connection_id()
+        token, stateful = connection_id, False
+    await websocket.accept()
+    session = InboundSession(max_record_chars=limits.max_message_bytes, stateful_allowed=stateful)
+    inbound: Inbound | None = None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(options.handshake_timeout):
+            inbound = await _handshake(websocket, session, limits.max_message_bytes)
+    if inbound is None:
+        hub.metrics.disconnects.labels(CloseReason.HANDSHAKE_FAILED.value).inc()
+        log.info("hub_handshake_failed", connection_id=connection_id)
+        await _close_socket(websocket, 1000)
+        return
+    connection = HubConnection(
+        connection_id=connection_id,
+        token=token,
+        user_id=user_id,
+        session=session,
+        outbound=Outbound(
+            stateful=session.stateful,
+            max_pending=limits.max_pending,
+            max_replay_chars=limits.max_replay_chars,
+        ),
+        limits=limits,
+        on_sent=hub.sent_counter(),
+        now=loop.time(),
+    )
+    hub.new_connection(connection)
+    try:
+        await hub.membership.load_connection(connection_id, user_id)
+    except DB_ERRORS as exc:
+        log.warning("hub_membership_load_failed", error=type(exc).__name__)
+        hub.finalize(connection, CloseReason.SERVER_ERROR)
+        await websocket.send_text(handshake_error("Service unavailable, try again later."))
+        await _close_socket(websocket, 1011)
+        return
+    try:
+        await websocket.send_text(HANDSHAKE_OK)
+    except Exception:
+        hub.finalize(connection, CloseReason.TRANSPORT_LOST)
+        raise
+    log.info(
+        "hub_connected",
+        connection_id=connection_id,
+        version=session.handshake.version if session.handshake else None,
+        stateful=connection.stateful,
+        negotiated=negotiation is not None,
+    )
+    _apply(connection, inbound)
+    await _run(hub, connection, websocket)
+
+
+async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> None:
+    old = connection.attachment
+    connection.attachment = None
+    if old is not None:
+        for task in (old.reader, old.writer):
+            if task is not None:
+                task.cancel()
+    await websocket.accept()
+    connection.session.new_transport()
+    sequence = connection.outbound.rewind()
+    connection.outbound.push_control(sequence_message(sequence))
+    connection.last_received = asyncio.get_running_loop().time()
+    log.info(
+        "hub_resumed", connection_id=connection.connection_id, replay=connection.outbound.pending
+    )
+    await _run(hub, connection, websocket)
+
+
+def _apply(connection: HubConnection, inbound: Inbound) -> None:
+    for reply in inbound.replies:
+        connection.send(reply)
+    if inbound.acked is not None:
+        connection.outbound.ack(inbound.acked)
+    if inbound.ack_to_send is not None:
+        connection.send_control(ack_message(inbound.ack_to_send))
+    if inbound.close is not None:
+        connection.close(inbound.close)
+
+
+async def _read_loop(hub: Hub, connection: HubConnection, websocket: WebSocket) -> CloseReason:
+    loop = asyncio.get_running_loop()
+    limit = connection.limits.max_message_bytes
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            code = message.get("code", 1006)
+            return (
+                CloseReason.CLIENT_CLOSE
+                if code in NORMAL_CLOSE_CODES
+                else CloseReason.TRANSPORT_LOST
+            )
+        data = message.get("text")
+        if data is None:
+            data = message.get("bytes")
+        if data is None:
+            continue
+        if _too_big(data, limit):
+            connection.close(CloseRequest(CloseReason.MESSAGE_TOO_BIG, TOO_BIG_ERROR))
+            return CloseReason.MESSAGE_TOO_BIG
+        connection.last_received = loop.time()
+        inbound = connection.session.feed(data)
+        _apply(connection, inbound)
+        if connection.closing is not None:
+            if inbound.close is not None and inbound.close.reason is not CloseReason.CLIENT_CLOSE:
+                log.info(
+                    "hub_protocol_error",
+                    connection_id=connection.connection_id,
+                    reason=inbound.close.reason.value,
+                )
+            return connection.closing.reason
+
+
+async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> None:
+    attachment = Attachment(websocket)
+    connection.attachment = attachment
+    connection.detached_at = None
+    name = connection.connection_id
+    writer = asyncio.create_task(connection.write_loop(websocket), name=f"hub-writer:{name}")
+    reader = asyncio.create_task(_read_loop(hub, connection, websocket), name=f"hub-reader:{name}")
+    attachment.writer, attachment.reader = writer, reader
+    if connection.closing is not None:  # closed before the writer existed
+        attachment.force_close = asyncio.get_running_loop().call_later(
+            connection.limits.close_grace, writer.cancel
+        )
+    ended = CloseReason.TRANSPORT_LOST
+    try:
+        await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+        if reader.done() and not reader.cancelled():
+            ended = reader.result()
+        if connection.closing is not None and not writer.done():
+            await asyncio.wait((writer,))  # flushes the close message (bounded by close_grace)
+    except asyncio.CancelledError:
+        hub.finalize(connection, CloseReason.SHUTDOWN)
+        raise
+    finally:
+        for task in (reader, writer):
+            task.cancel()
+        await asyncio.gather(reader, writer, return_exceptions=True)
+        if attachment.force_close is not None:
+            attachment.force_close.cancel()
+    if connection.attachment is not attachment:  # a new transport took over (resume)
+        await _close_socket(websocket, 1000)
+        return
+    connection.attachment = None
+    if connection.closing is not None:
+        hub.finalize(connection, connection.closing.reason)
+        code = 1009 if connection.closing.reason is CloseReason.MESSAGE_TOO_BIG else 1000
+        await _close_socket(websocket, code)
+    elif connection.stateful and ended is CloseReason.TRANSPORT_LOST and not hub.stopping:
+        connection.detached_at = asyncio.get_running_loop().time()
+        log.info("hub_transport_lost", connection_id=name, resumable=True)
+        await _close_socket(websocket, 1000)
+    else:
+        hub.finalize(connection, ended)
+        await _close_socket(websocket, 1000)
+
+
+async def _close_socket(websocket: WebSocket, code: int) -> None:
+    if websocket.application_state is WebSocketState.DISCONNECTED:
+        return
+    if websocket.client_state is WebSocketState.DISCONNECTED:
+        return
+    with contextlib.suppress(Exception):
+        await websocket.close(code=code)

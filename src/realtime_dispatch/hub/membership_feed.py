@@ -1,0 +1,188 @@
+"""Membership from PostgreSQL: the initial ``chat:`` groups of a new connection, and live changes
+from ``LISTEN realtime_membership`` on a dedicated connection outside the pool.
+
+The listening connection reconnects by itself. Notifications sent while it was down are lost, so
+after every (re)connect it re-reads the memberships of every user connected to this replica.
+
+:meth:`MembershipFeed.barrier` is how a push is ordered after the membership changes committed
+before it: a round trip on the listening connection. PostgreSQL delivers the notifications a
+session has been signalled before it reports the query done, and asyncpg runs the listener
+callbacks before the query's caller resumes, so once ``SELECT 1`` returns, every change committed
+before the push was produced has been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import structlog
+
+from realtime_dispatch.hub.membership import MembershipTracker, parse_change
+from realtime_dispatch.messenger.commands import MEMBERSHIP_CHANNEL
+
+log = structlog.get_logger(__name__)
+
+# Active chats of one user (initial groups on connect).
+SQL_ACTIVE_CHATS_OF_USER = """
+SELECT user_id, chat_id FROM messenger.participants WHERE user_id = $1 AND active
+"""
+
+# Active chats of many users (resync after the listening connection came back).
+SQL_ACTIVE_CHATS_OF_USERS = """
+SELECT user_id, chat_id FROM messenger.participants WHERE user_id = ANY($1::uuid[]) AND active
+"""
+
+DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError)
+
+
+class MembershipFeed:
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        pool: asyncpg.Pool | None,
+        tracker: MembershipTracker,
+        connected_users: Callable[[], Collection[UUID]],
+        health_interval: float = 5.0,
+        query_timeout: float = 5.0,
+        reconnect_delay: float = 0.5,
+        max_reconnect_delay: float = 5.0,
+    ) -> None:
+        self._dsn = dsn
+        self.pool = pool
+        self._tracker = tracker
+        self._connected_users = connected_users
+        self._health_interval = health_interval
+        self._query_timeout = query_timeout
+        self._reconnect_delay = reconnect_delay
+        self._max_reconnect_delay = max_reconnect_delay
+        self._conn: Any = None
+        self._lost = asyncio.Event()
+        self.ready = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._next_barrier: asyncio.Future[bool] | None = None
+
+    async def load_connection(self, connection_id: str, user_id: UUID) -> None:
+        """Join a registered connection to its user's active chats (raises on DB errors)."""
+        token = self._tracker.begin_load()
+        try:
+            rows = await self._require_pool().fetch(
+                SQL_ACTIVE_CHATS_OF_USER, user_id, timeout=self._query_timeout
+            )
+        except BaseException:
+            self._tracker.cancel_load(token)
+            raise
+        self._tracker.finish_load(
+            token,
+            ((r["user_id"], r["chat_id"]) for r in rows),
+            users=[user_id],
+            connections=[connection_id],
+        )
+
+    def _require_pool(self) -> asyncpg.Pool:
+        if self.pool is None:
+            raise RuntimeError("membership feed has no pool")
+        return self.pool
+
+    async def run(self) -> None:
+        """Listen forever, reconnecting with backoff; cancel to stop."""
+        delay = self._reconnect_delay
+        while True:
+            try:
+                await self._session()
+                delay = self._reconnect_delay
+            except DB_ERRORS as exc:
+                log.warning("membership_feed_lost", error=type(exc).__name__, retry_in=delay)
+            finally:
+                self.ready.clear()
+                await self._close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._max_reconnect_delay)
+
+    async def _session(self) -> None:
+        self._lost.clear()
+        self._conn = await asyncpg.connect(
+            self._dsn,
+            timeout=self._query_timeout,
+            server_settings={"application_name": "realtime-dispatch-hub-membership"},
+        )
+        self._conn.add_termination_listener(lambda _conn: self._lost.set())
+        await self._conn.add_listener(MEMBERSHIP_CHANNEL, self._on_notify)
+        await self._resync()
+        self.ready.set()
+        log.info("membership_feed_connected")
+        while not self._lost.is_set():
+            try:
+                await asyncio.wait_for(self._lost.wait(), self._health_interval)
+            except TimeoutError:
+                await self._ping()
+        raise ConnectionResetError("membership connection closed")
+
+    async def _resync(self) -> None:
+        users = list(self._connected_users())
+        token = self._tracker.begin_load()
+        try:
+            rows = (
+                await self._require_pool().fetch(
+                    SQL_ACTIVE_CHATS_OF_USERS, users, timeout=self._query_timeout
+                )
+                if users
+                else []
+            )
+        except BaseException:
+            self._tracker.cancel_load(token)
+            raise
+        self._tracker.finish_load(token, ((r["user_id"], r["chat_id"]) for r in rows), users=users)
+        log.info("membership_resynced", users=len(users))
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        change = parse_change(payload)
+        if change is None:
+            log.warning("membership_notification_invalid")
+            return
+        self._tracker.apply(change)
+
+    async def _ping(self) -> None:
+        async with self._lock:
+            await self._conn.fetchval("SELECT 1", timeout=self._query_timeout)
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 2.0)
+            except DB_ERRORS:
+                conn.terminate()
+
+    async def barrier(self, within: float) -> bool:
+        """Wait until every membership change committed before now has been applied.
+
+        Concurrent callers share one round trip, one that starts after they all arrived: the
+        first caller runs it, the others wait for its outcome. False when the listening
+        connection stays down for longer than ``within`` seconds.
+        """
+        future = self._next_barrier
+        if future is not None:
+            return await asyncio.shield(future)
+        future = asyncio.get_running_loop().create_future()
+        self._next_barrier = future
+        ok = False
+        try:
+            async with self._lock:
+                if self._next_barrier is future:
+                    self._next_barrier = None
+                async with asyncio.timeout(within):
+                    await self.ready.wait()
+                    await self._conn.fetchval("SELECT 1")
+                ok = True
+        except (*DB_ERRORS, AttributeError):
+            ok = False
+        finally:
+            if self._next_barrier is future:
+                self._next_barrier = None
+            future.set_result(ok)
+        return ok

@@ -1,0 +1,40 @@
+"""Hub metrics on a :class:`~prometheus_client.CollectorRegistry` the caller owns (never the
+global one), so the hub and the dispatcher can share one ``/metrics``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from realtime_dispatch.hub.session import CloseReason
+
+
+class HubMetrics:
+    __slots__ = ("connections", "disconnects", "pushes", "sent_frames")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connections = Gauge(
+            "messenger_realtime_hub_connections",
+            "Hub connections currently open (including ones waiting to resume).",
+            registry=registry,
+        )
+        self.disconnects = Counter(
+            "messenger_realtime_hub_disconnects",
+            "Hub connections ended, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.sent_frames = Counter(
+            "messenger_realtime_hub_sent_frames",
+            "Hub protocol records written to clients (invocations, pings, acks, close).",
+            registry=registry,
+        )
+        self.pushes = Counter(
+            "messenger_realtime_hub_pushes",
+            "Group sends delivered to this replica's connections, by source.",
+            ["source"],
+            registry=registry,
+        )
+        for reason in CloseReason:
+            self.disconnects.labels(reason.value)
+        for source in ("local", "backplane"):
+            self.pushes.labels(source)

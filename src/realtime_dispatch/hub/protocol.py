@@ -1,0 +1,253 @@
+"""The SignalR JSON hub protocol, version 1 (and 2 for stateful reconnect): framing, parsing and
+encoding. Pure functions of data; no I/O.
+
+Records are JSON texts each terminated by the record separator ``\\x1e``. One WebSocket frame may
+carry several records, and a record may be split across frames, so inbound data goes through a
+:class:`RecordBuffer`. Anything malformed raises :class:`ProtocolError`, never another exception.
+
+Message types: 1 Invocation, 2 StreamItem, 3 Completion, 4 StreamInvocation, 5 CancelInvocation,
+6 Ping, 7 Close, 8 Ack, 9 Sequence. Unknown integer types are ignored (the protocol reserves them
+for later versions); a ``headers`` field is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TypeAlias
+
+import orjson
+
+from realtime_dispatch.dispatch.publisher import JsonValue
+from realtime_dispatch.errors import RealtimeDispatchError
+
+RECORD_SEPARATOR = "\x1e"
+_RS_BYTES = b"\x1e"
+SUPPORTED_VERSIONS = frozenset({0, 1, 2})
+STATEFUL_RECONNECT_MIN_VERSION = 2
+
+
+class ProtocolError(RealtimeDispatchError):
+    """The peer sent something the protocol does not allow; the connection is closed."""
+
+    code = "Protocol"
+
+
+class MessageType(IntEnum):
+    INVOCATION = 1
+    STREAM_ITEM = 2
+    COMPLETION = 3
+    STREAM_INVOCATION = 4
+    CANCEL_INVOCATION = 5
+    PING = 6
+    CLOSE = 7
+    ACK = 8
+    SEQUENCE = 9
+
+
+# Messages that take a sequence id under stateful reconnect (the others are never replayed).
+SEQUENCED_TYPES = frozenset(
+    {
+        MessageType.INVOCATION,
+        MessageType.STREAM_ITEM,
+        MessageType.COMPLETION,
+        MessageType.STREAM_INVOCATION,
+        MessageType.CANCEL_INVOCATION,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeRequest:
+    protocol: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """Types 1 and 4: the client calls a hub method (``invocation_id`` None = no reply wanted)."""
+
+    type: MessageType
+    target: str
+    invocation_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    sequence_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    sequence_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Other:
+    """A valid message the hub has nothing to do for (ping, stream item, completion, cancel)."""
+
+    type: MessageType
+
+
+ClientMessage: TypeAlias = Invocation | Ack | Sequence | Close | Other
+
+
+class RecordBuffer:
+    """Accumulates inbound text and yields complete records.
+
+    ``max_record_chars`` bounds a single record (and so the partial data kept between frames).
+    """
+
+    __slots__ = ("_max", "_partial")
+
+    def __init__(self, max_record_chars: int) -> None:
+        self._max = max_record_chars
+        self._partial = ""
+
+    def feed(self, data: str) -> list[str]:
+        text = self._partial + data if self._partial else data
+        *records, rest = text.split(RECORD_SEPARATOR)
+        if len(rest) > self._max:
+            self._partial = ""
+            raise ProtocolError("message too big", code="MessageTooBig")
+        for record in records:
+            if len(record) > self._max:
+                self._partial = ""
+                raise ProtocolError("message too big", code="MessageTooBig")
+        self._partial = rest
+        return records
+
+    def clear(self) -> None:
+        self._partial = ""
+
+
+def decode_frame(data: str | bytes) -> str:
+    """Text of one inbound WebSocket frame (binary frames must be UTF-8 for the JSON protocol)."""
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("frame is not valid UTF-8", code="InvalidUtf8") from exc
+
+
+def _load_object(record: str) -> dict[str, JsonValue]:
+    try:
+        value = orjson.loads(record)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError("record is not valid JSON", code="InvalidJson") from exc
+    if not isinstance(value, dict):
+        raise ProtocolError("record is not a JSON object", code="InvalidMessage")
+    return value
+
+
+def parse_handshake(record: str) -> HandshakeRequest:
+    value = _load_object(record)
+    protocol = value.get("protocol")
+    version = value.get("version")
+    if not isinstance(protocol, str):
+        raise ProtocolError("handshake has no protocol", code="InvalidHandshake")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProtocolError("handshake has no version", code="InvalidHandshake")
+    if protocol != "json":
+        raise ProtocolError(f"protocol '{protocol[:32]}' is not supported", code="Unsupported")
+    if version not in SUPPORTED_VERSIONS:
+        raise ProtocolError(f"protocol version {version} is not supported", code="Unsupported")
+    return HandshakeRequest(protocol, version)
+
+
+def _sequence_id(value: dict[str, JsonValue]) -> int:
+    raw = value.get("sequenceId")
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+        raise ProtocolError("sequenceId must be a non-negative integer", code="InvalidMessage")
+    return raw
+
+
+def _optional_str(value: dict[str, JsonValue], key: str) -> str | None:
+    raw = value.get(key)
+    if raw is None or isinstance(raw, str):
+        return raw
+    raise ProtocolError(f"{key} must be a string", code="InvalidMessage")
+
+
+def parse_message(record: str) -> ClientMessage | None:
+    """One record after the handshake; ``None`` for an unknown (future) message type."""
+    value = _load_object(record)
+    raw_type = value.get("type")
+    if not isinstance(raw_type, int) or isinstance(raw_type, bool):
+        raise ProtocolError("message has no integer type", code="InvalidMessage")
+    try:
+        kind = MessageType(raw_type)
+    except ValueError:
+        return None
+    match kind:
+        case MessageType.INVOCATION | MessageType.STREAM_INVOCATION:
+            target = value.get("target")
+            if not isinstance(target, str) or not target:
+                raise ProtocolError("invocation has no target", code="InvalidMessage")
+            if not isinstance(value.get("arguments", []), list):
+                raise ProtocolError("arguments must be an array", code="InvalidMessage")
+            return Invocation(kind, target, _optional_str(value, "invocationId"))
+        case MessageType.ACK:
+            return Ack(_sequence_id(value))
+        case MessageType.SEQUENCE:
+            return Sequence(_sequence_id(value))
+        case MessageType.CLOSE:
+            return Close(_optional_str(value, "error"))
+        case (
+            MessageType.STREAM_ITEM
+            | MessageType.COMPLETION
+            | MessageType.CANCEL_INVOCATION
+            | MessageType.PING
+        ):
+            return Other(kind)
+
+
+def _record(value: dict[str, JsonValue]) -> str:
+    return orjson.dumps(value).decode() + RECORD_SEPARATOR
+
+
+HANDSHAKE_OK = "{}" + RECORD_SEPARATOR
+PING = _record({"type": MessageType.PING.value})
+
+
+def handshake_error(message: str) -> str:
+    return _record({"error": message})
+
+
+def close_message(error: str | None = None, *, allow_reconnect: bool = False) -> str:
+    value: dict[str, JsonValue] = {"type": MessageType.CLOSE.value}
+    if error is not None:
+        value["error"] = error
+    if allow_reconnect:
+        value["allowReconnect"] = True
+    return _record(value)
+
+
+def completion_error(invocation_id: str, error: str) -> str:
+    return _record(
+        {"type": MessageType.COMPLETION.value, "invocationId": invocation_id, "error": error}
+    )
+
+
+def ack_message(sequence_id: int) -> str:
+    return _record({"type": MessageType.ACK.value, "sequenceId": sequence_id})
+
+
+def sequence_message(sequence_id: int) -> str:
+    return _record({"type": MessageType.SEQUENCE.value, "sequenceId": sequence_id})
+
+
+def invocation_frame(target: str, arguments: list[JsonValue]) -> bytes:
+    """A server → client invocation record, serialised once for every recipient."""
+    return (
+        orjson.dumps(
+            {"type": MessageType.INVOCATION.value, "target": target, "arguments": arguments}
+        )
+        + _RS_BYTES
+    )

@@ -1,0 +1,116 @@
+"""Which connection is in which group, and whose it is: :class:`GroupRegistry`. Pure; it knows
+nothing about sockets, only connection ids, user ids and group names.
+
+Group names are ``user:{userId}`` and ``chat:{chatId}`` (:func:`user_group`, :func:`chat_group`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from uuid import UUID
+
+CHAT_PREFIX = "chat:"
+USER_PREFIX = "user:"
+MAX_GROUP_NAME = 200
+
+
+def user_group(user_id: UUID) -> str:
+    return f"{USER_PREFIX}{user_id}"
+
+
+def chat_group(chat_id: UUID) -> str:
+    return f"{CHAT_PREFIX}{chat_id}"
+
+
+def is_valid_group(name: str) -> bool:
+    return 0 < len(name) <= MAX_GROUP_NAME and name.isprintable() and "\n" not in name
+
+
+class GroupRegistry:
+    """Connection ↔ groups, and user → connections."""
+
+    __slots__ = ("_by_user", "_groups_of", "_members", "_user_of")
+
+    def __init__(self) -> None:
+        self._members: dict[str, set[str]] = {}
+        self._groups_of: dict[str, set[str]] = {}
+        self._user_of: dict[str, UUID] = {}
+        self._by_user: dict[UUID, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._user_of)
+
+    def __contains__(self, connection_id: object) -> bool:
+        return connection_id in self._user_of
+
+    def add_connection(self, connection_id: str, user_id: UUID) -> None:
+        if connection_id in self._user_of:
+            raise ValueError("connection already registered")
+        self._user_of[connection_id] = user_id
+        self._groups_of[connection_id] = set()
+        self._by_user.setdefault(user_id, set()).add(connection_id)
+
+    def remove_connection(self, connection_id: str) -> None:
+        """Forget a connection and leave all its groups. Unknown ids are ignored."""
+        user_id = self._user_of.pop(connection_id, None)
+        if user_id is None:
+            return
+        for group in self._groups_of.pop(connection_id):
+            self._discard_member(group, connection_id)
+        connections = self._by_user[user_id]
+        connections.discard(connection_id)
+        if not connections:
+            del self._by_user[user_id]
+
+    def join(self, connection_id: str, group: str) -> None:
+        groups = self._groups_of.get(connection_id)
+        if groups is None or group in groups:
+            return
+        groups.add(group)
+        self._members.setdefault(group, set()).add(connection_id)
+
+    def leave(self, connection_id: str, group: str) -> None:
+        groups = self._groups_of.get(connection_id)
+        if groups is None or group not in groups:
+            return
+        groups.discard(group)
+        self._discard_member(group, connection_id)
+
+    def set_groups_with_prefix(
+        self, connection_id: str, prefix: str, groups: Iterable[str]
+    ) -> None:
+        """Make the connection's groups that start with ``prefix`` exactly ``groups``."""
+        current = self._groups_of.get(connection_id)
+        if current is None:
+            return
+        wanted = set(groups)
+        for group in [g for g in current if g.startswith(prefix) and g not in wanted]:
+            self.leave(connection_id, group)
+        for group in wanted:
+            self.join(connection_id, group)
+
+    def members(self, group: str) -> tuple[str, ...]:
+        """A snapshot of the group's connection ids (empty for an unknown group)."""
+        members = self._members.get(group)
+        return tuple(members) if members else ()
+
+    def groups_of(self, connection_id: str) -> frozenset[str]:
+        return frozenset(self._groups_of.get(connection_id, ()))
+
+    def user_of(self, connection_id: str) -> UUID | None:
+        return self._user_of.get(connection_id)
+
+    def connections_of(self, user_id: UUID) -> tuple[str, ...]:
+        return tuple(self._by_user.get(user_id, ()))
+
+    def users(self) -> frozenset[UUID]:
+        return frozenset(self._by_user)
+
+    def group_count(self) -> int:
+        return len(self._members)
+
+    def _discard_member(self, group: str, connection_id: str) -> None:
+        members = self._members[group]
+        members.discard(connection_id)
+        if not members:
+            del self._members[group]

@@ -1,0 +1,71 @@
+"""The hub's HTTP and WebSocket routes, bound to one :class:`~.runtime.Hub`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from realtime_dispatch.hub.auth import AuthError, request_token
+from realtime_dispatch.hub.endpoint import serve_websocket
+from realtime_dispatch.hub.negotiate import negotiate_body
+from realtime_dispatch.hub.push_api import push_to_group
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.runtime import Hub
+
+log = structlog.get_logger(__name__)
+
+HUB_PATH = "/hubs/messenger"
+PUSH_PATH = "/api/v1/hubs/messenger/groups/{group:str}"
+
+
+def hub_routes(hub: Hub) -> list[BaseRoute]:
+    async def negotiate(request: Request) -> Response:
+        try:
+            user_id = hub.verifier.user_of(request_token(request.headers, request.query_params))
+        except AuthError as exc:
+            log.info("hub_auth_refused", code=exc.code, transport="negotiate")
+            return PlainTextResponse("Unauthorized", status_code=401)
+        try:
+            version = int(request.query_params.get("negotiateVersion", "0"))
+        except ValueError:
+            return PlainTextResponse("Invalid negotiateVersion", status_code=400)
+        stateful = request.query_params.get("useStatefulReconnect") == "true"
+        now = asyncio.get_running_loop().time()
+        negotiation = hub.negotiations.create(user_id, stateful=stateful, now=now)
+        return JSONResponse(negotiate_body(negotiation, version=version))
+
+    async def websocket(ws: WebSocket) -> None:
+        await serve_websocket(hub, ws)
+
+    async def push(request: Request) -> Response:
+        return await push_to_group(hub, request)
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_request: Request) -> Response:
+        ready = hub.is_ready()
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "connections": len(hub.connections)},
+            status_code=200 if ready else 503,
+        )
+
+    async def metrics(_request: Request) -> Response:
+        return Response(generate_latest(hub.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+    return [
+        Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
+        WebSocketRoute(HUB_PATH, websocket),
+        Route(PUSH_PATH, push, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]

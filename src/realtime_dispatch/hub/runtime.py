@@ -1,0 +1,309 @@
+"""The :class:`Hub`: owns the connections, the group registry, the membership feed, the backplane
+subscriber, the metrics, and their background tasks; an explicit async lifecycle.
+
+::
+
+    async with Hub(settings, pool=pool, dsn=dsn, redis_url=url) as hub:
+        app = Starlette(routes=hub.routes)           # or mount them beside other routes
+        publisher = hub.publisher()                  # a HubPublisher for the dispatcher
+
+Nothing happens in ``__init__`` beyond building values; ``__aenter__`` starts the tasks and
+``__aexit__`` closes every connection (with a close message) and stops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import structlog
+from prometheus_client import CollectorRegistry
+from starlette.routing import BaseRoute
+
+from realtime_dispatch.database import create_pool
+from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult
+from realtime_dispatch.hub.auth import TokenVerifier
+from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
+from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
+from realtime_dispatch.hub.membership import MembershipTracker
+from realtime_dispatch.hub.membership_feed import MembershipFeed
+from realtime_dispatch.hub.metrics import HubMetrics
+from realtime_dispatch.hub.negotiate import NegotiationStore
+from realtime_dispatch.hub.protocol import PING
+from realtime_dispatch.hub.publishers import GroupFrames, InProcessHubPublisher, RedisHubPublisher
+from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
+from realtime_dispatch.hub.routes import hub_routes
+from realtime_dispatch.hub.session import CloseReason, CloseRequest
+from realtime_dispatch.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+IDLE_TIMEOUT_ERROR = "Server timeout elapsed without receiving a message from the client."
+
+
+@dataclass(frozen=True, slots=True)
+class HubOptions:
+    """Everything the hub needs to know, as values (built from :class:`Settings`)."""
+
+    jwt_secret: str | None = None
+    service_key: str | None = None
+    backplane_url: str | None = None
+    ping_interval: float = 15.0
+    idle_timeout: float = 30.0
+    handshake_timeout: float = 15.0
+    resume_window: float = 30.0
+    """How long a stateful connection whose transport dropped waits for the client to resume."""
+    negotiate_ttl: float = 60.0
+    barrier_timeout: float = 2.0
+    shutdown_grace: float = 2.0
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, redis_url: str | None = None) -> HubOptions:
+        secret = settings.hub_jwt_secret
+        key = settings.hub_service_key
+        url = redis_url
+        if url is None and settings.redis_url is not None:
+            url = settings.redis_url.get_secret_value()
+        return cls(
+            jwt_secret=secret.get_secret_value() if secret is not None else None,
+            service_key=key.get_secret_value() if key is not None else None,
+            backplane_url=url if settings.backplane_enabled else None,
+            ping_interval=settings.hub_ping_interval,
+            idle_timeout=settings.hub_idle_timeout,
+        )
+
+
+class Hub:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool: asyncpg.Pool | None,
+        dsn: str,
+        redis_url: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        options: HubOptions | None = None,
+    ) -> None:
+        self.options = options or HubOptions.from_settings(settings, redis_url=redis_url)
+        self.metrics_registry = metrics_registry or CollectorRegistry()
+        self.metrics = HubMetrics(self.metrics_registry)
+        self.registry = GroupRegistry()
+        self.tracker = MembershipTracker(self.registry)
+        self.verifier = TokenVerifier(self.options.jwt_secret)
+        self.negotiations = NegotiationStore(self.options.negotiate_ttl)
+        self.connections: dict[str, HubConnection] = {}
+        self._by_token: dict[str, HubConnection] = {}
+        self._dsn = dsn
+        self._pool = pool
+        self._owned_pool: asyncpg.Pool | None = None
+        self.membership = MembershipFeed(
+            dsn=dsn, pool=pool, tracker=self.tracker, connected_users=self.registry.users
+        )
+        url = self.options.backplane_url
+        self.backplane = BackplaneSubscriber(url, self._from_backplane) if url else None
+        self._publisher: InProcessHubPublisher | RedisHubPublisher | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.failed = asyncio.Event()
+        self.stopping = False
+        self._ended = asyncio.Event()
+        self._ended.set()
+
+    # lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Hub:
+        if self._pool is None:
+            self._owned_pool = await create_pool(self._dsn, min_size=1, max_size=4)
+            self.membership.pool = self._owned_pool
+        url = self.options.backplane_url
+        if url is not None:
+            self._publisher = RedisHubPublisher(redis_client(url), owns_client=True)
+        else:
+            self._publisher = InProcessHubPublisher(self.deliver)
+        self._spawn("membership_feed", self.membership.run())
+        self._spawn("housekeeping", self._housekeeping())
+        if self.backplane is not None:
+            self._spawn("backplane_subscriber", self.backplane.run())
+        log.info("hub_started", backplane=url is not None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_connections()
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        if self._publisher is not None:
+            await self._publisher.aclose()
+        if self._owned_pool is not None:
+            await self._owned_pool.close()
+            self._owned_pool = None
+        log.info("hub_stopped")
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro, name=f"hub:{name}")
+        self._tasks[name] = task
+        task.add_done_callback(lambda t: self._task_done(name, t))
+
+    def _task_done(self, name: str, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        log.error("hub_task_failed", task=name, error=type(error).__name__ if error else "returned")
+        self.failed.set()
+
+    async def wait_ready(self, within: float = 10.0) -> None:
+        async with asyncio.timeout(within):
+            await self.membership.ready.wait()
+            if self.backplane is not None:
+                await self.backplane.ready.wait()
+
+    def is_ready(self) -> bool:
+        if self.stopping or self.failed.is_set() or not self.membership.ready.is_set():
+            return False
+        return self.backplane is None or self.backplane.ready.is_set()
+
+    async def close_connections(self) -> None:
+        """Send every connection a close message (reconnect allowed) and wait, up to the
+        shutdown grace, for them to end. New WebSockets are refused from now on."""
+        self.stopping = True
+        for connection in list(self.connections.values()):
+            if connection.attachment is None:
+                self.finalize(connection, CloseReason.SHUTDOWN)
+            else:
+                connection.close(
+                    CloseRequest(CloseReason.SHUTDOWN, "Server is shutting down.", True)
+                )
+        if self.connections:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.shutdown_grace):
+                    await self._ended.wait()
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """Negotiate, the WebSocket, the push endpoint, ``/healthz``, ``/readyz``, ``/metrics``."""
+        return hub_routes(self)
+
+    # publishing ----------------------------------------------------------------------------
+
+    def publisher(self) -> HubPublisher:
+        """The dispatcher's publisher: in-process, or Redis when the backplane is on."""
+        if self._publisher is None:
+            raise RuntimeError("the hub is not started")
+        return self._publisher
+
+    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+        """Publish serialised records: locally, or through the backplane when it is on."""
+        if self._publisher is None:
+            raise RuntimeError("the hub is not started")
+        return await self._publisher.publish_frames(items)
+
+    async def deliver(self, items: GroupFrames) -> bool:
+        """Local fan-out of pushes produced in this process, after the membership barrier."""
+        if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
+            await self.membership.barrier(self.options.barrier_timeout)
+        ):
+            return False
+        for group, frame in items:
+            self.send_to_group(group, frame.decode())
+        self.metrics.pushes.labels("local").inc(len(items))
+        return True
+
+    async def _from_backplane(self, items: Sequence[tuple[str, str]]) -> None:
+        if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
+            await self.membership.barrier(self.options.barrier_timeout)
+        ):
+            log.warning("membership_barrier_timeout", pushes=len(items))
+        for group, frame in items:
+            self.send_to_group(group, frame)
+        self.metrics.pushes.labels("backplane").inc(len(items))
+
+    def send_to_group(self, group: str, record: str) -> int:
+        """Queue one serialised record to every member on this replica; returns how many."""
+        connections = self.connections
+        members = self.registry.members(group)
+        for connection_id in members:
+            connections[connection_id].send(record)
+        return len(members)
+
+    def _count_sent(self, records: int) -> None:
+        self.metrics.sent_frames.inc(records)
+
+    # connections ---------------------------------------------------------------------------
+
+    def new_connection(self, connection: HubConnection) -> None:
+        self.connections[connection.connection_id] = connection
+        self._by_token[connection.token] = connection
+        self.registry.add_connection(connection.connection_id, connection.user_id)
+        self.registry.join(connection.connection_id, user_group(connection.user_id))
+        self.metrics.connections.inc()
+        self._ended.clear()
+
+    def resumable(self, token: str | None, user_id: UUID) -> HubConnection | None:
+        if token is None:
+            return None
+        connection = self._by_token.get(token)
+        if (
+            connection is None
+            or not connection.stateful
+            or connection.user_id != user_id
+            or connection.closing is not None
+        ):
+            return None
+        return connection
+
+    def finalize(self, connection: HubConnection, reason: CloseReason) -> None:
+        if self.connections.pop(connection.connection_id, None) is None:
+            return
+        self._by_token.pop(connection.token, None)
+        self.registry.remove_connection(connection.connection_id)
+        self.metrics.connections.dec()
+        self.metrics.disconnects.labels(reason.value).inc()
+        log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
+        if not self.connections:
+            self._ended.set()
+
+    def connection_limits(self) -> ConnectionLimits:
+        return self.options.limits
+
+    def sent_counter(self) -> Callable[[int], None]:
+        return self._count_sent
+
+    async def _housekeeping(self) -> None:
+        options = self.options
+        tick = min(1.0, options.ping_interval / 3, options.idle_timeout / 3)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(tick)
+            now = loop.time()
+            self.negotiations.sweep(now)
+            for connection in list(self.connections.values()):
+                self._check(connection, now)
+
+    def _check(self, connection: HubConnection, now: float) -> None:
+        options = self.options
+        if connection.attachment is None:
+            detached = connection.detached_at
+            if connection.closing is not None and detached is not None:
+                self.finalize(connection, connection.closing.reason)  # e.g. overflowed while away
+            elif detached is not None and now - detached > options.resume_window:
+                self.finalize(connection, CloseReason.RESUME_EXPIRED)
+            return
+        if connection.closing is not None:
+            return
+        if now - connection.last_received > options.idle_timeout:
+            connection.close(CloseRequest(CloseReason.IDLE_TIMEOUT, IDLE_TIMEOUT_ERROR))
+        elif now - connection.last_sent >= options.ping_interval:
+            connection.last_sent = now
+            connection.send_control(PING)

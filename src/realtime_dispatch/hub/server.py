@@ -1,0 +1,151 @@
+"""Serving the hub with uvicorn: :func:`run_hub` (what ``realtime-dispatch hub`` runs) and
+:class:`HubServer`, a uvicorn server that sends every hub connection a close message before
+uvicorn's own shutdown closes the sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import socket
+import threading
+from collections.abc import Generator, Sequence
+
+import asyncpg
+import uvicorn
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from realtime_dispatch.errors import ConfigurationError, RealtimeDispatchError
+from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.settings import Settings
+
+MAX_WS_FRAME_BYTES = 1 << 20
+"""uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_TOKEN = re.compile(r"(access_token=)[^&\s\"']+")
+
+
+class RedactTokens(logging.Filter):
+    """uvicorn logs request paths with their query; browsers put the JWT there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "access_token=" in message:
+            record.msg = _TOKEN.sub(r"\1[redacted]", message)
+            record.args = ()
+        return True
+
+
+class DropDenialNoise(logging.Filter):
+    """uvicorn's sans-I/O WebSocket protocol logs an error after an app answered the upgrade
+    with an HTTP denial response (our 401), although that response was sent as asked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "ASGI callable returned without completing handshake."
+
+
+def redact_uvicorn_logs() -> None:
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        for kind in (RedactTokens, DropDenialNoise):
+            if not any(isinstance(f, kind) for f in logger.filters):
+                logger.addFilter(kind())
+
+
+class HubServer(uvicorn.Server):
+    def __init__(
+        self, config: uvicorn.Config, hub: Hub, *, install_signal_handlers: bool = True
+    ) -> None:
+        super().__init__(config)
+        self._hub = hub
+        self._install_signal_handlers = install_signal_handlers
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """SIGTERM/SIGINT start a graceful shutdown; unlike uvicorn's own handling the signal is
+        not raised again afterwards, so a clean stop exits with status 0."""
+        if not self._install_signal_handlers or (
+            threading.current_thread() is not threading.main_thread()
+        ):
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self._hub.close_connections()
+        await super().shutdown(sockets)
+
+
+def uvicorn_config(app: Starlette, *, host: str, port: int, log_level: str) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="off",
+        ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
+        ws_ping_timeout=None,
+        ws="websockets-sansio",
+        ws_max_size=MAX_WS_FRAME_BYTES,
+        ws_per_message_deflate=False,
+        access_log=False,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+    )
+    redact_uvicorn_logs()
+    return config
+
+
+async def run_hub(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    dsn: str | None = None,
+    pool: asyncpg.Pool | None = None,
+    redis_url: str | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    options: HubOptions | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+    install_signal_handlers: bool = True,
+) -> None:
+    """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
+    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
+    if dsn is None:
+        if settings.database_url is None:
+            raise ConfigurationError("REALTIME_DATABASE_URL", "required by the hub")
+        dsn = settings.database_url.get_secret_value()
+    async with Hub(
+        settings,
+        pool=pool,
+        dsn=dsn,
+        redis_url=redis_url,
+        metrics_registry=metrics_registry,
+        options=options,
+    ) as hub:
+        app = Starlette(routes=[*hub.routes, *extra_routes])
+        config = uvicorn_config(app, host=host, port=port, log_level=settings.log_level.lower())
+        server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
+
+        async def stop_on_failure() -> None:
+            await hub.failed.wait()
+            server.should_exit = True
+
+        watcher = asyncio.create_task(stop_on_failure(), name="hub:failure-watch")
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if hub.failed.is_set():
+            raise RealtimeDispatchError("a hub background task failed", code="HubTaskFailed")

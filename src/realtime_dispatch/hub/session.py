@@ -1,0 +1,170 @@
+"""What a connection does with the data a client sends: a sans-I/O state machine.
+
+:class:`InboundSession` takes raw frames and returns an :class:`Inbound` describing what to do
+(handshake done or refused, completions to send, acks received, close). It never raises for
+anything a client sends, so a fuzzer can throw arbitrary bytes at it. Under stateful reconnect it
+numbers the client's sequenced messages, drops the duplicates a client resends after a reconnect
+and tells the connection which sequence id to acknowledge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from realtime_dispatch.hub.protocol import (
+    SEQUENCED_TYPES,
+    STATEFUL_RECONNECT_MIN_VERSION,
+    Ack,
+    Close,
+    HandshakeRequest,
+    Invocation,
+    Other,
+    ProtocolError,
+    RecordBuffer,
+    Sequence,
+    completion_error,
+    decode_frame,
+    parse_handshake,
+    parse_message,
+)
+
+
+class CloseReason(Enum):
+    """Why a connection ends; the values are the bounded ``reason`` label of the metrics."""
+
+    CLIENT_CLOSE = "client_close"
+    TRANSPORT_LOST = "transport_lost"
+    HANDSHAKE_FAILED = "handshake_failed"
+    PROTOCOL_ERROR = "protocol_error"
+    MESSAGE_TOO_BIG = "message_too_big"
+    IDLE_TIMEOUT = "idle_timeout"
+    SLOW_CONSUMER = "slow_consumer"
+    SHUTDOWN = "shutdown"
+    RESUME_EXPIRED = "resume_expired"
+    SERVER_ERROR = "server_error"
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequest:
+    reason: CloseReason
+    error: str | None
+    allow_reconnect: bool = False
+
+
+@dataclass(slots=True)
+class Inbound:
+    handshake: HandshakeRequest | None = None
+    handshake_reply_error: str | None = None
+    replies: list[str] = field(default_factory=list)
+    acked: int | None = None
+    ack_to_send: int | None = None
+    close: CloseRequest | None = None
+
+
+class InboundSession:
+    """Inbound protocol state of one hub connection (kept across transports on resume)."""
+
+    __slots__ = (
+        "_buffer",
+        "_last_acked_sent",
+        "_latest_received",
+        "_next_receiving",
+        "handshake",
+        "stateful_allowed",
+    )
+
+    def __init__(self, *, max_record_chars: int, stateful_allowed: bool) -> None:
+        self._buffer = RecordBuffer(max_record_chars)
+        self.stateful_allowed = stateful_allowed
+        self.handshake: HandshakeRequest | None = None
+        self._next_receiving = 1
+        self._latest_received = 0
+        self._last_acked_sent = 0
+
+    @property
+    def stateful(self) -> bool:
+        return (
+            self.stateful_allowed
+            and self.handshake is not None
+            and self.handshake.version >= STATEFUL_RECONNECT_MIN_VERSION
+        )
+
+    def new_transport(self) -> None:
+        """A resumed connection starts a fresh byte stream."""
+        self._buffer.clear()
+
+    def feed(self, data: str | bytes) -> Inbound:
+        result = Inbound()
+        try:
+            records = self._buffer.feed(decode_frame(data))
+        except ProtocolError as exc:
+            self._fail(result, exc)
+            return result
+        for record in records:
+            try:
+                if self.handshake is None:
+                    self.handshake = parse_handshake(record)
+                    result.handshake = self.handshake
+                else:
+                    self._message(record, result)
+            except ProtocolError as exc:
+                self._fail(result, exc)
+            if result.close is not None:
+                break
+        if self._latest_received > self._last_acked_sent and result.close is None:
+            self._last_acked_sent = self._latest_received
+            result.ack_to_send = self._latest_received
+        return result
+
+    def _fail(self, result: Inbound, exc: ProtocolError) -> None:
+        if self.handshake is None:
+            result.handshake_reply_error = str(exc)
+            result.close = CloseRequest(CloseReason.HANDSHAKE_FAILED, str(exc))
+        elif exc.code == "MessageTooBig":
+            result.close = CloseRequest(
+                CloseReason.MESSAGE_TOO_BIG, "Connection closed with an error: message too big."
+            )
+        else:
+            result.close = CloseRequest(
+                CloseReason.PROTOCOL_ERROR, f"Connection closed with an error: {exc}."
+            )
+
+    def _is_duplicate(self) -> bool:
+        """Number a sequenced message; True when the client resent one we already had."""
+        if not self.stateful:
+            return False
+        current = self._next_receiving
+        self._next_receiving += 1
+        if current <= self._latest_received:
+            return True
+        self._latest_received = current
+        return False
+
+    def _message(self, record: str, result: Inbound) -> None:
+        message = parse_message(record)
+        if message is None:
+            return
+        match message:
+            case Invocation(target=target, invocation_id=invocation_id):
+                if self._is_duplicate() or invocation_id is None:
+                    return
+                result.replies.append(
+                    completion_error(invocation_id, f"Unknown hub method '{target[:64]}'.")
+                )
+            case Other(type=kind):
+                if kind in SEQUENCED_TYPES:
+                    self._is_duplicate()
+            case Ack(sequence_id=sequence_id):
+                if self.stateful:
+                    result.acked = sequence_id
+            case Sequence(sequence_id=sequence_id):
+                if not self.stateful:
+                    return
+                if sequence_id > self._next_receiving:
+                    raise ProtocolError(
+                        "sequence id is ahead of the messages received", code="InvalidSequence"
+                    )
+                self._next_receiving = sequence_id
+            case Close():
+                result.close = CloseRequest(CloseReason.CLIENT_CLOSE, None)

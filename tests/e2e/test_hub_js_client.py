@@ -1,0 +1,107 @@
+"""The official ``@microsoft/signalr`` client (Node) against a real hub: connect, receive, bad
+token refused, invocation of an unknown method, and a transport drop survived by stateful
+reconnect without losing a message."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.messenger.commands import create_chat, set_participant
+from tests.hub_fixtures import (
+    NodeClient,
+    TcpProxy,
+    hub_settings,
+    make_token,
+    push,
+    running_hub,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def hub(database_url, pool):
+    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
+        yield running
+
+
+async def test_connects_receives_and_gets_unknown_method_error(hub, pool):
+    alice = uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t")
+    client = await NodeClient.start(
+        f"{hub.http_url}/hubs/messenger", make_token(alice), targets=["message_received"]
+    )
+    try:
+        started = await client.event()
+        assert started["event"] == "started"
+        await push(hub, chat_group(chat), "message_received", {"chatId": str(chat), "seq": 1})
+        assert await client.event() == {
+            "event": "message",
+            "target": "message_received",
+            "args": [{"chatId": str(chat), "seq": 1}],
+        }
+        await client.send({"invoke": "NoSuchMethod", "args": [1]})
+        failed = await client.event()
+        assert failed["event"] == "invoke_failed"
+        assert "NoSuchMethod" in failed["error"]
+    finally:
+        await client.stop()
+
+
+async def test_bad_token_is_refused(hub):
+    forged = make_token(uuid.uuid4(), secret="some-other-secret-of-at-least-32-bytes")
+    client = await NodeClient.start(f"{hub.http_url}/hubs/messenger", forged)
+    try:
+        event = await client.event()
+        assert event["event"] == "start_failed"
+        assert event["statusCode"] == 401 or "401" in event["error"]
+    finally:
+        await client.stop()
+    assert not hub.hub.connections
+
+
+async def test_stateful_reconnect_survives_transport_drop(hub, pool):
+    alice = uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t")
+    group = chat_group(chat)
+    async with TcpProxy(hub.port) as proxy:
+        client = await NodeClient.start(
+            f"http://127.0.0.1:{proxy.port}/hubs/messenger",
+            make_token(alice),
+            stateful=True,
+            targets=["message_received"],
+        )
+        try:
+            assert (await client.event())["event"] == "started"
+            [connection] = hub.hub.connections.values()
+            assert connection.stateful
+            await push(hub, group, "message_received", {"seq": 1})
+            assert (await client.event())["args"] == [{"seq": 1}]
+            await push(hub, group, "message_received", {"seq": 2})
+            proxy.cut()  # seq 2 may or may not have reached the client
+            from tests.conftest import wait_until
+
+            await wait_until(lambda: connection.attachment is None, timeout=5)
+            for seq in (3, 4, 5):  # sent while the client has no transport
+                await push(hub, group, "message_received", {"seq": seq})
+            proxy.release()
+            seqs = []
+            while len(seqs) < 4:
+                event = await client.event()
+                assert event["event"] == "message", event
+                seqs.append(event["args"][0]["seq"])
+            assert seqs == [2, 3, 4, 5]
+            # Same connection (no new negotiate, no reconnecting event), and it still works.
+            assert list(hub.hub.connections.values()) == [connection]
+            assert connection.attachment is not None
+            async with pool.acquire() as conn:
+                await set_participant(conn, chat_id=chat, user_id=alice, active=True)
+            await push(hub, group, "message_received", {"seq": 6})
+            assert (await client.event())["args"] == [{"seq": 6}]
+        finally:
+            await client.stop()

@@ -1,0 +1,53 @@
+"""``run_hub`` in its own process: serves real clients, and on SIGTERM sends every connection a
+close message (reconnect allowed) and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import uuid
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.hub_fixtures import SECRET, SERVICE_KEY, RunningHub, make_token, raw_client
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = """
+import asyncio, sys
+from realtime_dispatch.hub.server import run_hub
+from realtime_dispatch.settings import Settings
+settings = Settings(hub_jwt_secret=sys.argv[1], hub_service_key=sys.argv[2], log_level="warning")
+asyncio.run(run_hub(settings, host="127.0.0.1", port=int(sys.argv[3]), dsn=sys.argv[4]))
+"""
+
+
+async def test_sigterm_sends_close_message_and_exits_cleanly(database_url):
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SCRIPT, SECRET, SERVICE_KEY, str(port), database_url
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            async with asyncio.timeout(15):
+                while True:
+                    try:
+                        if (await http.get("/readyz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await asyncio.sleep(0.05)
+        running = RunningHub(hub=None, port=port, server=None)  # type: ignore[arg-type]
+        async with raw_client(running, make_token(uuid.uuid4())) as client:
+            process.send_signal(signal.SIGTERM)
+            close = await client.next_of([7])
+            assert close["allowReconnect"] is True
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -1,0 +1,83 @@
+"""Helpers for dispatcher tests: build the real stack around a recording publisher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from uuid import UUID, uuid4
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+
+from realtime_dispatch.contracts.registry import default_payload_builder
+from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.messenger import commands
+from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.settings import RealtimeDispatchOptions
+from tests.fakes import RecordingAlerts, RecordingPublisher
+
+FAST = RealtimeDispatchOptions(
+    polling_interval=0.2, backoff_base=0.05, backoff_cap=0.2, max_run_duration=2, lock_ttl=10
+)
+
+
+@dataclass
+class Stack:
+    dispatcher: Dispatcher
+    publisher: RecordingPublisher
+    alerts: RecordingAlerts
+    metrics: DispatchMetrics
+    store: OutboxStore
+
+    def counter(self, name: str, kind: str = "MessageReceived") -> float:
+        value = self.metrics.registry.get_sample_value(f"{name}_total", {"kind": kind})
+        return value or 0.0
+
+
+def make_stack(
+    pool: asyncpg.Pool,
+    options: RealtimeDispatchOptions = FAST,
+    publisher: RecordingPublisher | None = None,
+    **changes: object,
+) -> Stack:
+    options = replace(options, **changes)  # type: ignore[arg-type]
+    publisher = publisher or RecordingPublisher()
+    alerts = RecordingAlerts()
+    metrics = DispatchMetrics(CollectorRegistry())
+    store = OutboxStore(pool, options)
+    dispatcher = Dispatcher(
+        store=store,
+        builder=default_payload_builder(),
+        publisher=publisher,
+        options=options,
+        metrics=metrics,
+        alerts=alerts,
+    )
+    return Stack(dispatcher, publisher, alerts, metrics, store)
+
+
+async def new_chat(pool: asyncpg.Pool, *members: UUID) -> tuple[UUID, UUID]:
+    """A chat with a fresh sender plus ``members``; returns (chat_id, sender)."""
+    sender = uuid4()
+    async with pool.acquire() as conn:
+        chat = await commands.create_chat(conn, creator=sender, title="t", members=members)
+    return chat, sender
+
+
+async def send(
+    pool: asyncpg.Pool, chat: UUID, sender: UUID, body: str = "hi"
+) -> commands.SentMessage:
+    async with pool.acquire() as conn:
+        return await commands.send_message(conn, chat_id=chat, sender=sender, body=body)
+
+
+async def row(pool: asyncpg.Pool, entry_id: UUID) -> asyncpg.Record:
+    record = await pool.fetchrow("SELECT * FROM messenger.realtime_outbox WHERE id = $1", entry_id)
+    assert record is not None
+    return record
+
+
+async def make_due(pool: asyncpg.Pool) -> None:
+    await pool.execute(
+        "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE status = 'Pending'"
+    )

@@ -1,0 +1,100 @@
+"""Groups from the database: initial chat groups on connect, live add/remove through
+``realtime_membership`` notifications, and resync after the listening connection is lost."""
+
+from __future__ import annotations
+
+import uuid
+
+from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.messenger.commands import create_chat, set_participant
+from tests.conftest import wait_until
+from tests.hub_fixtures import hub_settings, make_token, push, raw_client, running_hub
+
+
+async def test_initial_groups_are_active_chats(database_url, pool):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+        other = await create_chat(conn, creator=alice, title="u", members=[bob])
+        await set_participant(conn, chat_id=other, user_id=bob, active=False)
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        raw_client(hub, make_token(bob)) as client,
+    ):
+        [cid] = hub.hub.connections
+        assert hub.hub.registry.groups_of(cid) == {f"user:{bob}", chat_group(chat)}
+        await push(hub, chat_group(chat), "message_received", {"seq": 1})
+        await push(hub, chat_group(other), "message_received", {"seq": 99})
+        await push(hub, chat_group(chat), "message_received", {"seq": 2})
+        records = await client.invocations(2)
+        assert [r["arguments"][0]["seq"] for r in records] == [1, 2]
+
+
+async def test_live_add_and_remove_on_one_replica(database_url, pool):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t")
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        raw_client(hub, make_token(bob)) as b1,
+        raw_client(hub, make_token(bob)) as b2,
+    ):
+        group = chat_group(chat)
+        async with pool.acquire() as conn:
+            await set_participant(conn, chat_id=chat, user_id=bob, active=True)
+        # No waiting: the publisher orders the push after the committed change.
+        await push(hub, group, "message_received", {"seq": 1})
+        for client in (b1, b2):
+            [record] = await client.invocations(1)
+            assert record["arguments"] == [{"seq": 1}]
+        async with pool.acquire() as conn:
+            await set_participant(conn, chat_id=chat, user_id=bob, active=False)
+        await push(hub, group, "message_received", {"seq": 2})
+        await push(hub, f"user:{bob}", "marker", {})
+        for client in (b1, b2):
+            [record] = await client.invocations(1)
+            assert record["target"] == "marker"  # seq 2 never arrived
+
+
+async def test_removal_is_applied_before_every_push_after_it(database_url, pool):
+    """Many rounds of remove → push with no pause: the removed member never gets the push."""
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        raw_client(hub, make_token(bob)) as client,
+    ):
+        group = chat_group(chat)
+        for round_ in range(20):
+            async with pool.acquire() as conn:
+                await set_participant(conn, chat_id=chat, user_id=bob, active=False)
+            await push(hub, group, "message_received", {"leaked": round_})
+            async with pool.acquire() as conn:
+                await set_participant(conn, chat_id=chat, user_id=bob, active=True)
+            await push(hub, group, "message_received", {"ok": round_})
+        records = await client.invocations(20)
+        assert [r["arguments"][0] for r in records] == [{"ok": n} for n in range(20)]
+
+
+async def test_resync_after_listener_connection_is_killed(database_url, pool):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t")
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        raw_client(hub, make_token(bob)) as client,
+    ):
+        feed = hub.hub.membership
+        await pool.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'realtime-dispatch-hub-membership'"
+        )
+        await wait_until(lambda: not feed.ready.is_set(), timeout=5)
+        # While the listener is down the notification is lost; the resync must catch it.
+        async with pool.acquire() as conn:
+            await set_participant(conn, chat_id=chat, user_id=bob, active=True)
+        await wait_until(feed.ready.is_set, timeout=10)
+        await push(hub, chat_group(chat), "message_received", {"seq": 1})
+        [record] = await client.invocations(1)
+        assert record["arguments"] == [{"seq": 1}]

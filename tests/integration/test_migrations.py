@@ -1,0 +1,107 @@
+import asyncio
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from realtime_dispatch.outbox.migrate import applied_versions, migrate, packaged_migrations
+from tests.conftest import with_database
+
+
+async def test_template_has_every_packaged_migration(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        assert await applied_versions(conn) == {m.version for m in packaged_migrations()}
+        assert await migrate(conn) == []  # idempotent
+
+
+async def test_concurrent_migrate_on_empty_database(pg_server_url: str) -> None:
+    name = f"rd_mig_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        conns = [await asyncpg.connect(with_database(pg_server_url, name)) for _ in range(3)]
+        try:
+            results = await asyncio.gather(*(migrate(c) for c in conns))
+            assert sorted(len(r) for r in results) == [0, 0, len(packaged_migrations())]
+            assert await applied_versions(conns[0]) == {m.version for m in packaged_migrations()}
+        finally:
+            for c in conns:
+                await c.close()
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_outbox_columns_match_contract(pool: asyncpg.Pool) -> None:
+    cols = await pool.fetch(
+        "SELECT column_name, data_type, character_maximum_length, is_nullable, column_default"
+        " FROM information_schema.columns"
+        " WHERE table_schema = 'messenger' AND table_name = 'realtime_outbox'"
+    )
+    by = {c["column_name"]: c for c in cols}
+    assert set(by) == {
+        "id", "kind", "target_kind", "chat_id", "target_user_id", "message_id", "ref_id",
+        "session_kind", "seq", "status", "attempts", "next_attempt_at", "last_error",
+        "created_at", "updated_at", "row_version",
+    }  # fmt: skip
+    assert by["kind"]["character_maximum_length"] == 32
+    assert by["target_kind"]["character_maximum_length"] == 16
+    assert by["session_kind"]["character_maximum_length"] == 12
+    assert by["status"]["character_maximum_length"] == 16
+    assert by["last_error"]["character_maximum_length"] == 512
+    assert "Pending" in by["status"]["column_default"]
+    indexes = {
+        r["indexname"]
+        for r in await pool.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'messenger'"
+            " AND tablename = 'realtime_outbox'"
+        )
+    }
+    assert {"ix_rto_due", "ix_rto_chat", "ix_rto_pending_id"} <= indexes
+
+
+BAD_ROWS = [
+    ("'Bogus'", "'ChatGroup'", "gen_random_uuid()", "NULL", "NULL", "0"),
+    ("'MessageReceived'", "'Room'", "gen_random_uuid()", "NULL", "NULL", "0"),
+    ("'MessageReceived'", "'ChatGroup'", "NULL", "NULL", "NULL", "0"),
+    ("'ContactRemoved'", "'User'", "NULL", "NULL", "NULL", "0"),
+    ("'CallInvited'", "'User'", "NULL", "gen_random_uuid()", "'Group'", "0"),
+    ("'MessageReceived'", "'ChatGroup'", "gen_random_uuid()", "NULL", "NULL", "-1"),
+]
+
+
+@pytest.mark.parametrize("values", BAD_ROWS)
+async def test_check_constraints_reject_invalid_rows(
+    pool: asyncpg.Pool, values: tuple[str, ...]
+) -> None:
+    kind, target, chat, user, session, attempts = values
+    with pytest.raises(asyncpg.CheckViolationError):
+        await pool.execute(
+            "INSERT INTO messenger.realtime_outbox"
+            " (id, kind, target_kind, chat_id, target_user_id, session_kind, attempts)"
+            f" VALUES (gen_random_uuid(), {kind}, {target}, {chat}, {user}, {session}, {attempts})"
+        )
+
+
+async def test_trigger_notifies_only_while_dispatcher_idle(pool: asyncpg.Pool) -> None:
+    listener = await pool.acquire()
+    got: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_notify(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        got.put_nowait(payload)
+
+    await listener.add_listener("realtime_outbox", on_notify)
+    insert = (
+        "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)"
+        " VALUES (gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid())"
+    )
+    try:
+        await pool.execute(insert)  # idle by default: notifies
+        assert await asyncio.wait_for(got.get(), 5) == ""
+        await pool.execute("UPDATE messenger.realtime_dispatch_state SET idle = false")
+        await pool.execute(insert)
+        await asyncio.sleep(0.3)
+        assert got.empty()
+    finally:
+        await listener.remove_listener("realtime_outbox", on_notify)
+        await pool.release(listener)

@@ -1,0 +1,176 @@
+"""GroupRegistry, MembershipTracker, the outbound buffer, negotiations and auth: pure logic."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import jwt
+import pytest
+
+from realtime_dispatch.hub.auth import AuthError, TokenVerifier, request_token, service_key_matches
+from realtime_dispatch.hub.membership import MembershipChange, MembershipTracker, parse_change
+from realtime_dispatch.hub.negotiate import NegotiationStore, negotiate_body
+from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.registry import GroupRegistry, chat_group, is_valid_group, user_group
+
+U1, U2 = uuid.uuid4(), uuid.uuid4()
+C1, C2 = uuid.uuid4(), uuid.uuid4()
+
+
+def test_registry_join_leave_remove():
+    registry = GroupRegistry()
+    registry.add_connection("a", U1)
+    registry.add_connection("b", U1)
+    registry.add_connection("c", U2)
+    registry.join("a", "g")
+    registry.join("c", "g")
+    registry.join("zzz", "g")  # unknown connection: ignored
+    assert sorted(registry.members("g")) == ["a", "c"]
+    assert sorted(registry.connections_of(U1)) == ["a", "b"]
+    registry.leave("a", "g")
+    assert registry.members("g") == ("c",)
+    registry.remove_connection("c")
+    assert registry.members("g") == ()
+    assert registry.group_count() == 0
+    assert registry.users() == {U1}
+    with pytest.raises(ValueError, match="already"):
+        registry.add_connection("a", U2)
+
+
+def test_registry_set_groups_with_prefix_keeps_others():
+    registry = GroupRegistry()
+    registry.add_connection("a", U1)
+    registry.join("a", user_group(U1))
+    registry.join("a", chat_group(C1))
+    registry.set_groups_with_prefix("a", "chat:", [chat_group(C2)])
+    assert registry.groups_of("a") == {user_group(U1), chat_group(C2)}
+
+
+def test_tracker_live_changes_apply_to_every_connection_of_the_user():
+    registry = GroupRegistry()
+    tracker = MembershipTracker(registry)
+    registry.add_connection("a", U1)
+    registry.add_connection("b", U1)
+    tracker.apply(MembershipChange(C1, U1, True))
+    assert sorted(registry.members(chat_group(C1))) == ["a", "b"]
+    tracker.apply(MembershipChange(C1, U1, False))
+    assert registry.members(chat_group(C1)) == ()
+
+
+def test_tracker_change_during_load_wins_over_snapshot():
+    registry = GroupRegistry()
+    tracker = MembershipTracker(registry)
+    registry.add_connection("a", U1)
+    token = tracker.begin_load()
+    # The user is removed from C1 while the snapshot (which still has C1) is in flight.
+    tracker.apply(MembershipChange(C1, U1, False))
+    tracker.apply(MembershipChange(C2, U1, True))
+    tracker.finish_load(token, [(U1, C1)], users=[U1], connections=["a"])
+    assert registry.groups_of("a") == {chat_group(C2)}
+
+
+def test_tracker_resync_replaces_chat_groups():
+    registry = GroupRegistry()
+    tracker = MembershipTracker(registry)
+    registry.add_connection("a", U1)
+    registry.add_connection("b", U2)
+    registry.join("a", chat_group(C1))
+    token = tracker.begin_load()
+    tracker.finish_load(token, [(U1, C2)], users=[U1, U2])
+    assert registry.groups_of("a") == {chat_group(C2)}
+    assert registry.groups_of("b") == frozenset()
+
+
+def test_parse_change():
+    payload = f'{{"chatId":"{C1}","userId":"{U1}","active":false}}'
+    assert parse_change(payload) == MembershipChange(C1, U1, False)
+    for bad in ["", "[]", '{"chatId":"x","userId":"y","active":true}', '{"active":1}']:
+        assert parse_change(bad) is None
+
+
+def test_outbound_plain_drops_sent_and_bounds_pending():
+    out = Outbound(stateful=False, max_pending=3, max_replay_chars=0)
+    assert all(out.push(r) for r in "abc")
+    assert not out.push("d")
+    out.push_control("P")
+    batch, sequenced = out.take(max_chars=100)
+    assert batch == ["P", "a", "b", "c"]
+    assert sequenced == 3
+    assert not out.has_pending()
+    assert out.push("e")
+
+
+def test_outbound_stateful_replays_unacked_after_rewind():
+    out = Outbound(stateful=True, max_pending=100, max_replay_chars=10)
+    for r in ["a1", "b2", "c3"]:
+        assert out.push(r)
+    assert out.take(max_chars=2) == (["a1"], 1)
+    assert out.take(max_chars=100) == (["b2", "c3"], 2)
+    out.ack(1)
+    assert out.rewind() == 2
+    assert out.take(max_chars=100) == (["b2", "c3"], 2)
+    out.ack(99)  # acks beyond what was written are clamped
+    assert out.rewind() == 4
+    assert out.push("x" * 10)
+    assert not out.push("y")
+
+
+def test_negotiation_store_claims_by_token_or_id_once():
+    store = NegotiationStore(ttl=10)
+    n = store.create(U1, stateful=True, now=0)
+    assert store.claim(n.token, U2, now=1) is None  # another user
+    assert store.claim(n.connection_id, U1, now=1) == n
+    assert store.claim(n.token, U1, now=1) is None  # used
+    old = store.create(U1, stateful=False, now=0)
+    assert store.claim(old.token, U1, now=11) is None
+    store.sweep(now=11)
+    assert len(store) == 0
+    body = negotiate_body(n, version=1)
+    assert list(body) == [
+        "negotiateVersion",
+        "connectionId",
+        "availableTransports",
+        "connectionToken",
+        "useStatefulReconnect",
+    ]
+
+
+SECRET = "unit-secret-unit-secret-unit-secret-!!"
+
+
+def test_token_verifier():
+    verifier = TokenVerifier(SECRET)
+    good = jwt.encode({"sub": str(U1), "exp": time.time() + 60}, SECRET, algorithm="HS256")
+    assert verifier.user_of(good) == U1
+    cases = {
+        "MissingToken": None,
+        "Expired": jwt.encode({"sub": str(U1), "exp": time.time() - 60}, SECRET, "HS256"),
+        "InvalidToken": jwt.encode({"sub": str(U1)}, SECRET, algorithm="HS256"),
+        "InvalidSubject": jwt.encode({"sub": "bob", "exp": time.time() + 60}, SECRET, "HS256"),
+    }
+    for code, token in cases.items():
+        with pytest.raises(AuthError) as failure:
+            verifier.user_of(token)
+        assert failure.value.code == code
+    with pytest.raises(AuthError):
+        TokenVerifier(None).user_of(good)
+    none_alg = jwt.encode({"sub": str(U1), "exp": time.time() + 60}, None, algorithm="none")
+    with pytest.raises(AuthError):
+        verifier.user_of(none_alg)
+
+
+def test_token_sources_and_service_key():
+    assert request_token({"authorization": "Bearer abc"}, {}) == "abc"
+    assert request_token({}, {"access_token": "q"}) == "q"
+    assert request_token({"authorization": "Basic x"}, {}) is None
+    assert service_key_matches({"authorization": "Bearer k"}, "k")
+    assert not service_key_matches({"authorization": "Bearer k2"}, "k")
+    assert not service_key_matches({}, "k")
+    assert not service_key_matches({"authorization": "Bearer k"}, None)
+
+
+def test_group_names():
+    assert is_valid_group("chat:x")
+    assert not is_valid_group("")
+    assert not is_valid_group("a\nb")

@@ -1,0 +1,95 @@
+from uuid import uuid4
+
+import pytest
+
+from realtime_dispatch import enqueue_statement
+from realtime_dispatch.errors import IntentError
+from realtime_dispatch.outbox.model import (
+    OutboxIntent,
+    RealtimeDispatchKind,
+    RealtimeTargetKind,
+    SessionKind,
+)
+
+K = RealtimeDispatchKind
+T = RealtimeTargetKind
+
+
+def test_there_are_the_specs_26_kinds_with_snake_case_events() -> None:
+    assert len(K) == 26
+    assert K.MESSAGE_RECEIVED.event_name == "message_received"
+    assert K.READ_RECEIPT_UPDATED.event_name == "read_receipt_updated"
+    assert K.CALL_INVITED.event_name == "call_invited"
+    assert K.CONFERENCE_PARTICIPANT_JOINED.event_name == "conference_participant_joined"
+    assert len({k.event_name for k in K}) == 26
+
+
+def test_message_kinds_need_chat_message_and_seq() -> None:
+    chat, msg = uuid4(), uuid4()
+    intent = OutboxIntent(K.MESSAGE_RECEIVED, T.CHAT_GROUP, chat_id=chat, message_id=msg, seq=1)
+    assert intent.group == f"chat:{chat}"
+    with pytest.raises(IntentError, match="needs seq"):
+        OutboxIntent(K.MESSAGE_EDITED, T.CHAT_GROUP, chat_id=chat, message_id=msg)
+    with pytest.raises(IntentError, match="needs message_id"):
+        OutboxIntent(K.MESSAGE_DELETED, T.CHAT_GROUP, chat_id=chat, seq=1)
+    with pytest.raises(IntentError, match="ChatGroup target needs chat_id"):
+        OutboxIntent(K.MESSAGE_RECEIVED, T.CHAT_GROUP, message_id=msg, seq=1)
+    with pytest.raises(IntentError, match="goes to a ChatGroup"):
+        OutboxIntent(K.MESSAGE_RECEIVED, T.USER, target_user_id=uuid4(), message_id=msg, seq=1)
+
+
+def test_user_kinds_go_to_user_group() -> None:
+    user = uuid4()
+    intent = OutboxIntent(K.CONTACT_REQUEST_RECEIVED, T.USER, target_user_id=user, ref_id=uuid4())
+    assert intent.group == f"user:{user}"
+    with pytest.raises(IntentError, match="needs ref_id"):
+        OutboxIntent(K.BLACKLIST_CHANGED, T.USER, target_user_id=user)
+
+
+def test_media_kinds_follow_session_kind() -> None:
+    user, chat, ref = uuid4(), uuid4(), uuid4()
+    direct = OutboxIntent(
+        K.CALL_INVITED, T.USER, target_user_id=user, ref_id=ref, session_kind=SessionKind.DIRECT
+    )
+    assert direct.group == f"user:{user}"
+    conf = OutboxIntent(
+        K.CONFERENCE_INVITED,
+        T.CHAT_GROUP,
+        chat_id=chat,
+        ref_id=ref,
+        session_kind=SessionKind.CONFERENCE,
+    )
+    assert conf.group == f"chat:{chat}"
+    with pytest.raises(IntentError, match="needs session_kind"):
+        OutboxIntent(K.CALL_ENDED, T.USER, target_user_id=user, ref_id=ref)
+    with pytest.raises(IntentError, match="goes to a ChatGroup"):
+        OutboxIntent(
+            K.RECORDING_STARTED,
+            T.USER,
+            target_user_id=user,
+            ref_id=ref,
+            session_kind=SessionKind.CONFERENCE,
+        )
+    with pytest.raises(IntentError, match="takes no session_kind"):
+        OutboxIntent(
+            K.CHAT_UPDATED, T.CHAT_GROUP, chat_id=chat, ref_id=ref, session_kind=SessionKind.DIRECT
+        )
+
+
+def test_negative_seq_refused() -> None:
+    with pytest.raises(IntentError, match="seq"):
+        OutboxIntent(K.MESSAGE_RECEIVED, T.CHAT_GROUP, chat_id=uuid4(), message_id=uuid4(), seq=-1)
+
+
+def test_driver_neutral_statement() -> None:
+    chat, msg = uuid4(), uuid4()
+    intent = OutboxIntent(K.MESSAGE_RECEIVED, T.CHAT_GROUP, chat_id=chat, message_id=msg, seq=5)
+    stmt = enqueue_statement(intent)
+    assert stmt.sql.startswith("INSERT INTO messenger.realtime_outbox")
+    assert "%(kind)s" in stmt.sql
+    assert ":kind" in stmt.sqlalchemy_sql
+    assert "%(" not in stmt.sqlalchemy_sql
+    assert stmt.params["kind"] == "MessageReceived"
+    assert stmt.params["chat_id"] == chat
+    assert stmt.params["seq"] == 5
+    assert stmt.params["id"].version == 7  # type: ignore[union-attr]

@@ -1,0 +1,60 @@
+import pytest
+
+from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.settings import RealtimeDispatchOptions, load_settings
+
+
+def test_defaults_are_the_specs() -> None:
+    o = load_settings(_env_file=None).dispatch_options()
+    assert (o.polling_interval, o.batch_size, o.max_run_duration, o.max_attempts) == (1, 200, 5, 8)
+    assert (o.backoff_base, o.backoff_factor, o.backoff_cap) == (2, 2.0, 120)
+    assert (o.lock_ttl, o.retention_done) == (30, 86400)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "variable"),
+    [
+        ({"batch_size": 0}, "REALTIME_DISPATCH_BATCH_SIZE"),
+        ({"max_attempts": 0}, "REALTIME_DISPATCH_MAX_ATTEMPTS"),
+        ({"polling_interval": 0}, "REALTIME_DISPATCH_POLLING_INTERVAL"),
+        ({"backoff_base": -1}, "REALTIME_DISPATCH_BACKOFF_BASE"),
+        ({"backoff_factor": 0.5}, "REALTIME_DISPATCH_BACKOFF_FACTOR"),
+        ({"backoff_cap": 1}, "REALTIME_DISPATCH_BACKOFF_CAP"),
+        ({"max_run_duration": 30, "lock_ttl": 30}, "REALTIME_DISPATCH_MAX_RUN_DURATION"),
+        ({"retention_done": 0}, "REALTIME_DISPATCH_RETENTION_DONE"),
+    ],
+)
+def test_invalid_options_name_the_variable(kwargs: dict[str, float], variable: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        RealtimeDispatchOptions(**kwargs)  # type: ignore[arg-type]
+    assert info.value.variable == variable
+    assert str(info.value).startswith(variable)
+
+
+def test_settings_validate_dispatch_options_too() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(dispatch_batch_size=-5)
+    assert info.value.variable == "REALTIME_DISPATCH_BATCH_SIZE"
+
+
+def test_type_errors_name_the_variable() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(dispatch_polling_interval="soon")
+    assert info.value.variable == "REALTIME_DISPATCH_POLLING_INTERVAL"
+
+
+def test_backplane_needs_redis_url() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(backplane_enabled=True, redis_url=None)
+    assert info.value.variable == "REALTIME_REDIS_URL"
+
+
+def test_secrets_are_masked_in_repr() -> None:
+    s = load_settings(hub_jwt_secret="topsecret", database_url="postgresql://u:pw@h/db")
+    assert "topsecret" not in repr(s)
+    assert "pw@" not in repr(s)
+
+
+def test_turn_urls_are_a_comma_list() -> None:
+    s = load_settings(media_turn_urls="turn:a:3478, turns:b:5349")
+    assert s.media_options().turn_urls == ("turn:a:3478", "turns:b:5349")
