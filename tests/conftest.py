@@ -149,9 +149,9 @@ def redis_url() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def wait_until(predicate: object, timeout: float = 10.0, interval: float = 0.02) -> None:
+async def wait_until(predicate: object, within: float = 10.0, interval: float = 0.02) -> None:
     """Poll an async or sync zero-argument predicate until it is truthy."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         result = predicate()  # type: ignore[operator]
         if asyncio.iscoroutine(result):

@@ -19,10 +19,12 @@ class RecordingPublisher:
         self.calls = 0
         self.fail = fail
         self.pushed = asyncio.Event()
+        self.called = asyncio.Event()
         self.gate: asyncio.Event | None = None  # when set, publish waits on it
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
         self.calls += 1
+        self.called.set()
         if self.gate is not None:
             await self.gate.wait()
         results = [self.fail(p) for p in pushes]

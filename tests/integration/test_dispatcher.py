@@ -228,8 +228,7 @@ async def test_stale_row_version_outcome_is_ignored(pool: asyncpg.Pool) -> None:
 
 
 async def _until_called(publisher: RecordingPublisher) -> None:
-    while publisher.calls == 0:
-        await asyncio.sleep(0.01)
+    await publisher.called.wait()
 
 
 async def test_stop_between_rows_keeps_committed_progress(pool: asyncpg.Pool) -> None:

@@ -35,10 +35,13 @@ async def test_rollback_takes_the_intent_with_it(pool: asyncpg.Pool) -> None:
     class Boom(Exception):
         pass
 
-    with pytest.raises(Boom):
+    async def failing_command() -> None:
         async with pool.acquire() as conn, conn.transaction():
             await enqueue(conn, contact_intent())
             raise Boom
+
+    with pytest.raises(Boom):
+        await failing_command()
     assert await pool.fetchval("SELECT count(*) FROM messenger.realtime_outbox") == 0
 
 

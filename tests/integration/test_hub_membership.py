@@ -90,11 +90,11 @@ async def test_resync_after_listener_connection_is_killed(database_url, pool):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'realtime-dispatch-hub-membership'"
         )
-        await wait_until(lambda: not feed.ready.is_set(), timeout=5)
+        await wait_until(lambda: not feed.ready.is_set(), within=5)
         # While the listener is down the notification is lost; the resync must catch it.
         async with pool.acquire() as conn:
             await set_participant(conn, chat_id=chat, user_id=bob, active=True)
-        await wait_until(feed.ready.is_set, timeout=10)
+        await wait_until(feed.ready.is_set, within=10)
         await push(hub, chat_group(chat), "message_received", {"seq": 1})
         [record] = await client.invocations(1)
         assert record["arguments"] == [{"seq": 1}]

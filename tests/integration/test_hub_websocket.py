@@ -167,7 +167,7 @@ async def test_oversized_frame_is_refused(hub):
 async def _no_connections(hub):
     from tests.conftest import wait_until
 
-    await wait_until(lambda: not hub.hub.connections, timeout=5)
+    await wait_until(lambda: not hub.hub.connections, within=5)
 
 
 async def test_pings_and_idle_timeout(database_url, pool):

@@ -93,7 +93,8 @@ async def test_trigger_notifies_only_while_dispatcher_idle(pool: asyncpg.Pool) -
     await listener.add_listener("realtime_outbox", on_notify)
     insert = (
         "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)"
-        " VALUES (gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid())"
+        " VALUES (gen_random_uuid(), 'ContactRemoved', 'User',"
+        " gen_random_uuid(), gen_random_uuid())"
     )
     try:
         await pool.execute(insert)  # idle by default: notifies

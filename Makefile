@@ -1,0 +1,45 @@
+# One command per check, used by people and CI alike.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: serve test check lint format typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+## serve: hub + REST + dispatcher on an embedded PostgreSQL (http://127.0.0.1:8000)
+serve: $(STAMP)
+	$(BIN)/realtime-dispatch serve
+
+## test: the whole test suite (real PostgreSQL: embedded unless REALTIME_TEST_DATABASE_URL is set)
+test: $(STAMP) node_modules/.package-lock.json
+	$(BIN)/python -m pytest
+
+## check: lint, format and strict typing
+check: lint typecheck
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/drain.py
+	$(BIN)/python bench/lag.py
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,55 @@
+"""Running the real ``realtime-dispatch`` command in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+
+COMMAND = [sys.executable, "-m", "realtime_dispatch.cli.main"]
+
+
+def cli_env(**values: str) -> dict[str, str]:
+    """The parent's environment minus every REALTIME_* variable, plus ``values``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REALTIME_")}
+    env.update(values)
+    return env
+
+
+def run_cli(
+    *args: str, env: Mapping[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+async def start_cli(*args: str, env: Mapping[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *COMMAND,
+        *args,
+        env=dict(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def stop(
+    proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM, within: float = 15
+) -> int:
+    if proc.returncode is None:
+        proc.send_signal(sig)
+    try:
+        return await asyncio.wait_for(proc.wait(), within)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise

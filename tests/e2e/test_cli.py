@@ -1,0 +1,130 @@
+"""The command-line contract, through real processes."""
+
+import asyncio
+import signal
+from uuid import uuid4
+
+import asyncpg
+import jwt
+import orjson
+import pytest
+
+from realtime_dispatch.dispatch.publisher import Push
+from realtime_dispatch.errors import PushRejected
+from tests.e2e.processes import cli_env, run_cli, start_cli, stop
+from tests.fakes import RecordingPublisher
+from tests.integration.support import make_stack, new_chat, send
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "command"),
+    [
+        ("REALTIME_DISPATCH_BATCH_SIZE", "0", "stats"),
+        ("REALTIME_DISPATCH_POLLING_INTERVAL", "soon", "worker"),
+        ("REALTIME_DISPATCH_MAX_RUN_DURATION", "45", "worker"),
+        ("REALTIME_DISPATCH_BACKOFF_FACTOR", "0.1", "migrate"),
+    ],
+)
+def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:
+    result = run_cli(command, env=cli_env(**{variable: value}))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert variable in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_worker_needs_a_push_target(database_url: str) -> None:
+    result = run_cli("worker", env=cli_env(REALTIME_DATABASE_URL=database_url))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "realtime-dispatch: invalid setting REALTIME_HUB_URL: required by worker"
+        " (or set REALTIME_BACKPLANE_ENABLED=true)"
+    ]
+
+
+def test_bad_arguments_exit_2() -> None:
+    assert run_cli("requeue", env=cli_env()).returncode == 2
+    assert run_cli("requeue", "--id", "not-a-uuid", env=cli_env()).returncode == 2
+    result = run_cli("token", "--user", str(uuid4()), env=cli_env(REALTIME_DATA_DIR="/nonexistent"))
+    assert result.returncode == 2
+    assert "REALTIME_HUB_JWT_SECRET" in result.stderr
+
+
+def test_token_is_a_valid_hs256_jwt_for_the_user() -> None:
+    user = uuid4()
+    secret = "s" * 40
+    result = run_cli(
+        "token", "--user", str(user), "--ttl", "60", env=cli_env(REALTIME_HUB_JWT_SECRET=secret)
+    )
+    assert result.returncode == 0
+    claims = jwt.decode(result.stdout.strip(), secret, algorithms=["HS256"])
+    assert claims["sub"] == str(user)
+    assert 55 <= claims["exp"] - claims["iat"] <= 60
+
+
+async def test_migrate_from_two_processes_at_once(pg_server_url: str) -> None:
+    from tests.conftest import with_database
+
+    name = f"rd_cli_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = cli_env(REALTIME_DATABASE_URL=with_database(pg_server_url, name))
+        results = await asyncio.gather(
+            asyncio.to_thread(run_cli, "migrate", env=env),
+            asyncio.to_thread(run_cli, "migrate", env=env),
+        )
+        assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+        assert run_cli("migrate", env=env).returncode == 0
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
+    chat, sender = await new_chat(pool)
+    sent = [await send(pool, chat, sender, f"m{i}") for i in range(4)]
+    rejected = {str(s.message_id) for s in sent[:3]}
+
+    def fail(push: Push) -> PushRejected | None:
+        return PushRejected("400") if push.payload["messageId"] in rejected else None
+
+    await make_stack(pool, publisher=RecordingPublisher(fail=fail)).dispatcher.run_pass()
+    env = cli_env(REALTIME_DATABASE_URL=database_url)
+
+    stats = run_cli("stats", "--json", env=env)
+    assert stats.returncode == 0, stats.stderr
+    assert orjson.loads(stats.stdout) == {
+        "pending": 0,
+        "quarantined": 3,
+        "done": 1,
+        "oldestPendingAgeSeconds": 0.0,
+    }
+    one = run_cli("requeue", "--id", str(sent[0].outbox_id), env=env)
+    assert (one.returncode, one.stdout.strip()) == (0, "requeued 1")
+    by_kind = run_cli("requeue", "--kind", "MessageReceived", env=env)
+    assert by_kind.stdout.strip() == "requeued 2"
+    assert run_cli("requeue", "--all", env=env).stdout.strip() == "requeued 0"
+    after = orjson.loads(run_cli("stats", "--json", env=env).stdout)
+    assert (after["pending"], after["quarantined"]) == (3, 0)
+    human = run_cli("stats", env=env)
+    assert "pending: 3" in human.stdout
+
+
+async def test_worker_stops_gracefully_on_sigterm(database_url: str) -> None:
+    env = cli_env(
+        REALTIME_DATABASE_URL=database_url,
+        REALTIME_HUB_URL="http://127.0.0.1:9",
+        REALTIME_HUB_SERVICE_KEY="k",
+    )
+    proc = await start_cli("worker", env=env)
+    assert proc.stderr is not None
+    line = await asyncio.wait_for(proc.stderr.readline(), 30)
+    while b"dispatcher_connected" not in line:
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+    for sig in (signal.SIGTERM,):
+        assert await stop(proc, sig) == 0
+    rest = (await proc.stderr.read()).decode()
+    assert "dispatcher_stopped" in rest
+    assert "Traceback" not in rest

@@ -1,0 +1,90 @@
+"""Scale-out through real processes: two ``realtime-dispatch hub`` replicas behind the Redis
+backplane and a separate ``realtime-dispatch worker``. A member connected to each replica receives
+the chat message; a member removed meanwhile receives nothing more."""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from uuid import uuid4
+
+import asyncpg
+import httpx
+
+from realtime_dispatch.messenger import commands
+from tests.conftest import free_port, wait_until
+from tests.e2e.processes import cli_env, start_cli, stop
+from tests.hub_fixtures import SECRET, make_token, raw_client
+from tests.integration.support import send
+
+
+@dataclass
+class HubProcess:
+    port: int
+    process: asyncio.subprocess.Process
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/hubs/messenger"
+
+
+@contextlib.asynccontextmanager
+async def hub_process(env: dict[str, str]) -> AsyncIterator[HubProcess]:
+    port = free_port()
+    proc = await start_cli("hub", "--port", str(port), env=env)
+    replica = HubProcess(port, proc)
+    try:
+
+        async def ready() -> bool:
+            try:
+                async with httpx.AsyncClient() as http:
+                    return (await http.get(f"{replica.http_url}/readyz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await wait_until(ready, within=30)
+        yield replica
+    finally:
+        assert await stop(proc) == 0
+
+
+async def test_two_replicas_redis_and_a_separate_worker(
+    pool: asyncpg.Pool, database_url: str, redis_url: str
+) -> None:
+    env = cli_env(
+        REALTIME_DATABASE_URL=database_url,
+        REALTIME_BACKPLANE_ENABLED="true",
+        REALTIME_REDIS_URL=redis_url,
+        REALTIME_HUB_JWT_SECRET=SECRET,
+        REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
+    )
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await commands.create_chat(conn, creator=alice, title="t", members=[bob, carol])
+    async with (
+        hub_process(env) as one,
+        hub_process(env) as two,
+        raw_client(one, make_token(bob)) as bob_client,  # type: ignore[arg-type]
+        raw_client(two, make_token(carol)) as carol_client,  # type: ignore[arg-type]
+    ):
+        worker = await start_cli("worker", env=env)
+        try:
+            sent = await send(pool, chat, alice, "to both replicas")
+            for client in (bob_client, carol_client):
+                [event] = await client.invocations(1, within=20)
+                assert event["target"] == "message_received"
+                assert event["arguments"][0]["messageId"] == str(sent.message_id)
+                assert event["arguments"][0]["body"] == "to both replicas"
+
+            async with pool.acquire() as conn:
+                await commands.set_participant(conn, chat_id=chat, user_id=carol, active=False)
+            await send(pool, chat, alice, "only bob")
+            [event] = await bob_client.invocations(1, within=20)
+            assert event["arguments"][0]["body"] == "only bob"
+            await carol_client.assert_silent(1.0)
+        finally:
+            assert await stop(worker) == 0

@@ -1,0 +1,103 @@
+"""Persist-then-push: the worker process is killed (-9) between the owner's commit and the push;
+the row survives and is delivered after a restart."""
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+
+import asyncpg
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tests.conftest import free_port, wait_until
+from tests.e2e.processes import cli_env, start_cli, stop
+from tests.integration.support import new_chat, row, send
+
+
+class PushTarget:
+    """A stand-in for the hub's HTTP push endpoint: records pushes, can hang them."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, object]] = []
+        self.hang = True
+        self.hung = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def push(self, request: Request) -> Response:
+        if request.headers.get("authorization") != "Bearer svc-key":
+            return Response(status_code=401)
+        if self.hang:
+            self.hung.set()
+            await self.released.wait()  # until the test ends; its caller is long dead
+            return Response(status_code=503)
+        body = orjson.loads(await request.body())
+        self.received.append({"group": request.path_params["group"], **body})
+        return Response(status_code=202)
+
+
+@contextlib.asynccontextmanager
+async def serve_target(target: PushTarget) -> AsyncIterator[str]:
+    app = Starlette(
+        routes=[Route("/api/v1/hubs/messenger/groups/{group}", target.push, methods=["POST"])]
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    await wait_until(lambda: server.started)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        target.released.set()
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def test_kill_between_commit_and_push_then_restart_delivers(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    target = PushTarget()
+    chat, sender = await new_chat(pool)
+    async with serve_target(target) as url:
+        env = cli_env(
+            REALTIME_DATABASE_URL=database_url,
+            REALTIME_HUB_URL=url,
+            REALTIME_HUB_SERVICE_KEY="svc-key",
+            REALTIME_DISPATCH_BACKOFF_BASE="0.3",
+            REALTIME_DISPATCH_BACKOFF_CAP="1",
+            REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
+        )
+        worker = await start_cli("worker", env=env)
+        try:
+            sent = await send(pool, chat, sender, "survives")
+            await asyncio.wait_for(target.hung.wait(), 30)  # claimed and mid-push
+            worker.kill()  # SIGKILL: no outcome is written
+            await worker.wait()
+        finally:
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+        r = await row(pool, sent.outbox_id)
+        assert (r["status"], r["attempts"]) == ("Pending", 1)
+
+        target.hang = False
+        worker = await start_cli("worker", env=env)
+        try:
+
+            async def delivered() -> bool:
+                return (await row(pool, sent.outbox_id))["status"] == "Done"
+
+            await wait_until(delivered, within=30)
+        finally:
+            assert await stop(worker, signal.SIGTERM) == 0
+    [push] = target.received
+    assert push["group"] == f"chat:{chat}"
+    assert push["target"] == "message_received"
+    [payload] = push["arguments"]  # type: ignore[misc]
+    assert payload["messageId"] == str(sent.message_id)
+    assert payload["body"] == "survives"
+    assert (await row(pool, sent.outbox_id))["attempts"] == 2
