@@ -42,6 +42,24 @@ async def start_cli(*args: str, env: Mapping[str, str]) -> asyncio.subprocess.Pr
     )
 
 
+async def wait_for_line(
+    proc: asyncio.subprocess.Process, needle: bytes, within: float = 30
+) -> bytes:
+    """Read the process's stderr until a line contains ``needle``; fail on exit or timeout."""
+    assert proc.stderr is not None
+    seen: list[bytes] = []
+    async with asyncio.timeout(within):
+        while True:
+            line = await proc.stderr.readline()
+            if not line:
+                raise AssertionError(
+                    f"process exited before {needle!r}:\n" + b"".join(seen).decode(errors="replace")
+                )
+            seen.append(line)
+            if needle in line:
+                return line
+
+
 async def stop(
     proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM, within: float = 15
 ) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import PushRejected
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop
+from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, send
 
@@ -120,11 +120,8 @@ async def test_worker_stops_gracefully_on_sigterm(database_url: str) -> None:
     )
     proc = await start_cli("worker", env=env)
     assert proc.stderr is not None
-    line = await asyncio.wait_for(proc.stderr.readline(), 30)
-    while b"dispatcher_connected" not in line:
-        line = await asyncio.wait_for(proc.stderr.readline(), 30)
-    for sig in (signal.SIGTERM,):
-        assert await stop(proc, sig) == 0
+    await wait_for_line(proc, b"dispatcher_connected")
+    assert await stop(proc, signal.SIGTERM) == 0
     rest = (await proc.stderr.read()).decode()
     assert "dispatcher_stopped" in rest
     assert "Traceback" not in rest

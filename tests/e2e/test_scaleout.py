@@ -88,3 +88,29 @@ async def test_two_replicas_redis_and_a_separate_worker(
             await carol_client.assert_silent(1.0)
         finally:
             assert await stop(worker) == 0
+
+
+async def test_worker_pushes_to_a_hub_process_over_http(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    env = cli_env(
+        REALTIME_DATABASE_URL=database_url,
+        REALTIME_HUB_JWT_SECRET=SECRET,
+        REALTIME_HUB_SERVICE_KEY="svc-key-for-http",
+        REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
+    )
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await commands.create_chat(conn, creator=alice, title="t", members=[bob])
+    async with (
+        hub_process(env) as hub,
+        raw_client(hub, make_token(bob)) as bob_client,  # type: ignore[arg-type]
+    ):
+        worker = await start_cli("worker", env={**env, "REALTIME_HUB_URL": hub.http_url})
+        try:
+            sent = await send(pool, chat, alice, "over http")
+            [event] = await bob_client.invocations(1, within=20)
+            assert event["target"] == "message_received"
+            assert event["arguments"][0]["seq"] == sent.seq
+        finally:
+            assert await stop(worker) == 0
