@@ -11,10 +11,10 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import Contract, wire
 from realtime_dispatch.contracts.builder import BuildResults, RowIntent
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.publisher import Push
+from realtime_dispatch.dispatch.publisher import JsonObject, Push
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -56,14 +56,19 @@ WHERE id = ANY($1::uuid[])
 """
 
 
+_KINDS = frozenset(
+    {
+        RealtimeDispatchKind.MESSAGE_RECEIVED,
+        RealtimeDispatchKind.MESSAGE_EDITED,
+        RealtimeDispatchKind.MESSAGE_DELETED,
+    }
+)
+# Per-kind constants, worked out once rather than per row.
+_EVENT_NAMES = {kind: kind.event_name for kind in _KINDS}
+
+
 class MessagePayloadBuilder:
-    kinds = frozenset(
-        {
-            RealtimeDispatchKind.MESSAGE_RECEIVED,
-            RealtimeDispatchKind.MESSAGE_EDITED,
-            RealtimeDispatchKind.MESSAGE_DELETED,
-        }
-    )
+    kinds = _KINDS
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         ids = list({item.intent.message_id for item in items if item.intent.message_id})
@@ -82,29 +87,34 @@ class MessagePayloadBuilder:
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
-            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload.wire())
+            results[item.row.id] = Push(intent.group, _EVENT_NAMES[intent.kind], payload)
         return results
 
 
-def _shape(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Contract:
+def _shape(kind: RealtimeDispatchKind, r: asyncpg.Record) -> JsonObject:
+    """The wire payload: the contract validated from the row's fields and dumped at once (the
+    same as ``Contract(**fields).wire()``, without the per-row Python model round trip)."""
     common = {"chat_id": r["chat_id"], "message_id": r["id"], "seq": r["seq"]}
     if kind is RealtimeDispatchKind.MESSAGE_RECEIVED:
         deleted = r["deleted_at"] is not None
         file_meta = r["file_meta"]
-        return MessageReceived(
-            **common,
-            sender_user_id=r["sender_user_id"],
-            kind=r["kind"],
-            sent_at=r["sent_at"],
-            body=None if deleted else r["body"],
-            file_meta=None if deleted or file_meta is None else orjson.loads(file_meta),
-            card_text=None if deleted else r["card_text"],
+        return wire(
+            MessageReceived,
+            {
+                **common,
+                "sender_user_id": r["sender_user_id"],
+                "kind": r["kind"],
+                "sent_at": r["sent_at"],
+                "body": None if deleted else r["body"],
+                "file_meta": None if deleted or file_meta is None else orjson.loads(file_meta),
+                "card_text": None if deleted else r["card_text"],
+            },
         )
     if kind is RealtimeDispatchKind.MESSAGE_EDITED:
         if r["edited_at"] is None:
             raise PayloadBuildError("message was never edited", code="NotEdited")
         body = None if r["deleted_at"] is not None else r["body"]
-        return MessageEdited(**common, edited_at=r["edited_at"], body=body)
+        return wire(MessageEdited, {**common, "edited_at": r["edited_at"], "body": body})
     if r["deleted_at"] is None:
         raise PayloadBuildError("message is not deleted", code="NotDeleted")
-    return MessageDeleted(**common, deleted_at=r["deleted_at"])
+    return wire(MessageDeleted, {**common, "deleted_at": r["deleted_at"]})

@@ -8,8 +8,17 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 2. build every row's payload (one projection query per kind group);
 3. push outside any transaction, slice by slice, checking for a stop request between slices;
    rows never pushed because of a stop are released (due again at once, attempt not counted);
-4. write the slice's outcomes in one transaction, each guarded by the row_version of the claim;
+4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
+   batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
+   for its status), and at once on a stop;
 5. repeat while the batch was full, ``max_run_duration`` allows, and the lock is still ours.
+
+While a full batch is handled, the next batch is already being claimed on a second connection and
+the batch's outcome is written on a third while the next one is built (pipelining; only with
+backoffs long enough that a row in flight for two batch cycles cannot become due again). A batch
+claimed ahead when the pass ends (stop, ``max_run_duration``) is released. The pass keeps its
+connections until it ends: the pool's reset query on every release would cost a round trip per
+statement.
 
 No exception from one row reaches another; an unexpected error in building or publishing marks
 the affected rows for retry (bounded by ``max_attempts``) and the pass goes on.
@@ -18,7 +27,10 @@ the affected rows for retry (bounded by ``max_attempts``) and the pass goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -27,9 +39,12 @@ import structlog
 from opentelemetry import trace
 
 from realtime_dispatch.contracts.builder import BuildResults, PayloadBuilder
+from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.alerts import AlertSink, RealtimeDispatchQuarantinedEvent
+from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
+from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
 from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult, Push
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
@@ -38,13 +53,16 @@ from realtime_dispatch.errors import (
     TransientError,
 )
 from realtime_dispatch.outbox.model import ClaimedRow
-from realtime_dispatch.outbox.store import OutboxStore, Outcomes
+from realtime_dispatch.outbox.store import OutboxStore, Outcomes, translate_errors
 from realtime_dispatch.settings import RealtimeDispatchOptions
 
 _log = structlog.get_logger(__name__)
 _tracer = trace.get_tracer("realtime_dispatch.dispatch")
 
 PUSH_SLICE = 50  # rows handed to the publisher at once; a stop request is honoured between slices
+PIPELINE_MIN_BACKOFF = 0.5  # seconds; shortest first backoff for which the pass pipelines
+PIPELINE_LANES = 3  # connections a pipelined pass uses: claims, payload queries, outcomes
+OUTCOME_DELAY = 0.05  # seconds a pushed slice may wait for its outcome while later slices push
 
 
 @dataclass
@@ -58,6 +76,7 @@ class PassReport:
     stopped: bool = False
     lost_lock: bool = False
     more_waiting: bool = False  # ended by max_run_duration after a full batch
+    pipelined: int = 0  # batches handled while the next claim already ran
     duration: float = 0.0
     lags: list[float] = field(default_factory=list)
 
@@ -86,6 +105,15 @@ class Dispatcher:
         self._alerts = alerts
         self._stop = asyncio.Event()
         self.on_first_claim = on_first_claim
+        # Pipelining keeps a batch in flight for about two batch cycles instead of one. A row in
+        # flight longer than its shortest backoff could be claimed by a second runner (if one
+        # ever runs, e.g. while the lock changes hands); with backoffs this short, stay simple.
+        self._pipelining = options.backoff_base * (1 - JITTER) >= PIPELINE_MIN_BACKOFF
+
+    @property
+    def pipelining(self) -> bool:
+        """Whether full batches overlap the next claim (only with long enough backoffs)."""
+        return self._pipelining
 
     @property
     def options(self) -> RealtimeDispatchOptions:
@@ -107,27 +135,15 @@ class Dispatcher:
         report = PassReport()
         started = time.monotonic()
         with _tracer.start_as_current_span("realtime_dispatch.pass") as span:
-            while not self._stop.is_set():
-                if not still_locked():
-                    report.lost_lock = True
-                    _log.warning("dispatch_lock_lost")
-                    break
-                rows = await self._store.claim(self._options.batch_size)
-                if not rows:
-                    break
-                if report.batches == 0 and self.on_first_claim is not None:
-                    result = self.on_first_claim()
-                    if asyncio.iscoroutine(result):
-                        await result
-                report.batches += 1
-                report.claimed += len(rows)
-                _log.debug("batch_claimed", rows=len(rows))
-                await self._handle_batch(rows, report)
-                if len(rows) < self._options.batch_size:
-                    break
-                if time.monotonic() - started >= self._options.max_run_duration:
-                    report.more_waiting = True
-                    break
+            async with translate_errors(), contextlib.AsyncExitStack() as stack:
+                lanes = Lanes(self._store.pool, stack)
+                flight = InFlight()
+                try:
+                    await self._batches(report, started, still_locked, lanes, flight)
+                    await flight.wait()
+                finally:
+                    await flight.settle()
+                    await lanes.settle()
             report.stopped = self._stop.is_set()
             report.duration = time.monotonic() - started
             span.set_attribute("realtime.claimed", report.claimed)
@@ -143,7 +159,104 @@ class Dispatcher:
             )
         return report
 
-    async def _handle_batch(self, rows: Sequence[ClaimedRow], report: PassReport) -> None:
+    async def _batches(
+        self,
+        report: PassReport,
+        started: float,
+        still_locked: Callable[[], bool],
+        lanes: Lanes,
+        flight: InFlight,
+    ) -> None:
+        """Claim → handle, batch after batch. While a full batch is handled, the next claim
+        already runs on another connection (and the batch's outcome is written on a third while
+        the next batch is built): the database and the payload work overlap."""
+        size = self._options.batch_size
+        if not self._go_on(report, started, still_locked, first=True):
+            return
+        lane0 = await lanes.get(0)
+        rows = await self._store.claim(size, conn=lane0)
+        if rows and self.on_first_claim is not None:
+            result = self.on_first_claim()
+            if asyncio.iscoroutine(result):
+                # Runs while the first batch is built; done before its first push.
+                flight.before_push = asyncio.ensure_future(result)
+        ahead: asyncio.Task[list[ClaimedRow]] | None = None
+        try:
+            while rows:
+                report.batches += 1
+                report.claimed += len(rows)
+                flight.add(rows)
+                _log.debug("batch_claimed", rows=len(rows))
+                full = len(rows) >= size
+                pipelined = (
+                    full
+                    and self._pipelining
+                    and lanes.ready(PIPELINE_LANES)
+                    and self._go_on(report, started, still_locked)
+                )
+                if pipelined:
+                    report.pipelined += 1
+                    ahead = asyncio.ensure_future(
+                        self._store.claim(size, conn=lane0, exclude=flight.ids)
+                    )
+                elif full and self._pipelining:
+                    # This batch runs sequentially; pipelining starts once the lanes are in.
+                    lanes.prepare(PIPELINE_LANES)
+                await self._handle_batch(lanes, rows, report, flight, pipelined=pipelined)
+                if ahead is None:
+                    if not full or not self._go_on(report, started, still_locked):
+                        break
+                    rows = await self._store.claim(size, conn=lane0, exclude=flight.ids)
+                    continue
+                rows, ahead = await ahead, None
+                if rows and (
+                    self._stop.is_set()
+                    or time.monotonic() - started >= self._options.max_run_duration
+                ):
+                    # Claimed ahead, but the pass ends here: give them back, due at once.
+                    report.released += await self._store.release(rows, conn=lane0)
+                    flight.discard(rows)
+                    report.more_waiting = not self._stop.is_set()
+                    break
+        finally:
+            if ahead is not None:  # an error ended the pass while a claim was running
+                with contextlib.suppress(Exception):
+                    await self._store.release(await ahead, conn=lane0)
+
+    def _go_on(
+        self,
+        report: PassReport,
+        started: float,
+        still_locked: Callable[[], bool],
+        *,
+        first: bool = False,
+    ) -> bool:
+        """May the pass claim another batch? (Not when stopping, past max_run_duration, or
+        when the lock is lost.)"""
+        if self._stop.is_set() or report.lost_lock or report.more_waiting:
+            return False
+        if not first and time.monotonic() - started >= self._options.max_run_duration:
+            report.more_waiting = True
+            return False
+        if not still_locked():
+            report.lost_lock = True
+            _log.warning("dispatch_lock_lost")
+            return False
+        return True
+
+    async def _handle_batch(
+        self,
+        lanes: Lanes,
+        rows: Sequence[ClaimedRow],
+        report: PassReport,
+        flight: InFlight,
+        *,
+        pipelined: bool,
+    ) -> None:
+        # Lane 0 is busy with the next claim when pipelined; outcomes then go on lane 2 in the
+        # background, else they are written on lane 0 before the pass goes on.
+        conn = await lanes.get(1 if pipelined else 0)
+        outcome_conn = await lanes.get(2) if pipelined else conn
         max_attempts = self._options.max_attempts
         errors: dict[UUID, RealtimeDispatchError] = {}
         live: list[ClaimedRow] = []
@@ -154,7 +267,8 @@ class Dispatcher:
                 )
             else:
                 live.append(row)
-        built = await self._build(live)
+        built = await self._build(conn, live)
+        await flight.ready_to_push()
         pushes: list[tuple[ClaimedRow, Push]] = []
         for row in live:
             result = built[row.id]
@@ -162,12 +276,15 @@ class Dispatcher:
                 pushes.append((row, result))
             else:
                 errors[row.id] = result
-        # Rows that failed before any push get their outcome with the first slice.
-        pending_errors = [row for row in rows if row.id in errors]
+        # Rows that failed before any push get their outcome with the first write.
+        unwritten = [row for row in rows if row.id in errors]
+        unwritten_since: float | None = None
         offset = 0
         while True:
             if self._stop.is_set() and offset < len(pushes):
-                report.released += await self._store.release([row for row, _ in pushes[offset:]])
+                rest = [row for row, _ in pushes[offset:]]
+                report.released += await self._store.release(rest, conn=conn)
+                flight.discard(rest)
                 part: list[tuple[ClaimedRow, Push]] = []
             else:
                 part = pushes[offset : offset + PUSH_SLICE]
@@ -175,18 +292,31 @@ class Dispatcher:
             for (row, _), published in zip(part, results, strict=True):
                 if published is not None:
                     errors[row.id] = published
-            await self._record(pending_errors + [row for row, _ in part], errors, report)
-            pending_errors = []
+            unwritten.extend(row for row, _ in part)
             offset += len(part)
-            if not part or offset >= len(pushes):
+            last = not part or offset >= len(pushes)
+            now = time.monotonic()
+            if unwritten_since is None:
+                unwritten_since = now
+            # Outcomes are written once per batch, or sooner when pushes are slow (a slice's
+            # pushes never wait more than OUTCOME_DELAY for their status), or on stop.
+            if unwritten and (
+                last or self._stop.is_set() or now - unwritten_since >= OUTCOME_DELAY
+            ):
+                await flight.write(
+                    self._record(outcome_conn, unwritten, errors, report, flight),
+                    background=pipelined,
+                )
+                unwritten = []
+                unwritten_since = None
+            if last:
                 break
 
-    async def _build(self, rows: Sequence[ClaimedRow]) -> BuildResults:
+    async def _build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults:
         if not rows:
             return {}
         try:
-            async with self._store.pool.acquire() as conn:
-                return await self._builder.build(conn, rows)
+            return await self._builder.build(conn, rows)
         except Exception as exc:
             # Building failed as a whole (database gone, a builder bug): every row retries,
             # bounded by max_attempts, and the pass continues.
@@ -218,9 +348,11 @@ class Dispatcher:
 
     async def _record(
         self,
+        conn: DbConnection,
         rows: Sequence[ClaimedRow],
         errors: dict[UUID, RealtimeDispatchError],
         report: PassReport,
+        flight: InFlight,
     ) -> None:
         if not rows:
             return
@@ -229,24 +361,29 @@ class Dispatcher:
         retry: list[tuple[UUID, int, str]] = []
         quarantine: list[tuple[UUID, int, str]] = []
         by_id = {row.id: row for row in rows}
+        debug = _log.is_enabled_for(logging.DEBUG)
         for row in rows:
             decision = decide(errors.get(row.id), attempts=row.attempts, max_attempts=max_attempts)
-            with _tracer.start_as_current_span("realtime_dispatch.row") as span:
+            # One span per row, child of the pass span; attributes only if it is recorded.
+            span = _tracer.start_span("realtime_dispatch.row")
+            if span.is_recording():
                 span.set_attribute("realtime.kind", row.kind)
                 span.set_attribute("realtime.outbox_id", str(row.id))
                 if row.chat_id:
                     span.set_attribute("realtime.chat_id", str(row.chat_id))
                 span.set_attribute("realtime.verdict", decision.verdict.value)
+            span.end()
             if decision.verdict is Verdict.DONE:
                 done.append((row.id, row.row_version))
-                _log.debug(
-                    "dispatched",
-                    kind=row.kind,
-                    chat_id=str(row.chat_id) if row.chat_id else None,
-                    target_user_id=str(row.target_user_id) if row.target_user_id else None,
-                    seq=row.seq,
-                    attempts=row.attempts,
-                )
+                if debug:
+                    _log.debug(
+                        "dispatched",
+                        kind=row.kind,
+                        chat_id=str(row.chat_id) if row.chat_id else None,
+                        target_user_id=str(row.target_user_id) if row.target_user_id else None,
+                        seq=row.seq,
+                        attempts=row.attempts,
+                    )
             elif decision.verdict is Verdict.RETRY:
                 retry.append((row.id, row.row_version, decision.last_error or ""))
                 _log.info(
@@ -258,15 +395,13 @@ class Dispatcher:
                 )
             else:
                 quarantine.append((row.id, row.row_version, decision.last_error or ""))
-        # The final status write of a slice must land even if we are being stopped.
-        written = await asyncio.shield(
-            self._store.write_outcomes(Outcomes(done, retry, quarantine))
-        )
-        kinds_done = {row_id for row_id, _ in done}
-        for row_id in kinds_done:
-            self._metrics.dispatched.labels(by_id[row_id].kind).inc()
-        for row_id, _, _ in retry:
-            self._metrics.retried.labels(by_id[row_id].kind).inc()
+        # Runs as a task of InFlight: it completes even if the pass is stopped or cancelled.
+        written = await self._store.write_outcomes(Outcomes(done, retry, quarantine), conn=conn)
+        flight.discard(rows)
+        for kind, count in Counter(by_id[row_id].kind for row_id, _ in done).items():
+            self._metrics.dispatched.labels(kind).inc(count)
+        for kind, count in Counter(by_id[row_id].kind for row_id, _, _ in retry).items():
+            self._metrics.retried.labels(kind).inc(count)
         for lag in written.done_lags:
             self._metrics.lag.observe(lag)
         report.lags.extend(written.done_lags)

@@ -36,6 +36,7 @@ CHANNEL = "realtime_outbox"
 RETENTION_EVERY = 60.0  # seconds between retention sweeps
 RETENTION_BATCH = 1000
 RETENTION_MAX_BATCHES = 20
+PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 
 Connect = Callable[[], Awaitable[Any]]
 
@@ -63,6 +64,7 @@ class DispatchRunner:
         self._stop = asyncio.Event()
         self._flag_idle: bool | None = None  # what we last wrote to the idle flag
         self._last_retention = 0.0
+        self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
 
@@ -164,9 +166,17 @@ class DispatchRunner:
             await self._set_flag(idle=False)
 
     async def _go_idle(self) -> bool:
-        """Set the idle flag (when listening) and re-check; True if rows are already due."""
-        if self.listening and self._flag_idle is not True:
-            await self._set_flag(idle=True)
+        """After a pass that did work: True if rows are already due (stay busy, no flag write).
+        Otherwise set the idle flag (when listening) and check once more, so a row committed
+        while the flag flipped is either seen here or notified."""
+        if await self._due_now():
+            return True
+        if not self.listening or self._flag_idle is True:
+            return False
+        await self._set_flag(idle=True)
+        return await self._due_now()
+
+    async def _due_now(self) -> bool:
         async with translate_errors():
             return bool(await self._dispatcher.store.pool.fetchval(DUE_EXISTS_SQL))
 
@@ -182,6 +192,12 @@ class DispatchRunner:
         self._flag_idle = idle
 
     async def _refresh_pending(self) -> None:
+        """The backlog gauge, at most once per :data:`PENDING_REFRESH_EVERY` (a count is not
+        free, and under load passes follow each other within milliseconds)."""
+        now = time.monotonic()
+        if now - self._last_pending_refresh < PENDING_REFRESH_EVERY:
+            return
+        self._last_pending_refresh = now
         self._metrics.pending.set(await self._dispatcher.store.pending_count())
 
     async def _maybe_retention(self) -> None:
@@ -213,6 +229,9 @@ class DispatchRunner:
     async def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
         self._listening = False
+        if conn is not None:
+            # Our own close is not a lost connection.
+            conn.remove_termination_listener(self._on_terminated)
         if conn is not None and not conn.is_closed():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 2)

@@ -5,14 +5,14 @@ named query, rows turned into frozen values, driver errors translated here (the 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.database import DbConnection, is_unavailable
 from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.ids import id_floor
@@ -64,23 +64,6 @@ class OutboxStats:
         }
 
 
-def _row(record: asyncpg.Record) -> ClaimedRow:
-    return ClaimedRow(
-        id=record["id"],
-        kind=record["kind"],
-        target_kind=record["target_kind"],
-        chat_id=record["chat_id"],
-        target_user_id=record["target_user_id"],
-        message_id=record["message_id"],
-        ref_id=record["ref_id"],
-        session_kind=record["session_kind"],
-        seq=record["seq"],
-        attempts=record["attempts"],
-        row_version=record["row_version"],
-        created_at=record["created_at"],
-    )
-
-
 class OutboxStore:
     """Named queries over a pool. Each method is one short transaction (or one statement)."""
 
@@ -92,46 +75,75 @@ class OutboxStore:
     def pool(self) -> asyncpg.Pool:
         return self._pool
 
-    async def claim(self, limit: int) -> list[ClaimedRow]:
+    async def claim(
+        self,
+        limit: int,
+        *,
+        conn: DbConnection | None = None,
+        exclude: Collection[UUID] = (),
+    ) -> list[ClaimedRow]:
+        """Claim up to ``limit`` due rows, in id order, on ``conn`` (else the pool); never the
+        ``exclude`` ids (rows this runner still has in flight)."""
         o = self._options
+        backoff = (o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER)
+        query = QUERIES["claim_next"] if exclude else QUERIES["claim"]
+        args: tuple[object, ...] = (
+            (limit, *backoff, list(exclude)) if exclude else (limit, *backoff)
+        )
         async with translate_errors():
-            records = await self._pool.fetch(
-                QUERIES["claim"], limit, o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER
-            )
-        rows = [_row(r) for r in records]
-        rows.sort(key=lambda r: r.id)  # UPDATE … RETURNING does not keep the CTE's order
-        return rows
+            executor = self._pool if conn is None else conn
+            records = await executor.fetch(query, *args)
+        # RETURNING lists the columns in ClaimedRow's field order.
+        return [ClaimedRow(*record) for record in records]
 
-    async def write_outcomes(self, outcomes: Outcomes) -> WrittenOutcomes:
-        """All of a slice's outcomes in one commit; rows whose row_version moved are left alone."""
+    async def write_outcomes(
+        self, outcomes: Outcomes, *, conn: DbConnection | None = None
+    ) -> WrittenOutcomes:
+        """All of a slice's outcomes in one commit; rows whose row_version moved are left alone.
+
+        The usual slice has one kind of outcome: one statement, committed on its own, needs no
+        explicit transaction (two round trips fewer)."""
+        async with translate_errors():
+            if conn is not None:
+                return await self._write_outcomes(conn, outcomes)
+            async with self._pool.acquire() as pooled:
+                return await self._write_outcomes(pooled, outcomes)
+
+    async def _write_outcomes(self, conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
+        parts = sum(map(bool, (outcomes.done, outcomes.retry, outcomes.quarantine)))
+        if parts > 1:
+            async with conn.transaction():
+                return await self._outcome_statements(conn, outcomes)
+        return await self._outcome_statements(conn, outcomes)
+
+    @staticmethod
+    async def _outcome_statements(conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
         lags: list[float] = []
         retried = 0
         quarantined: set[UUID] = set()
-        async with translate_errors(), self._pool.acquire() as conn, conn.transaction():
-            if outcomes.done:
-                ids, versions = zip(*outcomes.done, strict=True)
-                for record in await conn.fetch(QUERIES["mark_done"], list(ids), list(versions)):
-                    lags.append(max(0.0, float(record["lag"])))
-            if outcomes.retry:
-                ids, versions, errors = zip(*outcomes.retry, strict=True)
-                retried = len(
-                    await conn.fetch(QUERIES["mark_retry"], list(ids), list(versions), list(errors))
-                )
-            if outcomes.quarantine:
-                ids, versions, errors = zip(*outcomes.quarantine, strict=True)
-                records = await conn.fetch(
-                    QUERIES["mark_quarantined"], list(ids), list(versions), list(errors)
-                )
-                quarantined = {r["id"] for r in records}
+        if outcomes.done:
+            ids, versions = zip(*outcomes.done, strict=True)
+            for record in await conn.fetch(QUERIES["mark_done"], list(ids), list(versions)):
+                lags.append(max(0.0, float(record["lag"])))
+        if outcomes.retry:
+            ids, versions, errors = zip(*outcomes.retry, strict=True)
+            retried = len(
+                await conn.fetch(QUERIES["mark_retry"], list(ids), list(versions), list(errors))
+            )
+        if outcomes.quarantine:
+            ids, versions, errors = zip(*outcomes.quarantine, strict=True)
+            records = await conn.fetch(
+                QUERIES["mark_quarantined"], list(ids), list(versions), list(errors)
+            )
+            quarantined = {r["id"] for r in records}
         return WrittenOutcomes(lags, retried, quarantined)
 
-    async def release(self, rows: Sequence[ClaimedRow]) -> int:
+    async def release(self, rows: Sequence[ClaimedRow], *, conn: DbConnection | None = None) -> int:
         if not rows:
             return 0
+        args = (QUERIES["release"], [r.id for r in rows], [r.row_version for r in rows])
         async with translate_errors():
-            records = await self._pool.fetch(
-                QUERIES["release"], [r.id for r in rows], [r.row_version for r in rows]
-            )
+            records = await (self._pool.fetch(*args) if conn is None else conn.fetch(*args))
         return len(records)
 
     async def requeue(

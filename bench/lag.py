@@ -1,0 +1,486 @@
+"""Persist→publish lag benchmark: owners commit at a fixed rate, the dispatcher runs as
+``dispatch_service`` builds it (timer + LISTEN wake, advisory lock, idle flag), and a recording
+publisher notes when each row is pushed.
+
+    python bench/lag.py [--dsn DSN] [--rate 2000] [--seconds 10] [--runs 3]
+                        [--owners 8] [--processes 2] [--scenarios notify,poll,ceiling]
+
+Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
+
+* ``notify``: owners run the real ``send_message`` command (domain rows + outbox row in one
+  transaction) at ``--rate`` commits/s in total, spread over ``--owners`` connections in
+  ``--processes`` processes (apart from the dispatcher's process, so that neither steals the
+  other's event loop). Each owner records ``time.time()`` right after COMMIT returns, with the
+  outbox id and message id it got back. The publisher records ``time.time()`` per push; a push is
+  matched to its outbox row through the message id in its payload.
+  lag = publish time − owner commit time. The first second is warm-up and not counted.
+* ``poll``: the same with ``listen=False`` (``polling_interval`` 1 s is the only wake).
+* ``ceiling``: owners commit as fast as they can for ``--ceiling-seconds`` with the dispatcher
+  running (LISTEN on), once with the shipped idle-flag trigger and once with the trigger
+  replaced (in the scratch database only) by one that always notifies: the commit rate ceiling
+  of each.
+
+Reports medians of ``--runs`` (with min and max) and writes JSON to ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from _common import (
+    DEFAULT_DSN,
+    CpuMeter,
+    machine,
+    median_spread,
+    print_table,
+    quiet_production_logging,
+    reset_domain,
+    scratch_database,
+    seed_chats,
+    server_facts,
+    settle,
+    write_json,
+)
+from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.commands import send_message
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.settings import RealtimeDispatchOptions
+
+WARMUP = 1.0  # seconds at the start of a run that are not counted
+CHATS_PER_OWNER = 4
+
+# The trigger as 0001 shipped it (before 0003): every writer takes the shared lock and waits.
+TRIGGER_0001 = """
+CREATE OR REPLACE FUNCTION messenger.realtime_outbox_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('realtime_outbox:wake', 0));
+    IF EXISTS (SELECT 1 FROM messenger.realtime_dispatch_state WHERE idle) THEN
+        PERFORM pg_notify('realtime_outbox', '');
+    END IF;
+    RETURN NULL;
+END
+$$
+"""
+ALWAYS_NOTIFY = """
+CREATE OR REPLACE FUNCTION messenger.realtime_outbox_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('realtime_outbox:wake', 0));
+    PERFORM pg_notify('realtime_outbox', '');
+    RETURN NULL;
+END
+$$
+"""
+# Trigger bodies to compare (None: the one the migrations installed).
+TRIGGERS = {"idle_flag": None, "idle_flag_0001": TRIGGER_0001, "always_notify": ALWAYS_NOTIFY}
+
+
+class StampingPublisher:
+    """Accepts every push and notes ``time.time()`` for it, by message id."""
+
+    def __init__(self) -> None:
+        self.published: dict[str, float] = {}
+        self.count = 0
+        self._changed = asyncio.Event()
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        now = time.time()
+        for push in pushes:
+            self.published[str(push.payload["messageId"])] = now
+        self.count += len(pushes)
+        self._changed.set()
+        return [None] * len(pushes)
+
+    async def reached(self, count: int) -> None:
+        while self.count < count:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --- owner process ------------------------------------------------------------------------------
+
+
+async def _owner(
+    dsn: str,
+    chats: list[tuple[UUID, UUID]],
+    *,
+    rate: float,
+    start_at: float,
+    seconds: float,
+    offset: float,
+    command: str,
+) -> list[tuple[str, str, float]]:
+    """One owner connection: ``send_message`` at ``rate`` per second (0 = as fast as it can)
+    from ``start_at`` + ``offset`` for ``seconds``; returns (outbox id, message id, commit ts)."""
+    conn = await asyncpg.connect(dsn)
+    out: list[tuple[str, str, float]] = []
+    seqs: dict[UUID, int] = {}  # enqueue owners: this owner is its chats' only writer
+    try:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        end = start_at + seconds
+        due = start_at + offset
+        n = 0
+        while True:
+            if rate:
+                delay = due - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                due += 1.0 / rate
+            if time.time() >= end:
+                break
+            chat, sender = chats[n % len(chats)]
+            if command == "send_message":
+                sent = await send_message(conn, chat_id=chat, sender=sender, body=f"lag {n}")
+                outbox_id, message_id = sent.outbox_id, sent.message_id
+            else:
+                seqs[chat] = seq = seqs.get(chat, 0) + 1
+                outbox_id, message_id = await _insert_and_enqueue(conn, chat, sender, seq, n)
+            out.append((str(outbox_id), str(message_id), time.time()))
+            n += 1
+    finally:
+        await conn.close()
+    return out
+
+
+async def _insert_and_enqueue(
+    conn: asyncpg.Connection, chat: UUID, sender: UUID, seq: int, n: int
+) -> tuple[UUID, UUID]:
+    """A lighter owner transaction: a message row (per-chat seq kept by its only writer) and
+    its push intent through ``enqueue``; 4 round trips instead of ``send_message``'s 6."""
+    message_id = new_id()
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            message_id,
+            chat,
+            seq,
+            sender,
+            f"lag {n}",
+        )
+        [outbox_id] = await enqueue(
+            conn,
+            OutboxIntent(
+                kind=RealtimeDispatchKind.MESSAGE_RECEIVED,
+                target_kind=RealtimeTargetKind.CHAT_GROUP,
+                chat_id=chat,
+                message_id=message_id,
+                seq=seq,
+            ),
+        )
+    return outbox_id, message_id
+
+
+async def _owner_process(spec: dict[str, Any]) -> list[tuple[str, str, float]]:
+    tasks = [
+        _owner(
+            spec["dsn"],
+            [(UUID(c), UUID(s)) for c, s in chats],
+            rate=spec["rate"],
+            start_at=spec["start_at"],
+            seconds=spec["seconds"],
+            offset=offset,
+            command=spec["command"],
+        )
+        for chats, offset in zip(spec["chats"], spec["offsets"], strict=True)
+    ]
+    results = await asyncio.gather(*tasks)
+    return [row for rows in results for row in rows]
+
+
+def _read_rows(paths: list[str]) -> list[tuple[str, str, float]]:
+    rows: list[tuple[str, str, float]] = []
+    for path in paths:
+        rows.extend((a, b, c) for a, b, c in json.loads(Path(path).read_text()))
+    return rows
+
+
+async def run_owners(
+    url: str,
+    rosters: dict[UUID, list[UUID]],
+    *,
+    owners: int,
+    processes: int,
+    rate: float,
+    seconds: float,
+    command: str,
+) -> list[tuple[str, str, float]]:
+    """Run ``owners`` owner connections in ``processes`` child processes; total ``rate``/s."""
+    pairs = [(str(chat), str(users[0])) for chat, users in rosters.items()]
+    per_owner = [pairs[i::owners] for i in range(owners)]
+    start_at = time.time() + 1.5  # lets every child connect first
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        outs = []
+        for p in range(processes):
+            mine = list(range(p, owners, processes))
+            out = os.path.join(tmp, f"owners-{p}.json")
+            outs.append(out)
+            spec = {
+                "dsn": url,
+                "chats": [per_owner[i] for i in mine],
+                "rate": rate / owners if rate else 0.0,
+                "start_at": start_at,
+                "seconds": seconds,
+                # Owner i starts i/rate late: the owners' commits interleave evenly.
+                "offsets": [i / rate if rate else 0.0 for i in mine],
+                "command": command,
+                "out": out,
+            }
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, __file__, "--owner-process", json.dumps(spec)
+                )
+            )
+        for proc in procs:
+            if await proc.wait() != 0:
+                raise RuntimeError("an owner process failed")
+        return _read_rows(outs)
+
+
+# --- scenarios ------------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+async def fresh_state(url: str, chats: int) -> dict[UUID, list[UUID]]:
+    conn = await asyncpg.connect(url)
+    try:
+        await reset_domain(conn)
+        rosters = await seed_chats(conn, chats, 3)
+        await settle(conn)
+    finally:
+        await conn.close()
+    return rosters
+
+
+@contextlib.asynccontextmanager
+async def trigger(url: str, body: str | None) -> AsyncIterator[None]:
+    """Install the trigger function ``body`` (None: keep the migrated one); restore it after."""
+    admin = await asyncpg.connect(url)
+    shipped = await admin.fetchval(
+        "SELECT pg_get_functiondef('messenger.realtime_outbox_notify()'::regprocedure)"
+    )
+    try:
+        if body is not None:
+            await admin.execute(body)
+        yield
+    finally:
+        await admin.execute(shipped)
+        await admin.close()
+
+
+async def lag_run(
+    url: str, args: argparse.Namespace, *, listen: bool, body: str | None = None
+) -> dict[str, Any]:
+    rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
+    options = replace(RealtimeDispatchOptions(), listen=listen)
+    publisher = StampingPublisher()
+    meter = CpuMeter()
+    async with trigger(url, body), dispatch_service(url, options, publisher) as service:
+        await asyncio.sleep(0.5)  # first pass done, idle flag set
+        meter.start()
+        commits = await run_owners(
+            url,
+            rosters,
+            owners=args.owners,
+            processes=args.processes,
+            rate=args.rate,
+            seconds=args.seconds,
+            command=args.owner_command,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
+        meter.stop()
+        passes = service.runner.passes_run
+    first = min(ts for _, _, ts in commits)
+    counted = [(m, ts) for _, m, ts in commits if ts >= first + WARMUP]
+    missing = sum(1 for m, _ in counted if m not in publisher.published)
+    lags = sorted(
+        (publisher.published[m] - ts) * 1000 for m, ts in counted if m in publisher.published
+    )
+    window = max(ts for _, ts in counted) - min(ts for _, ts in counted)
+    return {
+        "commits": len(commits),
+        "counted": len(counted),
+        "missing": missing,
+        "commit_rate": len(counted) / window if window > 0 else 0.0,
+        "p50_ms": percentile(lags, 0.50),
+        "p95_ms": percentile(lags, 0.95),
+        "p99_ms": percentile(lags, 0.99),
+        "max_ms": lags[-1],
+        "min_ms": lags[0],
+        "passes": passes,
+        "dispatcher_cpu_s": meter.client,
+        "machine_busy": meter.machine_busy,
+    }
+
+
+async def ceiling_run(url: str, args: argparse.Namespace, *, body: str | None) -> dict[str, Any]:
+    rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
+    publisher = StampingPublisher()
+    options = RealtimeDispatchOptions()
+    async with trigger(url, body), dispatch_service(url, options, publisher) as service:
+        await asyncio.sleep(0.5)
+        commits = await run_owners(
+            url,
+            rosters,
+            owners=args.owners,
+            processes=args.processes,
+            rate=0.0,
+            seconds=args.ceiling_seconds,
+            command=args.owner_command,
+        )
+        passes = service.runner.passes_run
+    first = min(ts for _, _, ts in commits)
+    counted = [ts for _, _, ts in commits if ts >= first + WARMUP]
+    window = max(counted) - min(counted)
+    return {"commits": len(commits), "commit_rate": len(counted) / window, "passes": passes}
+
+
+def _lag_line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['commit_rate']:7,.0f} commits/s, lag p50 {r['p50_ms']:.1f} p95 {r['p95_ms']:.1f}"
+        f" p99 {r['p99_ms']:.1f} max {r['max_ms']:.1f} ms, {r['missing']} missing,"
+        f" {r['passes']} passes, machine busy {r['machine_busy']:.0%}"
+    )
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, v in runs[0].items() if isinstance(v, int | float)]
+    return {k: median_spread([r[k] for r in runs]) for k in keys}
+
+
+async def main(args: argparse.Namespace) -> None:
+    quiet_production_logging()
+    facts = {**machine(), **await server_facts(args.dsn)}
+    print(f"machine: {facts}")
+    started = time.time()
+    results: dict[str, Any] = {}
+    scenarios = args.scenarios.split(",")
+    async with scratch_database(args.dsn, "lag") as url:
+        for name in scenarios:
+            if name in ("notify", "poll"):
+                runs = []
+                for run in range(args.runs):
+                    r = await lag_run(url, args, listen=name == "notify")
+                    runs.append(r)
+                    print(f"  {name} run {run + 1}: {_lag_line(r)}", flush=True)
+                results[name] = {"runs": runs, "summary": summarize(runs)}
+            elif name == "ceiling":
+                for variant, body in TRIGGERS.items():
+                    runs = []
+                    for run in range(args.runs):
+                        r = await ceiling_run(url, args, body=body)
+                        runs.append(r)
+                        print(
+                            f"  ceiling {variant:<14} run {run + 1}: {r['commit_rate']:7,.0f}"
+                            f" commits/s, {r['passes']} passes",
+                            flush=True,
+                        )
+                    results[f"ceiling_{variant}"] = {"runs": runs, "summary": summarize(runs)}
+            elif name == "notify_0001":
+                runs = []
+                for run in range(args.runs):
+                    r = await lag_run(url, args, listen=True, body=TRIGGER_0001)
+                    runs.append(r)
+                    print(f"  {name} run {run + 1}: {_lag_line(r)}", flush=True)
+                results[name] = {"runs": runs, "summary": summarize(runs)}
+            else:
+                raise SystemExit(f"unknown scenario {name}")
+    print()
+    print(f"lag at {args.rate:,.0f} commits/s target, medians of {args.runs} runs (ms)")
+    table = []
+    for name in ("notify", "notify_0001", "poll"):
+        if name in results:
+            s = results[name]["summary"]
+            table.append(
+                [
+                    name,
+                    s["commit_rate"]["median"],
+                    s["p50_ms"]["median"],
+                    s["p95_ms"]["median"],
+                    f"{s['p95_ms']['min']:.1f}–{s['p95_ms']['max']:.1f}",
+                    s["p99_ms"]["median"],
+                    s["max_ms"]["median"],
+                ]
+            )
+    if table:
+        print_table(["wake", "commits/s", "p50", "p95", "p95 range", "p99", "max"], table)
+    for variant in TRIGGERS:
+        key = f"ceiling_{variant}"
+        if key in results:
+            s = results[key]["summary"]["commit_rate"]
+            print(
+                f"owner commit ceiling, {variant}: {s['median']:,.0f} commits/s"
+                f" (min {s['min']:,.0f}, max {s['max']:,.0f})"
+            )
+    path = write_json(
+        "lag",
+        {
+            "benchmark": "lag",
+            "args": vars(args),
+            "machine": facts,
+            "elapsed_s": time.time() - started,
+            "results": results,
+        },
+    )
+    print(f"wrote {path}")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="maintenance database URL")
+    parser.add_argument("--rate", type=float, default=2000.0, help="owner commits/s in total")
+    parser.add_argument("--rows", type=int, default=None, help="rows per run (sets --seconds)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="owner load per run")
+    parser.add_argument("--ceiling-seconds", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--owners", type=int, default=8, help="owner connections")
+    parser.add_argument("--processes", type=int, default=2, help="owner processes")
+    parser.add_argument("--scenarios", default="notify,poll,ceiling")
+    parser.add_argument(
+        "--owner-command",
+        choices=("send_message", "enqueue"),
+        default="send_message",
+        help="owner transaction: the real send_message command, or message INSERT + enqueue",
+    )
+    parser.add_argument("--owner-process", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rows:
+        args.seconds = args.rows / args.rate
+    return args
+
+
+if __name__ == "__main__":
+    cli = parse_args()
+    if cli.owner_process:
+        spec = json.loads(cli.owner_process)
+        rows = asyncio.run(_owner_process(spec))
+        Path(spec["out"]).write_text(json.dumps(rows))
+    else:
+        asyncio.run(main(cli))

@@ -1,0 +1,103 @@
+"""Pipelined passes (the next claim runs while a batch is built and pushed): every row once, in
+order, never claimed twice, and a stop gives back what was claimed ahead."""
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+import asyncpg
+
+from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.settings import RealtimeDispatchOptions
+from tests.fakes import RecordingPublisher
+from tests.integration.support import make_stack, new_chat
+
+# The default backoffs (2 s first retry) switch pipelining on; the tests' FAST options do not.
+PIPELINED = RealtimeDispatchOptions(batch_size=50, max_run_duration=20, lock_ttl=30)
+
+
+async def backlog(pool: asyncpg.Pool, chats: int, per_chat: int) -> None:
+    """``chats`` chats of ``per_chat`` messages, each with its outbox row, inserted chat by chat
+    with UUIDv7 ids: outbox id order is seq order within a chat."""
+    for _ in range(chats):
+        chat, sender = await new_chat(pool)
+        messages = [(new_id(), chat, seq, sender, f"m{seq}") for seq in range(1, per_chat + 1)]
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.executemany(
+                "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                messages,
+            )
+            await conn.executemany(
+                "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id,"
+                " message_id, seq) VALUES ($1, 'MessageReceived', 'ChatGroup', $2, $3, $4)",
+                [(new_id(), chat, message_id, seq) for message_id, _, seq, _, _ in messages],
+            )
+
+
+async def test_pipelined_pass_delivers_every_row_once_in_order(pool: asyncpg.Pool) -> None:
+    await backlog(pool, chats=4, per_chat=150)
+    stack = make_stack(pool, PIPELINED)
+    assert stack.dispatcher.pipelining
+    report = await stack.dispatcher.run_pass()
+    assert report.dispatched == 600
+    assert report.pipelined >= 5  # the overlap really happened
+    ids = Counter(p.payload["messageId"] for p in stack.publisher.pushes)
+    assert len(ids) == 600
+    assert set(ids.values()) == {1}
+    seqs: dict[object, list[object]] = defaultdict(list)
+    for push in stack.publisher.pushes:
+        seqs[push.payload["chatId"]].append(push.payload["seq"])
+    assert all(order == list(range(1, 151)) for order in seqs.values())
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Done' AND attempts = 1"
+        )
+        == 600
+    )
+
+
+async def test_two_pipelined_dispatchers_never_claim_the_same_row(pool: asyncpg.Pool) -> None:
+    await backlog(pool, chats=4, per_chat=250)
+    a, b = make_stack(pool, PIPELINED), make_stack(pool, PIPELINED)
+    reports = await asyncio.gather(a.dispatcher.run_pass(), b.dispatcher.run_pass())
+    assert sum(r.dispatched for r in reports) == 1000
+    ids_a = [p.payload["messageId"] for p in a.publisher.pushes]
+    ids_b = [p.payload["messageId"] for p in b.publisher.pushes]
+    assert len(ids_a) + len(ids_b) == 1000
+    assert not set(ids_a) & set(ids_b)
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Done' AND attempts = 1"
+        )
+        == 1000
+    )
+
+
+async def test_stop_releases_the_batch_claimed_ahead(pool: asyncpg.Pool) -> None:
+    await backlog(pool, chats=2, per_chat=200)
+
+    class StopAfterThreeSlices(RecordingPublisher):
+        async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+            results = await super().publish(pushes)
+            if self.calls == 3:
+                stack.dispatcher.request_stop()
+            return results
+
+    stack = make_stack(pool, PIPELINED, publisher=StopAfterThreeSlices())
+    report = await stack.dispatcher.run_pass()
+    assert report.stopped
+    assert report.pipelined >= 1
+    rows = await pool.fetch("SELECT status, attempts FROM messenger.realtime_outbox")
+    done = [r for r in rows if r["status"] == "Done"]
+    pending = [r for r in rows if r["status"] == "Pending"]
+    assert len(done) == report.dispatched == len(stack.publisher.pushes)
+    assert len(done) + len(pending) == 400
+    # Nothing was left claimed: every row not delivered is due again with its attempt undone.
+    assert all(r["attempts"] == 0 for r in pending)
+    rest = make_stack(pool, PIPELINED)
+    assert (await rest.dispatcher.run_pass()).dispatched == len(pending)
+    pushed = Counter(p.payload["messageId"] for p in stack.publisher.pushes + rest.publisher.pushes)
+    assert len(pushed) == 400
+    assert set(pushed.values()) == {1}
