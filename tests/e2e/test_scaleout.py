@@ -83,7 +83,11 @@ async def test_two_replicas_redis_and_a_separate_worker(
             async with pool.acquire() as conn:
                 await commands.set_participant(conn, chat_id=chat, user_id=carol, active=False)
             await send(pool, chat, alice, "only bob")
-            [event] = await bob_client.invocations(1, within=20)
+            # The removal is pushed to the remaining members (chat_updated), then the message.
+            removed, event = await bob_client.invocations(2, within=20)
+            assert removed["target"] == "chat_updated"
+            assert removed["arguments"][0]["eventKind"] == "MemberRemoved"
+            assert removed["arguments"][0]["subjectUserId"] == str(carol)
             assert event["arguments"][0]["body"] == "only bob"
             await carol_client.assert_silent(1.0)
         finally:

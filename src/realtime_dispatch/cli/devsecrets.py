@@ -1,6 +1,11 @@
 """Development secrets: when ``serve`` runs without ``REALTIME_HUB_JWT_SECRET`` (or the service
-key) it generates them once, keeps them in ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600),
-and says so; ``realtime-dispatch token`` reads the same file, so its tokens work against it."""
+key, or any media secret) it generates them once, keeps them in
+``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
+reads the same file, so its tokens work against it.
+
+Media secrets (``REALTIME_MEDIA_JITSI_APP_SECRET``, ``REALTIME_MEDIA_TURN_SECRET``) are generated
+only when neither is set, so that call and conference invites still carry join tokens in
+development; a deployment that configures one of them gets no generated other."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from realtime_dispatch.database import default_data_dir
 from realtime_dispatch.settings import Settings
 
 FILE_NAME = "dev-secrets.json"
+MEDIA_SECRETS = ("media_jitsi_app_secret", "media_turn_secret")
 
 
 def _path(settings: Settings) -> Path:
@@ -31,9 +37,11 @@ def _load(path: Path) -> dict[str, str]:
 
 
 def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
-    """``settings`` with a JWT secret and service key filled in from the dev file where unset.
+    """``settings`` with the hub JWT secret, the service key and (when no media secret is set)
+    the media secrets filled in from the dev file where unset.
 
-    With ``create`` the missing ones are generated and saved (and a line says so on stderr).
+    With ``create`` the missing ones are generated and saved, and a line on stderr names the
+    variables served from the dev file.
     """
     missing = {
         name
@@ -43,6 +51,8 @@ def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
         )
         if value is None
     }
+    if settings.media_jitsi_app_secret is None and settings.media_turn_secret is None:
+        missing |= set(MEDIA_SECRETS)
     if not missing:
         return settings
     path = _path(settings)
@@ -54,6 +64,7 @@ def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(orjson.dumps(stored))
+    if create:
         names = ", ".join(f"REALTIME_{n.upper()}" for n in sorted(missing))
         print(
             f"realtime-dispatch: {names} not set; using development secrets from {path}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -17,6 +18,7 @@ from uuid import UUID
 import orjson
 import structlog
 
+from realtime_dispatch.cli import ops
 from realtime_dispatch.cli.database import database_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -32,6 +34,7 @@ from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.settings import Settings, load_settings
+from realtime_dispatch.tracing import configure_tracing
 
 _log = structlog.get_logger(__name__)
 
@@ -62,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     selector.add_argument("--all", action="store_true")
     stats = sub.add_parser("stats", help="pending / quarantined / done / oldest pending age")
     stats.add_argument("--json", action="store_true")
+    stats.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+    quarantined = sub.add_parser("quarantined", help="list quarantined rows with their errors")
+    quarantined.add_argument("--kind", choices=[k.value for k in RealtimeDispatchKind])
+    quarantined.add_argument("--limit", type=int, default=100)
+    quarantined.add_argument("--json", action="store_true")
+    lock = sub.add_parser("lock", help="who holds the dispatcher's single-runner lock")
+    lock.add_argument("--json", action="store_true")
     token = sub.add_parser("token", help="print a hub/REST JWT signed with REALTIME_HUB_JWT_SECRET")
     token.add_argument("--user", type=UUID, required=True)
     token.add_argument("--ttl", type=float, default=3600.0)
@@ -76,6 +86,8 @@ async def _migrate(settings: Settings, _: argparse.Namespace) -> int:
 
 
 async def _stats(settings: Settings, args: argparse.Namespace) -> int:
+    if args.watch:
+        return await _cancel_on_signal(ops.watch_stats(settings))
     async with database_url(settings) as url:
         pool = await create_pool(url, max_size=1)
         try:
@@ -135,12 +147,29 @@ async def _worker(settings: Settings, _: argparse.Namespace) -> int:
     try:
         async with (
             database_url(settings, run_migrations=True) as url,
-            dispatch_service(url, settings.dispatch_options(), publisher) as service,
+            dispatch_service(
+                url, settings.dispatch_options(), publisher, media=settings.media_options()
+            ) as service,
         ):
             await _until_signal(service.runner.request_stop)
     finally:
         await publisher.aclose()
     return EXIT_OK
+
+
+async def _cancel_on_signal(work: Coroutine[Any, Any, int]) -> int:
+    """Run ``work`` until it ends or SIGTERM/SIGINT cancels it."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return EXIT_OK
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 async def _until_signal(on_stop: Callable[[], None]) -> None:
@@ -173,16 +202,20 @@ _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, i
     "worker": _worker,
     "serve": _serve,
     "hub": _hub,
+    "quarantined": ops.quarantined,
+    "lock": ops.lock,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    flush_traces: Callable[[], None] | None = None
     try:
         settings = load_settings()
         configure_logging(settings.log_level)
         if args.command == "token":
             return _token(settings, args)
+        flush_traces = configure_tracing(os.environ, f"realtime-dispatch-{args.command}")
         return asyncio.run(_ASYNC[args.command](settings, args))
     except ConfigurationError as exc:
         print(f"realtime-dispatch: invalid setting {exc}", file=sys.stderr)
@@ -198,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        if flush_traces is not None:
+            flush_traces()
 
 
 if __name__ == "__main__":

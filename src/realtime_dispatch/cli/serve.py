@@ -1,15 +1,22 @@
-"""``serve`` and ``hub``: the hub (and later the REST API) in one ASGI app under uvicorn, with the
-dispatcher pushing through the in-process publisher (``serve``) or without it (``hub``)."""
+"""``serve`` and ``hub``: the REST API and the hub in one ASGI app under uvicorn, the
+call-timeout reaper beside them, and the dispatcher pushing through the in-process publisher
+(``serve``) or not at all (``hub``).
+
+Media join tokens are minted by the dispatcher from ``REALTIME_MEDIA_*``; with no media secret
+configured, development secrets are generated (and a line says so), so invites carry tokens.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from uuid import uuid4
 
+import asyncpg
+import structlog
 from prometheus_client import CollectorRegistry
-from starlette.applications import Starlette
 
 from realtime_dispatch.cli.database import database_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
@@ -19,7 +26,13 @@ from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
+from realtime_dispatch.messenger.api import create_api
+from realtime_dispatch.messenger.reaper import CallTimeoutReaper
+from realtime_dispatch.ops.routes import ops_routes
+from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
+
+log = structlog.get_logger(__name__)
 
 
 @contextlib.asynccontextmanager
@@ -30,15 +43,45 @@ async def _maybe_dispatcher(
         yield None
         return
     async with dispatch_service(
-        url, settings.dispatch_options(), hub.publisher(), registry=registry
+        url,
+        settings.dispatch_options(),
+        hub.publisher(),
+        registry=registry,
+        media=settings.media_options(),
     ) as service:
         yield service
+
+
+@contextlib.asynccontextmanager
+async def call_reaper(
+    pool: asyncpg.Pool, on_failure: Callable[[], None]
+) -> AsyncIterator[CallTimeoutReaper]:
+    """Run the call-timeout reaper for the duration of the block; if it dies, log it and call
+    ``on_failure`` (the server stops and exits non-zero) rather than limp on without it."""
+    reaper = CallTimeoutReaper(pool)
+    task = asyncio.create_task(reaper.run(), name="call-timeout-reaper")
+
+    def done(t: asyncio.Task[None]) -> None:
+        if not t.cancelled():
+            error = t.exception()
+            log.error("call_reaper_stopped", error=type(error).__name__ if error else "returned")
+            on_failure()
+
+    task.add_done_callback(done)
+    try:
+        yield reaper
+    finally:
+        task.remove_done_callback(done)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
     settings = with_dev_secrets(settings, create=True)
     assert settings.hub_jwt_secret is not None
     registry = CollectorRegistry()
+    reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
         pool = await create_pool(url, min_size=1, max_size=10)
         try:
@@ -46,21 +89,32 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 Hub(settings, pool=pool, dsn=url, metrics_registry=registry) as hub,
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
             ):
-                app = Starlette(routes=[*hub.routes])
+                operator_routes = ops_routes(OpsService(pool), hub.verifier)
+                app = create_api(
+                    pool=pool, settings=settings, routes=[*hub.routes, *operator_routes]
+                )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
                 )
-                demo_user = uuid4()
-                token = mint_token(settings.hub_jwt_secret.get_secret_value(), demo_user)
-                print(
-                    f"realtime-dispatch: listening on http://{host}:{port}"
-                    f" (hub /hubs/messenger{', dispatcher on' if with_dispatcher else ''})\n"
-                    f"realtime-dispatch: a token for user {demo_user}: {token}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                await server.serve()
-                failed = hub.failed.is_set()
+
+                def stop_on_reaper_failure() -> None:
+                    nonlocal reaper_failed
+                    reaper_failed = True
+                    server.should_exit = True
+
+                async with call_reaper(pool, stop_on_reaper_failure):
+                    demo_user = uuid4()
+                    token = mint_token(settings.hub_jwt_secret.get_secret_value(), demo_user)
+                    print(
+                        f"realtime-dispatch: listening on http://{host}:{port}"
+                        f" (hub /hubs/messenger, REST /api, docs /docs, ops /ops"
+                        f"{', dispatcher on' if with_dispatcher else ''})\n"
+                        f"realtime-dispatch: a token for user {demo_user}: {token}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    await server.serve()
+                failed = hub.failed.is_set() or reaper_failed
         finally:
             await pool.close()
     return EXIT_FAILURE if failed else EXIT_OK

@@ -1,14 +1,42 @@
-"""The payload builders shipped with the package, one per group of kinds."""
+"""The payload builders shipped with the package, one per group of kinds: together they cover
+all 26 kinds, each with one projection query per batch."""
 
 from __future__ import annotations
 
 from realtime_dispatch.contracts.builder import CompositePayloadBuilder, KindBuilder
+from realtime_dispatch.contracts.calls import CallPayloadBuilder
+from realtime_dispatch.contracts.chats import ChatEventBuilder, ReadReceiptBuilder
+from realtime_dispatch.contracts.conferences import ConferencePayloadBuilder, RosterPayloadBuilder
+from realtime_dispatch.contracts.contacts import (
+    BlacklistBuilder,
+    ContactBuilder,
+    ContactRequestBuilder,
+)
+from realtime_dispatch.contracts.media import MediaMinter
 from realtime_dispatch.contracts.messages import MessagePayloadBuilder
+from realtime_dispatch.contracts.recordings import RecordingPayloadBuilder
+from realtime_dispatch.contracts.screenshare import ScreenSharePayloadBuilder
+from realtime_dispatch.settings import MediaOptions
 
 
-def default_builders() -> list[KindBuilder]:
-    return [MessagePayloadBuilder()]
+def default_builders(media: MediaOptions | None = None) -> list[KindBuilder]:
+    """Every builder; ``media`` supplies the secrets for join tokens (without them the media
+    invites go out without ``media``)."""
+    minter = MediaMinter(media or MediaOptions())
+    return [
+        MessagePayloadBuilder(),
+        ReadReceiptBuilder(),
+        ChatEventBuilder(),
+        ContactRequestBuilder(),
+        ContactBuilder(),
+        BlacklistBuilder(),
+        CallPayloadBuilder(minter),
+        ConferencePayloadBuilder(minter),
+        RosterPayloadBuilder(minter),
+        RecordingPayloadBuilder(),
+        ScreenSharePayloadBuilder(),
+    ]
 
 
-def default_payload_builder() -> CompositePayloadBuilder:
-    return CompositePayloadBuilder(default_builders())
+def default_payload_builder(media: MediaOptions | None = None) -> CompositePayloadBuilder:
+    return CompositePayloadBuilder(default_builders(media))

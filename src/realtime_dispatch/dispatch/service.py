@@ -27,7 +27,7 @@ from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.publisher import HubPublisher
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.settings import RealtimeDispatchOptions
+from realtime_dispatch.settings import MediaOptions, RealtimeDispatchOptions
 
 
 @dataclass
@@ -47,16 +47,17 @@ async def dispatch_service(
     registry: CollectorRegistry | None = None,
     builder: PayloadBuilder | None = None,
     alerts: AlertSink | None = None,
+    media: MediaOptions | None = None,
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit."""
     metrics = DispatchMetrics(registry or CollectorRegistry())
     pool = await create_pool(
-        dsn, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS
+        dsn, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
     )
     try:
         dispatcher = Dispatcher(
             store=OutboxStore(pool, options),
-            builder=builder or default_payload_builder(),
+            builder=builder or default_payload_builder(media),
             publisher=publisher,
             options=options,
             metrics=metrics,

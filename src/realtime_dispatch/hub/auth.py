@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 from uuid import UUID
 
 import jwt
@@ -37,6 +38,15 @@ def request_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str |
     return bearer(headers) or query.get("access_token") or None
 
 
+ADMIN_ROLE = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user_id: UUID
+    admin: bool = False
+
+
 class TokenVerifier:
     """Checks hub tokens against ``secret``. With no secret configured every token is refused."""
 
@@ -46,6 +56,10 @@ class TokenVerifier:
         self._secret = secret
 
     def user_of(self, token: str | None) -> UUID:
+        return self.identity_of(token).user_id
+
+    def identity_of(self, token: str | None) -> Identity:
+        """The verified user and whether the token carries the ``admin`` role claim."""
         if token is None:
             raise AuthError("missing token", code="MissingToken")
         if not self._secret:
@@ -63,9 +77,10 @@ class TokenVerifier:
         except jwt.InvalidTokenError as exc:
             raise AuthError("invalid token", code="InvalidToken") from exc
         try:
-            return UUID(str(claims["sub"]))
+            user_id = UUID(str(claims["sub"]))
         except ValueError as exc:
             raise AuthError("sub is not a user id", code="InvalidSubject") from exc
+        return Identity(user_id, admin=claims.get("role") == ADMIN_ROLE)
 
 
 def service_key_matches(headers: Mapping[str, str], expected: str | None) -> bool:

@@ -10,14 +10,15 @@ from types import MappingProxyType
 _HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-def _load() -> dict[str, str]:
-    text = resources.files("realtime_dispatch.outbox").joinpath("queries.sql").read_text("utf-8")
+def load_queries(package: str, filename: str = "queries.sql") -> MappingProxyType[str, str]:
+    """Parse ``-- name: …`` sections of a packaged SQL file (comment lines dropped)."""
+    text = resources.files(package).joinpath(filename).read_text("utf-8")
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
         queries[name] = "\n".join(lines).strip().rstrip(";")
-    return queries
+    return MappingProxyType(queries)
 
 
-QUERIES = MappingProxyType(_load())
+QUERIES = load_queries("realtime_dispatch.outbox")

@@ -1,0 +1,111 @@
+"""1:1 call payloads (``session_kind = Direct``, to ``user:{targetUserId}``, a party of the
+call). ``call_invited`` carries the media join minted for the receiving party."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_session
+from realtime_dispatch.dispatch.publisher import JsonObject
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
+
+K = RealtimeDispatchKind
+
+
+class _CallEvent(Contract):
+    call_id: UUID
+    caller_user_id: UUID
+    callee_user_id: UUID
+
+
+class CallInvited(_CallEvent):
+    room_name: str
+    invited_at: datetime
+    media: MediaJoin | None = None
+
+
+class CallAnswered(_CallEvent):
+    answered_at: datetime
+
+
+class CallDeclined(_CallEvent):
+    declined_at: datetime
+
+
+class CallMissed(_CallEvent):
+    missed_at: datetime
+
+
+class CallCancelled(_CallEvent):
+    cancelled_at: datetime
+
+
+class CallEnded(_CallEvent):
+    ended_by_user_id: UUID | None = None
+    ended_at: datetime
+
+
+# Terminal kinds: the status the call must be in, and the payload model.
+_TERMINAL: dict[RealtimeDispatchKind, tuple[str, type[_CallEvent], str]] = {
+    K.CALL_DECLINED: ("Declined", CallDeclined, "declined_at"),
+    K.CALL_MISSED: ("Missed", CallMissed, "missed_at"),
+    K.CALL_CANCELLED: ("Cancelled", CallCancelled, "cancelled_at"),
+}
+_LIVE = frozenset({"Ringing", "Active"})
+
+
+class CallPayloadBuilder(RefProjectionBuilder):
+    kinds = frozenset(
+        {
+            K.CALL_INVITED,
+            K.CALL_ANSWERED,
+            K.CALL_DECLINED,
+            K.CALL_MISSED,
+            K.CALL_CANCELLED,
+            K.CALL_ENDED,
+        }
+    )
+    entity = "Call"
+    sql = """
+    SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
+           ended_at, ended_by_user_id
+    FROM messenger.call_sessions WHERE id = ANY($1::uuid[])
+    """
+
+    def __init__(self, minter: MediaMinter) -> None:
+        self.minter = minter
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_session(intent, record, expected=SessionKind.DIRECT)
+        ids = {
+            "call_id": record["id"],
+            "caller_user_id": record["caller_user_id"],
+            "callee_user_id": record["callee_user_id"],
+        }
+        kind = intent.kind
+        if kind is K.CALL_INVITED:
+            # A call that is already over gets no join credentials.
+            media = (
+                self.minter.mint(record["room_name"], user_id=intent.target_user_id)
+                if record["status"] in _LIVE
+                else None
+            )
+            return CallInvited(
+                **ids, room_name=record["room_name"], invited_at=record["created_at"], media=media
+            ).wire()
+        if kind is K.CALL_ANSWERED:
+            require(record["answered_at"] is not None, "call was not answered", "NotAnswered")
+            return CallAnswered(**ids, answered_at=record["answered_at"]).wire()
+        if kind is K.CALL_ENDED:
+            require(record["status"] == "Ended", "call has not ended", "NotEnded")
+            return CallEnded(
+                **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
+            ).wire()
+        status, model, field = _TERMINAL[kind]
+        require(record["status"] == status, f"call is not {status}", f"Not{status}")
+        return model(**ids, **{field: record["ended_at"]}).wire()

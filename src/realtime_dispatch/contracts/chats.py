@@ -1,0 +1,72 @@
+"""Chat payloads: ``read_receipt_updated`` and ``chat_updated`` (to ``chat:{chatId}``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_chat
+from realtime_dispatch.dispatch.publisher import JsonObject
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+
+
+class ReadReceiptUpdated(Contract):
+    chat_id: UUID
+    user_id: UUID
+    last_read_seq: int
+    read_at: datetime
+
+
+class ChatUpdated(Contract):
+    chat_id: UUID
+    event_id: UUID
+    event_kind: str
+    actor_user_id: UUID | None = None
+    subject_user_id: UUID | None = None
+    occurred_at: datetime
+
+
+class ReadReceiptBuilder(RefProjectionBuilder):
+    """``ref_id`` = the participant row; its current read mark is pushed."""
+
+    kinds = frozenset({RealtimeDispatchKind.READ_RECEIPT_UPDATED})
+    entity = "Participant"
+    sql = """
+    SELECT id, chat_id, user_id, last_read_seq, last_read_at
+    FROM messenger.participants WHERE id = ANY($1::uuid[])
+    """
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_chat(intent, record)
+        require(record["last_read_at"] is not None, "nothing was read", "NotRead")
+        return ReadReceiptUpdated(
+            chat_id=record["chat_id"],
+            user_id=record["user_id"],
+            last_read_seq=record["last_read_seq"],
+            read_at=record["last_read_at"],
+        ).wire()
+
+
+class ChatEventBuilder(RefProjectionBuilder):
+    """``ref_id`` = the ``messenger.chat_events`` row."""
+
+    kinds = frozenset({RealtimeDispatchKind.CHAT_UPDATED})
+    entity = "ChatEvent"
+    sql = """
+    SELECT id, chat_id, event_kind, actor_user_id, subject_user_id, occurred_at
+    FROM messenger.chat_events WHERE id = ANY($1::uuid[])
+    """
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_chat(intent, record)
+        return ChatUpdated(
+            chat_id=record["chat_id"],
+            event_id=record["id"],
+            event_kind=record["event_kind"],
+            actor_user_id=record["actor_user_id"],
+            subject_user_id=record["subject_user_id"],
+            occurred_at=record["occurred_at"],
+        ).wire()

@@ -1,0 +1,88 @@
+"""The shape shared by the non-message builders: rows reference one entity by ``ref_id``; the
+builder loads every referenced entity of the batch with one query, checks that each row's
+target is allowed to see it, and shapes the payload from the entity's current state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import asyncpg
+from pydantic import ValidationError
+
+from realtime_dispatch.contracts.builder import BuildResults, RowIntent
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.dispatch.publisher import JsonObject, Push
+from realtime_dispatch.errors import PayloadBuildError
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
+
+
+class RefProjectionBuilder:
+    """Subclasses set ``kinds``, ``sql`` (one ``$1::uuid[]`` parameter, an ``id`` column),
+    ``entity`` (for the not-found reason) and implement :meth:`shape`."""
+
+    kinds: frozenset[RealtimeDispatchKind]
+    sql: ClassVar[str]
+    entity: ClassVar[str]
+
+    async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        ids = list({item.intent.ref_id for item in items if item.intent.ref_id is not None})
+        records = {r["id"]: r for r in await conn.fetch(self.sql, ids)} if ids else {}
+        results: BuildResults = {}
+        for item in items:
+            intent = item.intent
+            record = records.get(intent.ref_id) if intent.ref_id is not None else None
+            if record is None:
+                results[item.row.id] = PayloadBuildError(
+                    f"referenced {self.entity} does not exist", code=f"{self.entity}NotFound"
+                )
+                continue
+            try:
+                payload = self.shape(intent, record)
+            except PayloadBuildError as exc:
+                results[item.row.id] = exc
+                continue
+            except ValidationError as exc:
+                results[item.row.id] = PayloadBuildError(
+                    f"payload failed validation ({exc.error_count()} errors)",
+                    code="InvalidPayload",
+                )
+                continue
+            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload)
+        return results
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        raise NotImplementedError
+
+
+def require(condition: bool, message: str, code: str) -> None:
+    """A row that cannot be built from the current state: a permanent failure."""
+    if not condition:
+        raise PayloadBuildError(message, code=code)
+
+
+def require_chat(intent: OutboxIntent, record: asyncpg.Record) -> None:
+    """The row's ``chat:`` group must be the entity's own chat (no cross-chat leaks)."""
+    require(record["chat_id"] == intent.chat_id, "row targets another chat", "TargetMismatch")
+
+
+def require_user(intent: OutboxIntent, *allowed: object) -> None:
+    """The row's ``user:`` group must be one of the users allowed to see the entity."""
+    require(intent.target_user_id in allowed, "row targets another user", "TargetMismatch")
+
+
+def require_session(
+    intent: OutboxIntent, record: asyncpg.Record, *, expected: SessionKind | None = None
+) -> None:
+    """Media rows: the session kind matches the entity's; Direct rows go to a party of the
+    call (``caller_user_id`` / ``callee_user_id``), Conference rows to the conference's chat."""
+    kind = intent.session_kind
+    if expected is not None:
+        require(kind is expected, f"{intent.kind} needs session_kind {expected}", "BadSessionKind")
+    stored = record.get("session_kind")
+    if stored is not None:
+        require(stored == (kind.value if kind else None), "session kind mismatch", "BadSessionKind")
+    if kind is SessionKind.DIRECT:
+        require_user(intent, record["caller_user_id"], record["callee_user_id"])
+    else:
+        require_chat(intent, record)

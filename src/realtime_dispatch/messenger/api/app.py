@@ -1,0 +1,46 @@
+"""The REST API of the reference owner service: :func:`create_api`.
+
+::
+
+    app = create_api(pool=pool, settings=settings, routes=hub.routes)   # hub beside it
+
+The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked with
+the hub's :class:`~realtime_dispatch.hub.auth.TokenVerifier` and ``REALTIME_HUB_JWT_SECRET``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+from fastapi import FastAPI
+from starlette.routing import BaseRoute
+
+from realtime_dispatch.hub.auth import TokenVerifier
+from realtime_dispatch.messenger.api import chats, media, social
+from realtime_dispatch.messenger.api.errors import install_error_handlers
+from realtime_dispatch.settings import Settings
+
+DESCRIPTION = """The reference messenger owner service. Every command writes its domain change
+and its realtime push intent in one transaction; the dispatcher delivers the push to the hub
+groups `chat:{chatId}` / `user:{userId}`. Bearer JWT (`sub` = user id), camelCase JSON.
+Errors: `{"error": code, "message": text}` with 400 / 401 / 403 / 404 / 409 / 422."""
+
+
+def create_api(
+    *, pool: asyncpg.Pool, settings: Settings, routes: Sequence[BaseRoute] = ()
+) -> FastAPI:
+    """The FastAPI app (``/api/…``, ``/openapi.json``, ``/docs``) plus ``routes`` (the hub's)."""
+    app = FastAPI(
+        title="realtime-dispatch messenger API",
+        version="1",
+        description=DESCRIPTION,
+    )
+    secret = settings.hub_jwt_secret
+    app.state.verifier = TokenVerifier(secret.get_secret_value() if secret is not None else None)
+    app.state.pool = pool
+    install_error_handlers(app)
+    for router in (chats.router, social.router, media.router):
+        app.include_router(router)
+    app.router.routes.extend(routes)
+    return app

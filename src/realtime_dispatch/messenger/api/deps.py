@@ -1,0 +1,42 @@
+"""Request dependencies: the caller (bearer JWT, the hub's verifier: ``sub`` = user id) and a
+pooled database connection. Both live in the app's state, set by :func:`create_api`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Annotated
+from uuid import UUID
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from realtime_dispatch.hub.auth import TokenVerifier
+
+if TYPE_CHECKING:
+    PooledConnection = PoolConnectionProxy[asyncpg.Record]
+else:  # FastAPI evaluates the annotations at runtime, where the proxy is not subscriptable.
+    PooledConnection = PoolConnectionProxy
+
+_bearer = HTTPBearer(auto_error=False, description="A hub JWT (HS256, `sub` = user id).")
+
+
+def current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> UUID:
+    """The caller's user id; :class:`~realtime_dispatch.hub.auth.AuthError` (→ 401) when the
+    token is missing, expired or forged."""
+    verifier: TokenVerifier = request.app.state.verifier
+    return verifier.user_of(credentials.credentials if credentials is not None else None)
+
+
+async def connection(request: Request) -> AsyncIterator[PooledConnection]:
+    pool: asyncpg.Pool = request.app.state.pool
+    async with pool.acquire() as conn:
+        yield conn
+
+
+User = Annotated[UUID, Depends(current_user)]
+Conn = Annotated[PooledConnection, Depends(connection)]

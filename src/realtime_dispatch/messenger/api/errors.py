@@ -1,0 +1,98 @@
+"""Every refusal of the REST API, mapped to a status code in one place.
+
+Body: ``{"error": <code>, "message": <short text>}`` (validation errors add ``details``: where
+and what, never the rejected value). Messages carry no ids or bodies, so nothing here can leak
+a message or a token into a response or a log.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.hub.auth import AuthError
+from realtime_dispatch.messenger.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+)
+
+log = structlog.get_logger(__name__)
+
+DOMAIN_STATUS: dict[type[DomainError], int] = {
+    InvalidInput: 400,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+}
+
+
+def status_of(error: DomainError) -> int:
+    for cls in type(error).__mro__:
+        if cls in DOMAIN_STATUS:
+            return DOMAIN_STATUS[cls]
+    return 400
+
+
+def _body(code: str, message: str, status: int, **extra: object) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status)
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _domain(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    return _body(exc.code, str(exc), status_of(exc))
+
+
+async def _auth(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthError)
+    response = _body("Unauthorized", "a valid bearer token is required", 401)
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def _validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg")), "type": e["type"]}
+        for e in exc.errors()
+    ]
+    message = "; ".join(f"{_location(tuple(e['loc']))}: {e['msg']}" for e in details)
+    return _body("InvalidRequest", message or "invalid request", 422, details=details)
+
+
+async def _http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse(
+        {"error": "HttpError", "message": str(exc.detail)},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _database(_request: Request, exc: Exception) -> JSONResponse:
+    if is_unavailable(exc):
+        log.warning("api_database_unavailable", error=type(exc).__name__)
+        return _body("Unavailable", "the database is unavailable; retry later", 503)
+    log.error("api_database_error", error=type(exc).__name__)
+    return _body("Internal", "internal error", 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _domain)
+    app.add_exception_handler(AuthError, _auth)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(asyncpg.PostgresError, _database)
+    app.add_exception_handler(asyncpg.InterfaceError, _database)
+    app.add_exception_handler(OSError, _database)

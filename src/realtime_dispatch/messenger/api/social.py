@@ -1,0 +1,76 @@
+"""``/api/contacts`` and ``/api/blacklist``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Response
+
+from realtime_dispatch.messenger import blacklist, contacts
+from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.api.schemas import (
+    BlockCreated,
+    BlockedList,
+    BlockedOut,
+    ContactCreated,
+    ContactList,
+    ContactOut,
+    ContactRequestCreated,
+    UserRef,
+)
+
+router = APIRouter(prefix="/api", tags=["contacts", "blacklist"])
+
+UserId = Annotated[UUID, Path(alias="userId")]
+RequestId = Annotated[UUID, Path(alias="requestId")]
+
+
+@router.get("/contacts", summary="The caller's contacts")
+async def list_contacts(user: User, conn: Conn) -> ContactList:
+    items = await contacts.list_contacts(conn, user=user)
+    return ContactList(
+        items=[ContactOut(contact_id=c.contact_id, user_id=c.user_id, since=c.since) for c in items]
+    )
+
+
+@router.post("/contacts/requests", status_code=201, summary="Ask a user to become a contact")
+async def request_contact(body: UserRef, user: User, conn: Conn) -> ContactRequestCreated:
+    request_id = await contacts.request_contact(conn, requester=user, addressee=body.user_id)
+    return ContactRequestCreated(request_id=request_id)
+
+
+@router.post(
+    "/contacts/requests/{requestId}/accept", status_code=201, summary="Accept (the addressee)"
+)
+async def accept_contact(request_id: RequestId, user: User, conn: Conn) -> ContactCreated:
+    contact_id = await contacts.accept_contact(conn, request_id=request_id, actor=user)
+    return ContactCreated(contact_id=contact_id)
+
+
+@router.delete(
+    "/contacts/{userId}", status_code=204, response_class=Response, summary="Remove a contact"
+)
+async def remove_contact(user_id: UserId, user: User, conn: Conn) -> None:
+    await contacts.remove_contact(conn, actor=user, other=user_id)
+
+
+@router.get("/blacklist", summary="Users the caller has blocked")
+async def list_blocked(user: User, conn: Conn) -> BlockedList:
+    items = await blacklist.list_blocked(conn, owner=user)
+    return BlockedList(
+        items=[BlockedOut(entry_id=b.entry_id, user_id=b.user_id, since=b.since) for b in items]
+    )
+
+
+@router.post("/blacklist", status_code=201, summary="Block a user")
+async def block_user(body: UserRef, user: User, conn: Conn) -> BlockCreated:
+    entry_id = await blacklist.block_user(conn, owner=user, blocked=body.user_id)
+    return BlockCreated(entry_id=entry_id)
+
+
+@router.delete(
+    "/blacklist/{userId}", status_code=204, response_class=Response, summary="Unblock a user"
+)
+async def unblock_user(user_id: UserId, user: User, conn: Conn) -> None:
+    await blacklist.unblock_user(conn, owner=user, blocked=user_id)

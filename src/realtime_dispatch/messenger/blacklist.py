@@ -1,0 +1,79 @@
+"""The blacklist: block / unblock. A blocked user cannot message (in a two-person chat), call,
+add to a chat, invite to a conference or send a contact request to the user who blocked them.
+
+``BlacklistChanged`` goes to the blocker's own ``user:`` group (their other devices), never to
+the blocked user, who is not told.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedView:
+    entry_id: UUID
+    user_id: UUID
+    since: datetime
+
+
+def _changed(owner: UUID, entry_id: UUID) -> OutboxIntent:
+    return OutboxIntent(
+        kind=RealtimeDispatchKind.BLACKLIST_CHANGED,
+        target_kind=RealtimeTargetKind.USER,
+        target_user_id=owner,
+        ref_id=entry_id,
+    )
+
+
+async def block_user(conn: DbConnection, *, owner: UUID, blocked: UUID) -> UUID:
+    if owner == blocked:
+        raise InvalidInput("you cannot block yourself")
+    entry_id = new_id()
+    async with conn.transaction():
+        try:
+            await conn.execute(
+                "INSERT INTO messenger.blacklist (id, owner_user_id, blocked_user_id)"
+                " VALUES ($1, $2, $3)",
+                entry_id,
+                owner,
+                blocked,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise Conflict("the user is already blocked") from exc
+        await enqueue(conn, _changed(owner, entry_id))
+    return entry_id
+
+
+async def unblock_user(conn: DbConnection, *, owner: UUID, blocked: UUID) -> UUID:
+    async with conn.transaction():
+        entry_id = await conn.fetchval(
+            "UPDATE messenger.blacklist SET removed_at = now()"
+            " WHERE owner_user_id = $1 AND blocked_user_id = $2 AND removed_at IS NULL"
+            " RETURNING id",
+            owner,
+            blocked,
+        )
+        if entry_id is None:
+            raise NotFound("the user is not blocked")
+        await enqueue(conn, _changed(owner, entry_id))
+    return entry_id  # type: ignore[no-any-return]
+
+
+async def list_blocked(conn: DbConnection, *, owner: UUID) -> list[BlockedView]:
+    rows = await conn.fetch(
+        "SELECT id, blocked_user_id, created_at FROM messenger.blacklist"
+        " WHERE owner_user_id = $1 AND removed_at IS NULL ORDER BY created_at",
+        owner,
+    )
+    return [BlockedView(r["id"], r["blocked_user_id"], r["created_at"]) for r in rows]

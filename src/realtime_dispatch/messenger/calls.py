@@ -1,0 +1,170 @@
+"""1:1 calls: invite, answer, decline, cancel, end, and the call-timeout reaper.
+
+Every call event goes to both parties' ``user:`` groups (``session_kind = Direct``,
+``ref_id`` = the call): the other party reacts, and the actor's other devices stop ringing.
+``CallInvited`` carries the media join (room token, TURN credentials) minted by the dispatcher
+at delivery for each party; only the room name is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.access import refuse_if_blocked
+from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.messenger.sessions import direct_intents, new_room_name
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+K = RealtimeDispatchKind
+
+
+@dataclass(frozen=True, slots=True)
+class CallView:
+    call_id: UUID
+    caller_user_id: UUID
+    callee_user_id: UUID
+    room_name: str
+    status: str
+    created_at: datetime
+    answered_at: datetime | None
+    ended_at: datetime | None
+
+
+async def start_call(conn: DbConnection, *, caller: UUID, callee: UUID) -> UUID:
+    """Ring ``callee``; refused when the callee has blocked the caller."""
+    if caller == callee:
+        raise InvalidInput("you cannot call yourself")
+    call_id = new_id()
+    async with conn.transaction():
+        await refuse_if_blocked(conn, blocker=callee, actor=caller)
+        await conn.execute(
+            "INSERT INTO messenger.call_sessions (id, caller_user_id, callee_user_id, room_name)"
+            " VALUES ($1, $2, $3, $4)",
+            call_id,
+            caller,
+            callee,
+            new_room_name("call"),
+        )
+        await enqueue(conn, *direct_intents(K.CALL_INVITED, call_id, caller, callee))
+    return call_id
+
+
+_TRANSITION_SQL = """
+UPDATE messenger.call_sessions
+SET status = $2::varchar,
+    answered_at = CASE WHEN $2::varchar = 'Active' THEN now() ELSE answered_at END,
+    ended_at = CASE WHEN $2::varchar = 'Active' THEN ended_at ELSE now() END,
+    ended_by_user_id = CASE WHEN $2::varchar = 'Active' THEN NULL ELSE $3::uuid END
+WHERE id = $1
+"""
+
+
+async def _locked_call(conn: DbConnection, call_id: UUID, actor: UUID) -> asyncpg.Record:
+    call = await conn.fetchrow(
+        "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
+        " WHERE id = $1 FOR UPDATE",
+        call_id,
+    )
+    if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
+        raise NotFound("call not found")
+    return call
+
+
+async def _transition(
+    conn: DbConnection,
+    *,
+    call_id: UUID,
+    actor: UUID,
+    kind: RealtimeDispatchKind,
+    allowed_actor: str | None,
+    from_status: str,
+    to_status: str,
+) -> None:
+    """Move the call from ``from_status`` to ``to_status`` and push ``kind`` to both parties.
+    ``allowed_actor``: ``"caller"``, ``"callee"`` or ``None`` (either party)."""
+    async with conn.transaction():
+        call = await _locked_call(conn, call_id, actor)
+        if allowed_actor is not None and actor != call[f"{allowed_actor}_user_id"]:
+            raise Forbidden(f"only the {allowed_actor} may do this")
+        if call["status"] != from_status:
+            raise Conflict(f"the call is {call['status']}, not {from_status}")
+        await conn.execute(_TRANSITION_SQL, call_id, to_status, actor)
+        await enqueue(
+            conn,
+            *direct_intents(kind, call_id, call["caller_user_id"], call["callee_user_id"]),
+        )
+
+
+async def answer_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
+    await _transition(
+        conn,
+        call_id=call_id,
+        actor=actor,
+        kind=K.CALL_ANSWERED,
+        allowed_actor="callee",
+        from_status="Ringing",
+        to_status="Active",
+    )
+
+
+async def decline_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
+    await _transition(
+        conn,
+        call_id=call_id,
+        actor=actor,
+        kind=K.CALL_DECLINED,
+        allowed_actor="callee",
+        from_status="Ringing",
+        to_status="Declined",
+    )
+
+
+async def cancel_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
+    await _transition(
+        conn,
+        call_id=call_id,
+        actor=actor,
+        kind=K.CALL_CANCELLED,
+        allowed_actor="caller",
+        from_status="Ringing",
+        to_status="Cancelled",
+    )
+
+
+async def end_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
+    await _transition(
+        conn,
+        call_id=call_id,
+        actor=actor,
+        kind=K.CALL_ENDED,
+        allowed_actor=None,
+        from_status="Active",
+        to_status="Ended",
+    )
+
+
+async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallView:
+    r = await conn.fetchrow(
+        "SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
+        " ended_at FROM messenger.call_sessions WHERE id = $1",
+        call_id,
+    )
+    if r is None or viewer not in (r["caller_user_id"], r["callee_user_id"]):
+        raise NotFound("call not found")
+    return CallView(
+        call_id=r["id"],
+        caller_user_id=r["caller_user_id"],
+        callee_user_id=r["callee_user_id"],
+        room_name=r["room_name"],
+        status=r["status"],
+        created_at=r["created_at"],
+        answered_at=r["answered_at"],
+        ended_at=r["ended_at"],
+    )

@@ -1,0 +1,220 @@
+"""Chats and their membership: create, add / remove / leave, rename, read one.
+
+Every membership change writes a ``messenger.chat_events`` row and a ``ChatUpdated`` outbox row
+and announces itself with ``pg_notify('realtime_membership', …)``, all in one transaction: the hub
+has applied the change before the dispatcher can push the event, so a new member receives it
+and a removed member receives nothing more of the chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from uuid import UUID
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.access import has_blocked, require_active_member
+from realtime_dispatch.messenger.errors import Forbidden, NotFound
+from realtime_dispatch.messenger.membership import notify_membership
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+
+
+class ChatEventKind(StrEnum):
+    MEMBER_ADDED = "MemberAdded"
+    MEMBER_REMOVED = "MemberRemoved"
+    MEMBER_LEFT = "MemberLeft"
+    TITLE_CHANGED = "TitleChanged"
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantView:
+    user_id: UUID
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChatView:
+    chat_id: UUID
+    title: str
+    participants: tuple[ParticipantView, ...]
+    last_seq: int
+
+
+_ACTIVATE_SQL = """
+INSERT INTO messenger.participants (id, chat_id, user_id) VALUES ($1, $2, $3)
+ON CONFLICT (chat_id, user_id)
+DO UPDATE SET active = true, left_at = NULL, joined_at = now()
+WHERE NOT messenger.participants.active
+RETURNING id
+"""
+_DEACTIVATE_SQL = """
+UPDATE messenger.participants SET active = false, left_at = now()
+WHERE chat_id = $1 AND user_id = $2 AND active
+RETURNING id
+"""
+_EVENT_SQL = """
+INSERT INTO messenger.chat_events (id, chat_id, event_kind, actor_user_id, subject_user_id)
+VALUES ($1, $2, $3, $4, $5)
+"""
+
+
+async def record_chat_event(
+    conn: DbConnection,
+    chat_id: UUID,
+    kind: ChatEventKind,
+    *,
+    actor: UUID | None,
+    subject: UUID | None,
+) -> UUID:
+    """Insert a chat event and its ``ChatUpdated`` push (inside the caller's transaction)."""
+    event_id = new_id()
+    await conn.execute(_EVENT_SQL, event_id, chat_id, kind.value, actor, subject)
+    await enqueue(
+        conn,
+        OutboxIntent(
+            kind=RealtimeDispatchKind.CHAT_UPDATED,
+            target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat_id,
+            ref_id=event_id,
+        ),
+    )
+    return event_id
+
+
+async def create_chat(
+    conn: DbConnection, *, creator: UUID, title: str, members: Iterable[UUID] = ()
+) -> UUID:
+    """A chat with ``creator`` and ``members`` as active participants. Nobody who has blocked
+    the creator can be added. Creation itself is not pushed: the members' connections join
+    ``chat:{chatId}`` live and clients list their chats over REST."""
+    chat_id = new_id()
+    users = list(dict.fromkeys([creator, *members]))
+    async with conn.transaction():
+        for user in users[1:]:
+            if await has_blocked(conn, user, creator):
+                raise Forbidden("a member has blocked you")
+        await conn.execute(
+            "INSERT INTO messenger.chats (id, title, created_by) VALUES ($1, $2, $3)",
+            chat_id,
+            title,
+            creator,
+        )
+        await conn.executemany(
+            "INSERT INTO messenger.participants (id, chat_id, user_id) VALUES ($1, $2, $3)",
+            [(new_id(), chat_id, user) for user in users],
+        )
+        for user in users:
+            await notify_membership(conn, chat_id, user, active=True)
+    return chat_id
+
+
+async def _change_membership(
+    conn: DbConnection, *, chat_id: UUID, user_id: UUID, active: bool, actor: UUID | None
+) -> UUID | None:
+    """Apply the change inside an open transaction; the chat event id when something changed."""
+    if await conn.fetchval("SELECT 1 FROM messenger.chats WHERE id = $1", chat_id) is None:
+        raise NotFound("chat not found")
+    if active:
+        changed = await conn.fetchval(_ACTIVATE_SQL, new_id(), chat_id, user_id)
+        kind = ChatEventKind.MEMBER_ADDED
+    else:
+        changed = await conn.fetchval(_DEACTIVATE_SQL, chat_id, user_id)
+        kind = ChatEventKind.MEMBER_LEFT if actor == user_id else ChatEventKind.MEMBER_REMOVED
+    await notify_membership(conn, chat_id, user_id, active=active)
+    if changed is None:
+        return None
+    return await record_chat_event(conn, chat_id, kind, actor=actor, subject=user_id)
+
+
+async def set_participant(
+    conn: DbConnection,
+    *,
+    chat_id: UUID,
+    user_id: UUID,
+    active: bool,
+    actor: UUID | None = None,
+) -> UUID | None:
+    """Add (or re-activate) / remove a participant without access checks (the system actor;
+    REST goes through :func:`add_participant` / :func:`remove_participant`). Announces the
+    change to the hub; when the state changed, records the chat event and its ``ChatUpdated``
+    push and returns the event id."""
+    async with conn.transaction():
+        return await _change_membership(
+            conn, chat_id=chat_id, user_id=user_id, active=active, actor=actor
+        )
+
+
+async def add_participant(
+    conn: DbConnection, *, chat_id: UUID, actor: UUID, user_id: UUID
+) -> UUID | None:
+    """An active member adds ``user_id`` (unless that user has blocked the actor)."""
+    async with conn.transaction():
+        await require_active_member(conn, chat_id, actor)
+        if await has_blocked(conn, user_id, actor):
+            raise Forbidden("the user has blocked you")
+        return await _change_membership(
+            conn, chat_id=chat_id, user_id=user_id, active=True, actor=actor
+        )
+
+
+async def remove_participant(
+    conn: DbConnection, *, chat_id: UUID, actor: UUID, user_id: UUID
+) -> UUID | None:
+    """A member leaves (``actor == user_id``), or the chat's creator removes a member."""
+    async with conn.transaction():
+        await require_active_member(conn, chat_id, actor)
+        if actor != user_id:
+            creator = await conn.fetchval(
+                "SELECT created_by FROM messenger.chats WHERE id = $1", chat_id
+            )
+            if creator != actor:
+                raise Forbidden("only the chat's creator may remove other members")
+            active = await conn.fetchval(
+                "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2",
+                chat_id,
+                user_id,
+            )
+            if not active:
+                raise NotFound("not a participant of this chat")
+        return await _change_membership(
+            conn, chat_id=chat_id, user_id=user_id, active=False, actor=actor
+        )
+
+
+async def rename_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID, title: str) -> UUID | None:
+    """Any active member may change the title; an unchanged title records nothing."""
+    async with conn.transaction():
+        await require_active_member(conn, chat_id, actor)
+        changed = await conn.fetchval(
+            "UPDATE messenger.chats SET title = $2 WHERE id = $1 AND title <> $2 RETURNING id",
+            chat_id,
+            title,
+        )
+        if changed is None:
+            return None
+        return await record_chat_event(
+            conn, chat_id, ChatEventKind.TITLE_CHANGED, actor=actor, subject=None
+        )
+
+
+async def get_chat(conn: DbConnection, *, chat_id: UUID, viewer: UUID) -> ChatView:
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await require_active_member(conn, chat_id, viewer)
+        chat = await conn.fetchrow(
+            "SELECT title, last_seq FROM messenger.chats WHERE id = $1", chat_id
+        )
+        assert chat is not None
+        rows = await conn.fetch(
+            "SELECT user_id, active FROM messenger.participants WHERE chat_id = $1"
+            " ORDER BY joined_at, user_id",
+            chat_id,
+        )
+    return ChatView(
+        chat_id=chat_id,
+        title=str(chat["title"]),
+        participants=tuple(ParticipantView(r["user_id"], bool(r["active"])) for r in rows),
+        last_seq=int(chat["last_seq"]),
+    )

@@ -1,0 +1,38 @@
+"""Why an owner command refused. The REST layer maps each class to one status code
+(``realtime_dispatch.messenger.api.errors``); messages are short and carry no ids or bodies.
+
+::
+
+    RealtimeDispatchError
+    └── DomainError
+        ├── InvalidInput     400  the request cannot be valid (seq beyond the chat, self-call, …)
+        ├── Forbidden        403  the actor may not do this (not a member, blocked, not the sender)
+        ├── NotFound         404  no such record, or not visible to the actor
+        └── Conflict         409  the record is not in a state that allows it (window passed, …)
+"""
+
+from __future__ import annotations
+
+from realtime_dispatch.errors import RealtimeDispatchError
+
+
+class DomainError(RealtimeDispatchError):
+    """A command refused: the REST layer maps the class to a status."""
+
+    code = "Domain"
+
+
+class InvalidInput(DomainError):
+    code = "InvalidInput"
+
+
+class NotFound(DomainError):
+    code = "NotFound"
+
+
+class Forbidden(DomainError):
+    code = "Forbidden"
+
+
+class Conflict(DomainError):
+    code = "Conflict"

@@ -1,0 +1,129 @@
+"""Recordings of a call or a conference: start, stop, available, failed. Pushed like the
+session's other events (Direct: both parties; Conference: the chat), ``ref_id`` = recording.
+
+``available`` and ``failed`` are what the media pipeline reports; in this reference service any
+participant of the session may report them (a production deployment would give the pipeline
+its own service identity)."""
+
+from __future__ import annotations
+
+import re
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
+from realtime_dispatch.messenger.sessions import MediaSession, load_session
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+K = RealtimeDispatchKind
+FAILURE_CODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+async def start_recording(
+    conn: DbConnection,
+    *,
+    actor: UUID,
+    call_id: UUID | None = None,
+    conference_id: UUID | None = None,
+) -> UUID:
+    """Start recording a call in progress (a party) or a live conference (a chat member)."""
+    recording_id = new_id()
+    async with conn.transaction():
+        session = await load_session(
+            conn, actor=actor, call_id=call_id, conference_id=conference_id, require_live=True
+        )
+        try:
+            await conn.execute(
+                "INSERT INTO messenger.call_recordings"
+                " (id, session_kind, call_id, conference_id, started_by_user_id)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                recording_id,
+                session.kind.value,
+                session.call_id,
+                session.conference_id,
+                actor,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise Conflict("a recording is already running") from exc
+        await enqueue(conn, *session.intents(K.RECORDING_STARTED, recording_id))
+    return recording_id
+
+
+async def _recording(
+    conn: DbConnection, recording_id: UUID, actor: UUID
+) -> tuple[MediaSession, str]:
+    row = await conn.fetchrow(
+        "SELECT call_id, conference_id, status FROM messenger.call_recordings"
+        " WHERE id = $1 FOR UPDATE",
+        recording_id,
+    )
+    if row is None:
+        raise NotFound("recording not found")
+    session = await load_session(
+        conn, actor=actor, call_id=row["call_id"], conference_id=row["conference_id"]
+    )
+    return session, str(row["status"])
+
+
+async def _advance(
+    conn: DbConnection,
+    *,
+    recording_id: UUID,
+    actor: UUID,
+    kind: RealtimeDispatchKind,
+    from_statuses: tuple[str, ...],
+    sql: str,
+    args: tuple[object, ...] = (),
+) -> None:
+    async with conn.transaction():
+        session, status = await _recording(conn, recording_id, actor)
+        if status not in from_statuses:
+            raise Conflict(f"the recording is {status}")
+        await conn.execute(sql, recording_id, *args)
+        await enqueue(conn, *session.intents(kind, recording_id))
+
+
+async def stop_recording(conn: DbConnection, *, recording_id: UUID, actor: UUID) -> None:
+    await _advance(
+        conn,
+        recording_id=recording_id,
+        actor=actor,
+        kind=K.RECORDING_STOPPED,
+        from_statuses=("Recording",),
+        sql="UPDATE messenger.call_recordings SET status = 'Stopped', stopped_at = now()"
+        " WHERE id = $1",
+    )
+
+
+async def mark_recording_available(conn: DbConnection, *, recording_id: UUID, actor: UUID) -> None:
+    await _advance(
+        conn,
+        recording_id=recording_id,
+        actor=actor,
+        kind=K.RECORDING_AVAILABLE,
+        from_statuses=("Stopped",),
+        sql="UPDATE messenger.call_recordings SET status = 'Available', available_at = now()"
+        " WHERE id = $1",
+    )
+
+
+async def mark_recording_failed(
+    conn: DbConnection, *, recording_id: UUID, actor: UUID, code: str
+) -> None:
+    """``code``: a short machine code (letters, digits, ``_.-``), never free text."""
+    if not FAILURE_CODE.match(code):
+        raise InvalidInput("code must be 1-64 letters, digits, '_', '.' or '-'")
+    await _advance(
+        conn,
+        recording_id=recording_id,
+        actor=actor,
+        kind=K.RECORDING_FAILED,
+        from_statuses=("Recording", "Stopped"),
+        sql="UPDATE messenger.call_recordings SET status = 'Failed', failed_at = now(),"
+        " stopped_at = coalesce(stopped_at, now()), failure_code = $2 WHERE id = $1",
+        args=(code,),
+    )

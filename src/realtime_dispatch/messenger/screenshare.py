@@ -1,0 +1,67 @@
+"""Screen share in a call or a conference: start, stop. Pushed like the session's other events
+(Direct: both parties; Conference: the chat), ``ref_id`` = the share."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.sessions import load_session
+from realtime_dispatch.outbox.enqueue import enqueue
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+
+async def start_screen_share(
+    conn: DbConnection,
+    *,
+    actor: UUID,
+    call_id: UUID | None = None,
+    conference_id: UUID | None = None,
+) -> UUID:
+    share_id = new_id()
+    async with conn.transaction():
+        session = await load_session(
+            conn, actor=actor, call_id=call_id, conference_id=conference_id, require_live=True
+        )
+        try:
+            await conn.execute(
+                "INSERT INTO messenger.screen_shares"
+                " (id, session_kind, call_id, conference_id, user_id)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                share_id,
+                session.kind.value,
+                session.call_id,
+                session.conference_id,
+                actor,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise Conflict("someone is already sharing their screen") from exc
+        await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STARTED, share_id))
+    return share_id
+
+
+async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) -> None:
+    """Only the user sharing may stop it."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            "SELECT call_id, conference_id, user_id, stopped_at FROM messenger.screen_shares"
+            " WHERE id = $1 FOR UPDATE",
+            share_id,
+        )
+        if row is None:
+            raise NotFound("screen share not found")
+        session = await load_session(
+            conn, actor=actor, call_id=row["call_id"], conference_id=row["conference_id"]
+        )
+        if row["user_id"] != actor:
+            raise Forbidden("only the user sharing may stop it")
+        if row["stopped_at"] is not None:
+            raise Conflict("the screen share has already stopped")
+        await conn.execute(
+            "UPDATE messenger.screen_shares SET stopped_at = now() WHERE id = $1", share_id
+        )
+        await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STOPPED, share_id))

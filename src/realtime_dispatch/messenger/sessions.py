@@ -1,0 +1,118 @@
+"""Media sessions as recordings and screen shares see them: a 1:1 call (``Direct``: pushed to
+both parties' ``user:`` groups) or a conference (``Conference``: pushed to ``chat:{chatId}``),
+with the record-level check of who may act on it."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from uuid import UUID
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
+from realtime_dispatch.outbox.model import (
+    OutboxIntent,
+    RealtimeDispatchKind,
+    RealtimeTargetKind,
+    SessionKind,
+)
+
+
+def new_room_name(prefix: str) -> str:
+    """An unguessable media room name (stored; it is not a credential on its own)."""
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True, slots=True)
+class MediaSession:
+    kind: SessionKind
+    call_id: UUID | None
+    conference_id: UUID | None
+    chat_id: UUID | None
+    parties: tuple[UUID, ...]
+    """Direct: caller and callee. Conference: empty (the chat's members)."""
+    live: bool
+
+    def intents(self, kind: RealtimeDispatchKind, ref_id: UUID) -> list[OutboxIntent]:
+        """One push per party of a call, or one to the conference's chat."""
+        if self.kind is SessionKind.DIRECT:
+            return [
+                OutboxIntent(
+                    kind=kind,
+                    target_kind=RealtimeTargetKind.USER,
+                    target_user_id=party,
+                    ref_id=ref_id,
+                    session_kind=SessionKind.DIRECT,
+                )
+                for party in self.parties
+            ]
+        return [
+            OutboxIntent(
+                kind=kind,
+                target_kind=RealtimeTargetKind.CHAT_GROUP,
+                chat_id=self.chat_id,
+                ref_id=ref_id,
+                session_kind=SessionKind.CONFERENCE,
+            )
+        ]
+
+
+def direct_intents(
+    kind: RealtimeDispatchKind, ref_id: UUID, caller: UUID, callee: UUID
+) -> list[OutboxIntent]:
+    """A call's push to both parties (callee first)."""
+    session = MediaSession(SessionKind.DIRECT, ref_id, None, None, (callee, caller), True)
+    return session.intents(kind, ref_id)
+
+
+async def load_session(
+    conn: DbConnection,
+    *,
+    actor: UUID,
+    call_id: UUID | None = None,
+    conference_id: UUID | None = None,
+    require_live: bool = False,
+) -> MediaSession:
+    """The call or conference ``actor`` acts on, locked for the rest of the transaction.
+
+    A call is visible to its two parties only (NotFound for anyone else); a conference to the
+    active members of its chat. ``require_live``: the call is Active / the conference Active.
+    """
+    if (call_id is None) == (conference_id is None):
+        raise InvalidInput("give exactly one of callId and conferenceId")
+    if call_id is not None:
+        call = await conn.fetchrow(
+            "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
+            " WHERE id = $1 FOR SHARE",
+            call_id,
+        )
+        if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
+            raise NotFound("call not found")
+        session = MediaSession(
+            SessionKind.DIRECT,
+            call_id,
+            None,
+            None,
+            (call["callee_user_id"], call["caller_user_id"]),
+            call["status"] == "Active",
+        )
+    else:
+        conference = await conn.fetchrow(
+            "SELECT chat_id, status FROM messenger.conference_sessions WHERE id = $1 FOR SHARE",
+            conference_id,
+        )
+        if conference is None:
+            raise NotFound("conference not found")
+        await require_active_member(conn, conference["chat_id"], actor)
+        session = MediaSession(
+            SessionKind.CONFERENCE,
+            None,
+            conference_id,
+            conference["chat_id"],
+            (),
+            conference["status"] == "Active",
+        )
+    if require_live and not session.live:
+        raise Conflict("the call or conference is not in progress")
+    return session

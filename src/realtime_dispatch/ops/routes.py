@@ -1,0 +1,117 @@
+"""``/ops``: the operator page and its JSON API, for admin tokens only (a hub/REST JWT with the
+``role: admin`` claim; ``realtime-dispatch token --user … --admin``).
+
+* ``GET /ops`` — the page (static; it asks for the token and keeps it in the tab's session).
+* ``GET /ops/api/summary`` — counts, oldest pending age, recent lag, who holds the lock.
+* ``GET /ops/api/quarantined?kind=&limit=`` — quarantined rows with their ``last_error``.
+* ``POST /ops/api/requeue`` — ``{"ids": [...]}`` or ``{"kind": "..."}`` → ``{"requeued": n}``.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from typing import Any
+from uuid import UUID
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from realtime_dispatch.hub.auth import AuthError, TokenVerifier, bearer
+from realtime_dispatch.ops.service import OpsService
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+MAX_LIMIT = 500
+
+
+class RequeueRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[UUID] | None = None
+    kind: RealtimeDispatchKind | None = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> RequeueRequest:
+        if (self.ids is None) == (self.kind is None):
+            raise ValueError("give exactly one of ids, kind")
+        if self.ids is not None and not 1 <= len(self.ids) <= MAX_LIMIT:
+            raise ValueError(f"ids: 1 to {MAX_LIMIT} ids")
+        return self
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
+    page = resources.files("realtime_dispatch.ops").joinpath("static/ops.html").read_text("utf-8")
+
+    def admin_error(request: Request) -> Response | None:
+        try:
+            identity = verifier.identity_of(bearer(request.headers))
+        except AuthError as exc:
+            return _error(401, f"admin token required ({exc.code})")
+        if not identity.admin:
+            return _error(403, "this token has no admin role")
+        return None
+
+    async def ops_page(_: Request) -> Response:
+        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+    async def summary(request: Request) -> Response:
+        if (denied := admin_error(request)) is not None:
+            return denied
+        stats = await service.stats()
+        lag = await service.recent_lag()
+        holder = await service.lock_holder()
+        return _json(
+            {
+                "at": time.time(),
+                "stats": stats.as_json(),
+                "lag": lag.as_json(),
+                "lockHolder": holder.as_json() if holder else None,
+                "quarantinedByKind": await service.quarantined_by_kind(),
+            }
+        )
+
+    async def quarantined(request: Request) -> Response:
+        if (denied := admin_error(request)) is not None:
+            return denied
+        kind_param = request.query_params.get("kind") or None
+        try:
+            kind = RealtimeDispatchKind(kind_param) if kind_param else None
+            limit = int(request.query_params.get("limit", "100"))
+        except ValueError:
+            return _error(400, "kind must be a RealtimeDispatchKind and limit an integer")
+        if not 1 <= limit <= MAX_LIMIT:
+            return _error(400, f"limit must be between 1 and {MAX_LIMIT}")
+        rows = await service.quarantined(kind=kind, limit=limit)
+        return _json({"items": [row.as_json() for row in rows]})
+
+    async def requeue(request: Request) -> Response:
+        if (denied := admin_error(request)) is not None:
+            return denied
+        try:
+            body: Any = orjson.loads(await request.body())
+            command = RequeueRequest.model_validate(body)
+        except orjson.JSONDecodeError:
+            return _error(400, "body must be JSON")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return _error(422, str(first["msg"]).removeprefix("Value error, "))
+        count = await service.requeue(ids=command.ids, kind=command.kind)
+        return _json({"requeued": count})
+
+    return [
+        Route("/ops", ops_page, methods=["GET"]),
+        Route("/ops/api/summary", summary, methods=["GET"]),
+        Route("/ops/api/quarantined", quarantined, methods=["GET"]),
+        Route("/ops/api/requeue", requeue, methods=["POST"]),
+    ]

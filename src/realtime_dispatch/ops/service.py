@@ -1,0 +1,133 @@
+"""Read models for operators, over the outbox (statistics and requeue come from
+:class:`~realtime_dispatch.outbox.store.OutboxStore`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import asyncpg
+
+from realtime_dispatch.ids import id_floor
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.outbox.queries import load_queries
+from realtime_dispatch.outbox.store import OutboxStats, OutboxStore, translate_errors
+from realtime_dispatch.settings import RealtimeDispatchOptions
+
+QUERIES = load_queries("realtime_dispatch.ops")
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRow:
+    id: UUID
+    kind: str
+    target_kind: str
+    chat_id: UUID | None
+    target_user_id: UUID | None
+    session_kind: str | None
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "id": str(self.id),
+            "kind": self.kind,
+            "targetKind": self.target_kind,
+            "chatId": str(self.chat_id) if self.chat_id else None,
+            "targetUserId": str(self.target_user_id) if self.target_user_id else None,
+            "sessionKind": self.session_kind,
+            "attempts": self.attempts,
+            "lastError": self.last_error,
+            "createdAt": self.created_at.isoformat(),
+            "updatedAt": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    pid: int
+    application_name: str
+    client_addr: str | None
+    backend_start: datetime
+    state: str | None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "applicationName": self.application_name,
+            "clientAddr": self.client_addr,
+            "backendStart": self.backend_start.isoformat(),
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecentLag:
+    window_seconds: float
+    done: int
+    p50: float | None
+    p95: float | None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "windowSeconds": self.window_seconds,
+            "done": self.done,
+            "p50": self.p50,
+            "p95": self.p95,
+        }
+
+
+class OpsService:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self.store = OutboxStore(pool, RealtimeDispatchOptions())
+
+    async def stats(self) -> OutboxStats:
+        return await self.store.stats()
+
+    async def quarantined(
+        self, *, kind: RealtimeDispatchKind | None = None, limit: int = 100
+    ) -> list[QuarantinedRow]:
+        async with translate_errors():
+            records = await self._pool.fetch(
+                QUERIES["quarantined"], kind.value if kind else None, limit
+            )
+        return [QuarantinedRow(**dict(r)) for r in records]
+
+    async def quarantined_by_kind(self) -> dict[str, int]:
+        async with translate_errors():
+            records = await self._pool.fetch(QUERIES["quarantined_by_kind"])
+        return {r["kind"]: int(r["rows"]) for r in records}
+
+    async def lock_holder(self) -> LockHolder | None:
+        async with translate_errors():
+            record = await self._pool.fetchrow(QUERIES["lock_holder"])
+        if record is None:
+            return None
+        return LockHolder(
+            pid=record["pid"],
+            application_name=record["application_name"] or "",
+            client_addr=record["client_addr"],
+            backend_start=record["backend_start"],
+            state=record["state"],
+        )
+
+    async def recent_lag(self, window_seconds: float = 60.0) -> RecentLag:
+        since = id_floor(datetime.now(UTC) - timedelta(seconds=window_seconds))
+        async with translate_errors():
+            record = await self._pool.fetchrow(QUERIES["recent_lag"], since)
+        assert record is not None
+        return RecentLag(
+            window_seconds=window_seconds,
+            done=int(record["done"]),
+            p50=None if record["p50"] is None else float(record["p50"]),
+            p95=None if record["p95"] is None else float(record["p95"]),
+        )
+
+    async def requeue(
+        self, *, ids: list[UUID] | None = None, kind: RealtimeDispatchKind | None = None
+    ) -> int:
+        return await self.store.requeue(ids=ids or (), kind=kind)

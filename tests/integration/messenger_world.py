@@ -1,0 +1,126 @@
+"""The scenario against the real thing: a hub served by uvicorn in this event loop, the real
+dispatcher (``dispatch_service``) publishing through the hub's in-process publisher, and one raw
+SignalR client per user over a real WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from pydantic import SecretStr
+
+from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.settings import MediaOptions, RealtimeDispatchOptions
+from tests.conftest import wait_until
+from tests.hub_fixtures import RawClient, hub_settings, make_token, raw_client, running_hub
+from tests.integration.messenger_scenario import (
+    Ctx,
+    Step,
+    expected_shape,
+    last_id,
+    new_rows,
+    row_shape,
+)
+
+JITSI_SECRET = "jitsi-app-secret-for-tests-0123456789"
+TURN_SECRET = "turn-shared-secret-for-tests-0123456789"
+MEDIA = MediaOptions(
+    jitsi_app_id="rd-tests",
+    jitsi_app_secret=SecretStr(JITSI_SECRET),
+    jitsi_domain="meet.test",
+    turn_urls=("turn:turn.test:3478?transport=udp", "turns:turn.test:5349"),
+    turn_secret=SecretStr(TURN_SECRET),
+    token_ttl=90,
+)
+FAST = RealtimeDispatchOptions(
+    polling_interval=0.2, backoff_base=0.05, backoff_cap=0.2, max_run_duration=2, lock_ttl=10
+)
+
+
+@dataclass
+class Received:
+    user: str
+    event: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class World:
+    ctx: Ctx
+    clients: dict[str, RawClient]
+    received: list[Received] = field(default_factory=list)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self.ctx.pool
+
+    async def recipients(self, group: str) -> list[str]:
+        kind, _, raw = group.partition(":")
+        names = {uid: name for name, uid in self.ctx.users.items()}
+        if kind == "user":
+            return [names[UUID(raw)]]
+        rows = await self.pool.fetch(
+            "SELECT user_id FROM messenger.participants WHERE chat_id = $1 AND active", UUID(raw)
+        )
+        return sorted(names[r["user_id"]] for r in rows)
+
+    async def play(self, step: Step) -> list[asyncpg.Record]:
+        """Run the step's command; check its rows; wait until they are Done; check that every
+        recipient got the event with the expected payload (others are checked by
+        :meth:`assert_quiet`)."""
+        mark = await last_id(self.pool)
+        async with self.pool.acquire() as conn:
+            await step.run(self.ctx, conn)
+        rows = await new_rows(self.pool, mark)
+        assert [row_shape(r) for r in rows] == expected_shape(step.expect(self.ctx)), step.name
+        ids = [r["id"] for r in rows]
+
+        async def done() -> bool:
+            return bool(
+                await self.pool.fetchval(
+                    "SELECT bool_and(status = 'Done') FROM messenger.realtime_outbox"
+                    " WHERE id = ANY($1::uuid[])",
+                    ids,
+                )
+            )
+
+        await wait_until(done, within=10)
+        for row in rows:
+            event = RealtimeDispatchKind(row["kind"]).event_name
+            for name in await self.recipients(row_shape(row)[1]):
+                record = await self.clients[name].next_of([1])
+                assert record["target"] == event, (step.name, name, record)
+                [payload] = record["arguments"]
+                step.check(self.ctx, name, payload)
+                self.received.append(Received(name, event, payload))
+        return rows
+
+    async def assert_quiet(self, seconds: float = 0.3) -> None:
+        """Nobody has an event left over: no extra delivery reached anyone."""
+        await asyncio.gather(*(c.assert_silent(seconds) for c in self.clients.values()))
+
+
+@contextlib.asynccontextmanager
+async def world(
+    database_url: str, pool: asyncpg.Pool, media: MediaOptions = MEDIA
+) -> AsyncIterator[World]:
+    ctx = Ctx(pool)
+    await ctx.setup()
+    async with contextlib.AsyncExitStack() as stack:
+        running = await stack.enter_async_context(
+            running_hub(hub_settings(), dsn=database_url, pool=pool)
+        )
+        await stack.enter_async_context(
+            dispatch_service(database_url, FAST, running.hub.publisher(), media=media)
+        )
+        clients = {
+            name: await stack.enter_async_context(raw_client(running, make_token(uid)))
+            for name, uid in ctx.users.items()
+        }
+        yield World(ctx, clients)

@@ -1,0 +1,93 @@
+"""Media join at delivery: ``call_invited``, ``conference_started`` and ``conference_invited``
+arrive at the client with a room token that verifies with the configured Jitsi secret and TURN
+credentials that verify with the TURN secret's HMAC; neither the tokens nor the secrets are in
+any table or any log line."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import time
+from typing import Any
+
+import asyncpg
+import jwt
+import pytest
+from structlog.testing import capture_logs
+
+from tests.integration.messenger_scenario import STEPS
+from tests.integration.messenger_world import JITSI_SECRET, MEDIA, TURN_SECRET, world
+
+MEDIA_STEPS = ("call alice→bob", "start conference", "invite bob")
+
+
+def verify_media(media: dict[str, Any], *, subject: str) -> dict[str, Any]:
+    claims: dict[str, Any] = jwt.decode(
+        media["accessToken"], JITSI_SECRET, algorithms=["HS256"], audience="jitsi"
+    )
+    assert claims["iss"] == MEDIA.jitsi_app_id
+    assert claims["sub"] == MEDIA.jitsi_domain
+    assert claims["room"] == media["roomName"]
+    now = time.time()
+    assert now < claims["exp"] <= now + MEDIA.token_ttl + 2
+    [ice] = media["iceServers"]
+    assert ice["urls"] == list(MEDIA.turn_urls)
+    expiry, _, who = ice["username"].partition(":")
+    assert who == subject
+    assert int(expiry) == claims["exp"]
+    digest = hmac.new(TURN_SECRET.encode(), ice["username"].encode(), hashlib.sha1).digest()
+    assert ice["credential"] == base64.b64encode(digest).decode()
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(
+            media["accessToken"],
+            "another-secret-of-32-bytes-length!",
+            algorithms=["HS256"],
+            audience="jitsi",
+        )
+    return claims
+
+
+async def test_join_tokens_are_valid_at_the_client_and_stored_nowhere(
+    database_url: str, pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with capture_logs() as events:
+        async with world(database_url, pool) as w:
+            for step in STEPS:
+                if step.name in MEDIA_STEPS:
+                    await w.play(step)
+            await w.assert_quiet()
+    ctx = w.ctx
+    invites = {r.user: r.payload for r in w.received if r.event == "call_invited"}
+    assert set(invites) == {"alice", "bob"}  # each party gets credentials minted for them
+    for name, payload in invites.items():
+        claims = verify_media(payload["media"], subject=str(ctx.users[name]))
+        assert claims["context"] == {"user": {"id": str(ctx.users[name])}}
+    conference = [r for r in w.received if r.event.startswith("conference_")]
+    assert {r.event for r in conference} == {"conference_started", "conference_invited"}
+    assert {r.user for r in conference} == {"alice", "bob", "carol"}  # the chat's members
+    for r in conference:
+        claims = verify_media(r.payload["media"], subject=str(ctx.ids["chat"]))
+        assert claims["context"] == {"group": str(ctx.ids["chat"])}
+
+    secrets = {JITSI_SECRET, TURN_SECRET}
+    for r in w.received:
+        media = r.payload.get("media")
+        if media:
+            secrets.add(media["accessToken"])
+            secrets.update(ice["credential"] for ice in media["iceServers"])
+            # The signature part alone must not leak either.
+            secrets.add(media["accessToken"].rsplit(".", 1)[1])
+    tables = await pool.fetch(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'messenger'"
+    )
+    assert len(tables) >= 12
+    for t in tables:
+        rows = await pool.fetch(f'SELECT x::text AS line FROM messenger."{t["table_name"]}" x')
+        dump = "\n".join(r["line"] for r in rows)
+        assert not [s for s in secrets if s in dump], t["table_name"]
+    assert events, "structlog events were captured"
+    logged = repr(events) + caplog.text
+    assert not [s for s in secrets if s in logged]

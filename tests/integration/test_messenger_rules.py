@@ -1,0 +1,306 @@
+"""The owner service's rules against a real PostgreSQL: gap-free seqs under concurrent senders,
+the edit window and sender checks, the blacklist, record-level access, the call-timeout reaper,
+and the builders' refusal to send an entity to a group that may not see it."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID, uuid4
+
+import asyncpg
+import pytest
+
+from realtime_dispatch.messenger import (
+    blacklist,
+    calls,
+    chats,
+    conferences,
+    contacts,
+    messages,
+    reads,
+    recordings,
+)
+from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.messenger.reaper import CallTimeoutReaper, reap_unanswered_calls
+from tests.integration.messenger_scenario import domain_snapshot
+from tests.integration.support import make_stack
+
+
+async def outbox_count(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM messenger.realtime_outbox"))
+
+
+async def test_twenty_concurrent_senders_get_gap_free_seqs(database_url: str) -> None:
+    senders = [uuid4() for _ in range(20)]
+    wide = await asyncpg.create_pool(database_url, min_size=20, max_size=20)
+    assert wide is not None
+    try:
+        async with wide.acquire() as conn:
+            chat = await chats.create_chat(conn, creator=senders[0], title="t", members=senders)
+        start = asyncio.Event()
+
+        async def sender(user: UUID) -> list[int]:
+            seqs = []
+            async with wide.acquire() as conn:
+                await start.wait()
+                for n in range(3):
+                    sent = await messages.send_message(conn, chat_id=chat, sender=user, body=f"{n}")
+                    seqs.append(sent.seq)
+            return seqs
+
+        tasks = [asyncio.create_task(sender(u)) for u in senders]
+        await asyncio.sleep(0.05)
+        start.set()
+        results = await asyncio.gather(*tasks)
+        got = sorted(seq for seqs in results for seq in seqs)
+        assert got == list(range(1, 61))
+        for seqs in results:
+            assert seqs == sorted(seqs)  # one sender's messages keep their order
+        stored = await wide.fetch("SELECT seq FROM messenger.messages WHERE chat_id = $1", chat)
+        assert sorted(r["seq"] for r in stored) == got
+        pushed = await wide.fetch("SELECT seq FROM messenger.realtime_outbox ORDER BY seq")
+        assert [r["seq"] for r in pushed] == got
+        assert await wide.fetchval("SELECT last_seq FROM messenger.chats WHERE id = $1", chat) == 60
+    finally:
+        await wide.close()
+
+
+async def test_edit_window_and_sender_checks(pool: asyncpg.Pool) -> None:
+    alice, bob, dave = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        sent = await messages.send_message(conn, chat_id=chat, sender=alice, body="v1")
+        state, rows = await domain_snapshot(pool), await outbox_count(pool)
+        with pytest.raises(Forbidden, match="only the sender"):
+            await messages.edit_message(
+                conn, chat_id=chat, message_id=sent.message_id, editor=bob, body="x"
+            )
+        with pytest.raises(Forbidden, match="only the sender"):
+            await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=bob)
+        with pytest.raises(Forbidden):
+            await messages.edit_message(
+                conn, chat_id=chat, message_id=sent.message_id, editor=dave, body="x"
+            )
+        with pytest.raises(NotFound):
+            await messages.edit_message(
+                conn, chat_id=chat, message_id=uuid4(), editor=alice, body="x"
+            )
+        await conn.execute(
+            "UPDATE messenger.messages SET sent_at = now() - interval '59 seconds' WHERE id = $1",
+            sent.message_id,
+        )
+        state = await domain_snapshot(pool)
+        await messages.edit_message(
+            conn, chat_id=chat, message_id=sent.message_id, editor=alice, body="v2"
+        )
+        rows += 1
+        await conn.execute(
+            "UPDATE messenger.messages SET sent_at = now() - interval '61 seconds' WHERE id = $1",
+            sent.message_id,
+        )
+        state = await domain_snapshot(pool)
+        with pytest.raises(Conflict, match="edit window of 60 s"):
+            await messages.edit_message(
+                conn, chat_id=chat, message_id=sent.message_id, editor=alice, body="v3"
+            )
+        assert await domain_snapshot(pool) == state
+        assert await outbox_count(pool) == rows
+        body = await conn.fetchval(
+            "SELECT body FROM messenger.messages WHERE id = $1", sent.message_id
+        )
+        assert body == "v2"
+
+
+async def test_blocked_user_cannot_message_or_call_the_blocker(pool: asyncpg.Pool) -> None:
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        direct = await chats.create_chat(conn, creator=alice, title="a+b", members=[bob])
+        group = await chats.create_chat(conn, creator=alice, title="g", members=[bob, carol])
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        rows = await outbox_count(pool)
+        with pytest.raises(Forbidden, match="blocked"):
+            await messages.send_message(conn, chat_id=direct, sender=alice, body="hi")
+        with pytest.raises(Forbidden, match="blocked"):
+            await calls.start_call(conn, caller=alice, callee=bob)
+        with pytest.raises(Forbidden, match="blocked"):
+            await contacts.request_contact(conn, requester=alice, addressee=bob)
+        with pytest.raises(Forbidden, match="blocked"):
+            await chats.create_chat(conn, creator=alice, title="again", members=[bob])
+        other = await chats.create_chat(conn, creator=alice, title="o", members=[carol])
+        with pytest.raises(Forbidden, match="blocked"):
+            await chats.add_participant(conn, chat_id=other, actor=alice, user_id=bob)
+        assert await outbox_count(pool) == rows
+        assert await conn.fetchval("SELECT count(*) FROM messenger.call_sessions") == 0
+        # The blocker still reaches the blocked user; a group chat is not silenced.
+        await messages.send_message(conn, chat_id=direct, sender=bob, body="I blocked you")
+        await messages.send_message(conn, chat_id=group, sender=alice, body="to everyone")
+        await calls.start_call(conn, caller=bob, callee=alice)
+        with pytest.raises(Conflict):
+            await blacklist.block_user(conn, owner=bob, blocked=alice)
+        await blacklist.unblock_user(conn, owner=bob, blocked=alice)
+        await messages.send_message(conn, chat_id=direct, sender=alice, body="thanks")
+        await calls.start_call(conn, caller=alice, callee=bob)
+        with pytest.raises(NotFound):
+            await blacklist.unblock_user(conn, owner=bob, blocked=alice)
+        with pytest.raises(InvalidInput):
+            await blacklist.block_user(conn, owner=bob, blocked=bob)
+
+
+async def test_record_level_checks(pool: asyncpg.Pool) -> None:
+    alice, bob, carol, dave = uuid4(), uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob, carol])
+        call = await calls.start_call(conn, caller=alice, callee=bob)
+        state, rows = await domain_snapshot(pool), await outbox_count(pool)
+        with pytest.raises(NotFound):  # not a party: the call does not exist for carol
+            await calls.answer_call(conn, call_id=call, actor=carol)
+        with pytest.raises(Forbidden, match="callee"):
+            await calls.answer_call(conn, call_id=call, actor=alice)
+        with pytest.raises(Forbidden, match="caller"):
+            await calls.cancel_call(conn, call_id=call, actor=bob)
+        with pytest.raises(Conflict):  # ringing, not active
+            await calls.end_call(conn, call_id=call, actor=alice)
+        with pytest.raises(Conflict):  # cannot record a call nobody answered
+            await recordings.start_recording(conn, actor=alice, call_id=call)
+        with pytest.raises(NotFound):
+            await recordings.start_recording(conn, actor=carol, call_id=call)
+        with pytest.raises(Forbidden):
+            await conferences.start_conference(conn, chat_id=chat, actor=dave)
+        with pytest.raises(NotFound):
+            await conferences.start_conference(conn, chat_id=uuid4(), actor=alice)
+        with pytest.raises(Forbidden):
+            await chats.get_chat(conn, chat_id=chat, viewer=dave)
+        with pytest.raises(Forbidden, match="creator"):
+            await chats.remove_participant(conn, chat_id=chat, actor=bob, user_id=carol)
+        with pytest.raises(InvalidInput, match="beyond"):
+            await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=5)
+        with pytest.raises(InvalidInput):
+            await calls.start_call(conn, caller=alice, callee=alice)
+        request = await contacts.request_contact(conn, requester=alice, addressee=bob)
+        state, rows = await domain_snapshot(pool), await outbox_count(pool)
+        with pytest.raises(Forbidden, match="addressee"):
+            await contacts.accept_contact(conn, request_id=request, actor=alice)
+        with pytest.raises(NotFound):
+            await contacts.accept_contact(conn, request_id=request, actor=carol)
+        with pytest.raises(Conflict):
+            await contacts.request_contact(conn, requester=alice, addressee=bob)
+        with pytest.raises(Conflict, match="accept it"):
+            await contacts.request_contact(conn, requester=bob, addressee=alice)
+        conference = await conferences.start_conference(conn, chat_id=chat, actor=alice)
+        with pytest.raises(Conflict, match="already running"):
+            await conferences.start_conference(conn, chat_id=chat, actor=bob)
+        with pytest.raises(Conflict, match="not a member"):
+            await conferences.invite_to_conference(
+                conn, conference_id=conference, actor=alice, user_id=dave
+            )
+        with pytest.raises(Forbidden, match="started"):
+            await conferences.end_conference(conn, conference_id=conference, actor=bob)
+        with pytest.raises(Forbidden):
+            await conferences.join_conference(conn, conference_id=conference, actor=dave)
+    assert await outbox_count(pool) == rows + 1  # only the conference start
+    # Nothing but the contact request and the conference were ever written by the refusals.
+    assert (await domain_snapshot(pool))["messages"] == state["messages"]
+
+
+async def test_read_marks_only_move_forward(pool: asyncpg.Pool) -> None:
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        for _ in range(3):
+            await messages.send_message(conn, chat_id=chat, sender=alice, body="x")
+        assert await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=2)
+        rows = await outbox_count(pool)
+        assert not await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=1)
+        assert not await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=2)
+        assert await outbox_count(pool) == rows
+        assert await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=3)
+
+
+async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.Pool) -> None:
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        stale = await calls.start_call(conn, caller=alice, callee=bob)
+        answered = await calls.start_call(conn, caller=carol, callee=bob)
+        await calls.answer_call(conn, call_id=answered, actor=bob)
+        await conn.execute(
+            "UPDATE messenger.call_sessions SET created_at = now() - interval '50 seconds'"
+        )
+        fresh = await calls.start_call(conn, caller=carol, callee=alice)
+        rows = await outbox_count(pool)
+    reaper = CallTimeoutReaper(pool, ring_timeout=45, interval=0.05)
+    assert await reaper.sweep() == [stale]
+    assert await outbox_count(pool) == rows + 2
+    missed = await pool.fetch(
+        "SELECT target_user_id FROM messenger.realtime_outbox WHERE kind = 'CallMissed'"
+    )
+    assert {r["target_user_id"] for r in missed} == {alice, bob}
+    statuses = dict(await pool.fetch("SELECT id, status FROM messenger.call_sessions"))
+    assert statuses == {stale: "Missed", answered: "Active", fresh: "Ringing"}
+    async with pool.acquire() as conn:
+        assert await reap_unanswered_calls(conn, ring_timeout=45) == []
+        with pytest.raises(Conflict):  # a missed call can no longer be answered
+            await calls.answer_call(conn, call_id=stale, actor=bob)
+    # The periodic task does the same on its own.
+    await pool.execute(
+        "UPDATE messenger.call_sessions SET created_at = now() - interval '1 hour' WHERE id = $1",
+        fresh,
+    )
+    task = asyncio.create_task(reaper.run())
+    try:
+        for _ in range(100):
+            status = await pool.fetchval(
+                "SELECT status FROM messenger.call_sessions WHERE id = $1", fresh
+            )
+            if status == "Missed":
+                break
+            await asyncio.sleep(0.02)
+        assert status == "Missed"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.Pool) -> None:
+    """A hand-written row that would send an entity to someone not allowed to see it is
+    quarantined, never delivered."""
+    alice, bob, mallory = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        other_chat = await chats.create_chat(conn, creator=mallory, title="m")
+        call = await calls.start_call(conn, caller=alice, callee=bob)
+        request = await contacts.request_contact(conn, requester=alice, addressee=bob)
+        event = await chats.rename_chat(conn, chat_id=chat, actor=alice, title="renamed")
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    forged = [
+        ("CallInvited", "User", None, mallory, call, "Direct"),
+        ("ContactRequestReceived", "User", None, mallory, request, None),
+        ("ChatUpdated", "ChatGroup", other_chat, None, event, None),
+        ("ConferenceStarted", "ChatGroup", chat, None, uuid4(), "Conference"),
+    ]
+    await pool.executemany(
+        "INSERT INTO messenger.realtime_outbox"
+        " (id, kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
+        " VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+        forged,
+    )
+    stack = make_stack(pool)
+    await stack.dispatcher.run_pass()
+    assert stack.publisher.pushes == []
+    errors = await pool.fetch(
+        "SELECT kind, last_error FROM messenger.realtime_outbox WHERE status = 'Quarantined'"
+    )
+    reasons = {r["kind"]: r["last_error"] for r in errors}
+    assert set(reasons) == {
+        "CallInvited",
+        "ContactRequestReceived",
+        "ChatUpdated",
+        "ConferenceStarted",
+    }
+    assert "TargetMismatch" in reasons["CallInvited"]
+    assert "TargetMismatch" in reasons["ContactRequestReceived"]
+    assert "TargetMismatch" in reasons["ChatUpdated"]
+    assert "ConferenceNotFound" in reasons["ConferenceStarted"]
+    for r in errors:  # error class and code only: no ids
+        assert str(mallory) not in r["last_error"]
+        assert str(chat) not in r["last_error"]
