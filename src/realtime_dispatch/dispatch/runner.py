@@ -8,9 +8,10 @@ connection dies it is reopened on the next turn (and a pass runs at once, since 
 may have been missed); while PostgreSQL is down the loop logs, counts and keeps polling.
 
 Idle flag: owners' inserts notify only while ``messenger.realtime_dispatch_state.idle`` is true,
-because a notifying commit serialises all owners. After a pass that did work and drained the
-queue, the runner sets the flag (waiting out writers that passed the trigger before it flipped),
-then checks once more for due rows before it sleeps; the first claim of a pass clears it.
+because a notifying commit serialises all owners. A pass that did work is followed at once by
+another; after a pass that found nothing due, the runner sets the flag (waiting out writers that
+passed the trigger before it flipped), then checks once more for due rows before it sleeps; the
+first claim of a pass that finds work clears it. Under load the flag stays false.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class DispatchRunner:
     async def _turn(self) -> bool:
         """One scheduling turn; True when another pass should follow at once."""
         try:
-            reconnected = await self._ensure_connection()
+            await self._ensure_connection()
             report = await self._locked_pass()
             if report is None:
                 return False
@@ -107,11 +108,9 @@ class DispatchRunner:
             await self._maybe_retention()
             if report.stopped or report.lost_lock:
                 return False
-            if report.more_waiting:
-                return True
-            if report.worked or reconnected:
-                return await self._go_idle()
-            return False
+            if report.worked or report.more_waiting:
+                return True  # more may be due: the next pass finds out, no extra query
+            return await self._go_idle()
         except Exception as exc:
             reason = "database_unavailable" if _unavailable(exc) else type(exc).__name__
             self._metrics.passes.labels("failed").inc()
@@ -121,9 +120,9 @@ class DispatchRunner:
                 await self._close_connection()
             return False
 
-    async def _ensure_connection(self) -> bool:
+    async def _ensure_connection(self) -> None:
         if self._conn is not None and not self._conn.is_closed():
-            return False
+            return
         await self._close_connection()
         async with translate_errors():
             conn = await self._connect()
@@ -138,7 +137,6 @@ class DispatchRunner:
             # Nobody listens: make sure owners do not pay for notifications.
             await self._set_flag(idle=False)
         _log.info("dispatcher_connected", listening=self._listening)
-        return True
 
     async def _locked_pass(self) -> PassReport | None:
         conn = self._conn
@@ -166,11 +164,9 @@ class DispatchRunner:
             await self._set_flag(idle=False)
 
     async def _go_idle(self) -> bool:
-        """After a pass that did work: True if rows are already due (stay busy, no flag write).
-        Otherwise set the idle flag (when listening) and check once more, so a row committed
-        while the flag flipped is either seen here or notified."""
-        if await self._due_now():
-            return True
+        """After a pass that found nothing due: set the idle flag (when listening) and check once
+        more, so a row committed while the flag flipped is either seen here or notified. True if
+        rows are due after all."""
         if not self.listening or self._flag_idle is True:
             return False
         await self._set_flag(idle=True)
