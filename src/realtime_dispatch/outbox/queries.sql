@@ -3,35 +3,12 @@
 -- In the same statement: attempts += 1 and next_attempt_at = now() + backoff(attempts), with
 -- backoff = min(cap $4, base $2 * factor $3 ^ (attempts - 1)) * (1 - $5 * random()), computed
 -- in log space so that no attempt count overflows. Committing releases the row locks.
+-- $6: ids this runner still has in flight (a pipelined pass claims the next batch before the
+-- outcome of the current one is committed); usually empty.
 -- The locked ids are collected into an array (an InitPlan run once) and the UPDATE finds them by
 -- primary key: no join for the planner to get wrong (with a CTE join it may hash a sequential
 -- scan of the whole table), and a cheaper plan to build on every call (custom plans). The outer
 -- SELECT returns the rows in id order (UPDATE … RETURNING keeps no order).
-WITH claimed AS (
-    UPDATE messenger.realtime_outbox AS o
-    SET attempts = o.attempts + 1,
-        next_attempt_at = now() + make_interval(secs =>
-            $2::float8 * exp(least(ln($4::float8 / $2::float8), o.attempts * ln($3::float8)))
-            * (1 - $5::float8 * random())),
-        updated_at = now(),
-        row_version = o.row_version + 1
-    WHERE o.id = ANY (ARRAY(
-        SELECT id FROM messenger.realtime_outbox
-        WHERE status = 'Pending' AND next_attempt_at <= now()
-        ORDER BY id
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id, o.ref_id,
-              o.session_kind, o.seq, o.attempts, o.row_version, o.created_at
-)
-SELECT * FROM claimed ORDER BY id;
-
--- name: claim_next
--- The claim issued while earlier batches of the same pass are still in flight (pipelining):
--- the same statement, minus the rows whose outcome is not committed yet ($6 ids). They are not
--- due until their backoff has passed, but with a slow hub it may have, and they must not be
--- claimed twice.
 WITH claimed AS (
     UPDATE messenger.realtime_outbox AS o
     SET attempts = o.attempts + 1,

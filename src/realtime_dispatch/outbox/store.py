@@ -86,13 +86,9 @@ class OutboxStore:
         ``exclude`` ids (rows this runner still has in flight)."""
         o = self._options
         backoff = (o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER)
-        query = QUERIES["claim_next"] if exclude else QUERIES["claim"]
-        args: tuple[object, ...] = (
-            (limit, *backoff, list(exclude)) if exclude else (limit, *backoff)
-        )
         async with translate_errors():
             executor = self._pool if conn is None else conn
-            records = await executor.fetch(query, *args)
+            records = await executor.fetch(QUERIES["claim"], limit, *backoff, list(exclude))
         # RETURNING lists the columns in ClaimedRow's field order.
         return [ClaimedRow(*record) for record in records]
 
