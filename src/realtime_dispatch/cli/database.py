@@ -25,6 +25,7 @@ async def database_url(settings: Settings, *, run_migrations: bool = False) -> A
         embedded = EmbeddedPostgres(data_dir)
         print(f"realtime-dispatch: starting embedded PostgreSQL in {data_dir}", file=sys.stderr)
         url = embedded.start()
+        print(f"realtime-dispatch: embedded PostgreSQL at {url}", file=sys.stderr)
     try:
         if run_migrations:
             conn = await asyncpg.connect(url)

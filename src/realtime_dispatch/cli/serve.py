@@ -23,6 +23,7 @@ from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.tokens import mint_token
 from realtime_dispatch.database import create_pool
+from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
@@ -78,6 +79,8 @@ async def call_reaper(
 
 
 async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
+    # Demo tokens are minted only on generated development secrets, never in a deployment.
+    dev_tokens = settings.hub_jwt_secret is None
     settings = with_dev_secrets(settings, create=True)
     assert settings.hub_jwt_secret is not None
     registry = CollectorRegistry()
@@ -90,8 +93,10 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
             ):
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)
+                demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
+                demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
                 app = create_api(
-                    pool=pool, settings=settings, routes=[*hub.routes, *operator_routes]
+                    pool=pool, settings=settings, routes=[*hub.routes, *operator_routes, *demo]
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
@@ -107,7 +112,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                     token = mint_token(settings.hub_jwt_secret.get_secret_value(), demo_user)
                     print(
                         f"realtime-dispatch: listening on http://{host}:{port}"
-                        f" (hub /hubs/messenger, REST /api, docs /docs, ops /ops"
+                        f" (demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                         f"{', dispatcher on' if with_dispatcher else ''})\n"
                         f"realtime-dispatch: a token for user {demo_user}: {token}",
                         file=sys.stderr,

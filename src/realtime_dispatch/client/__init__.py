@@ -1,0 +1,48 @@
+"""The Python client SDK: one user's realtime view of the messenger, complete and in order.
+
+::
+
+    from realtime_dispatch.client import MessengerClient, MessageReceived
+
+    async with MessengerClient("http://127.0.0.1:8000", token) as client:
+        client.on(MessageReceived, lambda event: print(event.seq, event.body))
+        timeline = await client.track(chat_id)      # history now, live after, resync on gaps
+        await client.rest.send_message(chat_id, "hello")
+
+Modules: ``protocol`` (JSON hub protocol framing, pure), ``timeline`` (dedupe, seq order, gap
+detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloads), ``rest``
+(httpx), ``connection`` (the self-healing WebSocket), ``client`` (all of it together).
+"""
+
+from realtime_dispatch.client.client import ClientOptions, ClientStats, MessengerClient
+from realtime_dispatch.client.connection import ConnectionOptions
+from realtime_dispatch.client.errors import ClientError, HubProtocolError, HubRefused, RestError
+from realtime_dispatch.client.events import (
+    ChatUpdated,
+    MessageDeleted,
+    MessageEdited,
+    MessageReceived,
+    ReadReceiptUpdated,
+)
+from realtime_dispatch.client.rest import MessengerRest
+from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
+
+__all__ = [
+    "Change",
+    "ChatUpdated",
+    "ClientError",
+    "ClientOptions",
+    "ClientStats",
+    "ConnectionOptions",
+    "HubProtocolError",
+    "HubRefused",
+    "MessageDeleted",
+    "MessageEdited",
+    "MessageReceived",
+    "MessengerClient",
+    "MessengerRest",
+    "ReadReceiptUpdated",
+    "RestError",
+    "Timeline",
+    "TimelineMessage",
+]

@@ -1,0 +1,244 @@
+"""``MessengerClient``: the hub connection, the REST API and the per-chat timelines together.
+
+Every event from the hub goes through :func:`~realtime_dispatch.client.apply.apply_event`: a copy
+of something already seen is dropped (counted, reported to ``on_duplicate``), anything new goes to
+the typed callbacks. A seq gap, every (re)connect and :meth:`MessengerClient.resync` fetch the
+missing messages over REST (``afterSeq``), one fetch per chat at a time (requests that arrive
+meanwhile are coalesced into one more round). So a timeline ends complete and duplicate-free
+whatever the hub did: lost, repeated or reordered pushes, drops, restarts.
+
+Background work (the connection, resyncs) runs in a task group owned by the ``async with``
+block; an exception in a callback stops the client and comes out of the block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from uuid import UUID
+
+import httpx
+import structlog
+
+from realtime_dispatch.client.apply import Timelines, apply_event
+from realtime_dispatch.client.connection import ConnectionOptions, HubConnection
+from realtime_dispatch.client.errors import HubProtocolError, RestError
+from realtime_dispatch.client.events import parse_event
+from realtime_dispatch.client.protocol import EventRecord
+from realtime_dispatch.client.rest import MessengerRest
+from realtime_dispatch.client.timeline import Timeline, TimelineMessage
+from realtime_dispatch.contracts.base import Contract
+
+log = structlog.get_logger(__name__)
+
+E = TypeVar("E", bound=Contract)
+Callback = Callable[..., Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+    # On (re)connect, refetch from this many seqs before the last contiguous one, so that edits
+    # and deletions of recent messages made while away are picked up too.
+    resync_overlap: int = 20
+    request_timeout: float = 10.0
+    resync_retry_cap: float = 5.0
+
+
+@dataclass
+class ClientStats:
+    duplicates_dropped: int = 0
+    refetches: int = 0  # REST resyncs that completed
+    recovered: int = 0  # messages that came from REST, not from the hub
+    connects: int = 0
+
+
+async def _call(callback: Callback, *args: Any) -> None:
+    result = callback(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+class MessengerClient:
+    """One user's realtime view of the messenger::
+
+    async with MessengerClient("http://127.0.0.1:8000", token) as client:
+        client.on(MessageReceived, show)
+        timeline = await client.track(chat_id)
+    """
+
+    def __init__(self, base_url: str, token: str, *, options: ClientOptions | None = None) -> None:
+        self.options = options or ClientOptions()
+        self.stats = ClientStats()
+        self.timelines = Timelines()
+        self._base_url = base_url
+        self._token = token
+        self._callbacks: dict[type[Contract], list[Callback]] = {}
+        self._on_duplicate: list[Callback] = []
+        self._on_resync: list[Callback] = []
+        self._connected = asyncio.Event()
+        self._wanted: dict[UUID, int] = {}  # chat → overlap of the resync asked for
+        self._syncers: dict[UUID, asyncio.Task[None]] = {}
+        self._http: httpx.AsyncClient | None = None
+        self._group: asyncio.TaskGroup | None = None
+        self._rest: MessengerRest | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url, timeout=self.options.request_timeout
+        )
+        self._rest = MessengerRest(self._http, self._token)
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        connection = HubConnection(self._base_url, self._token, self, self.options.connection)
+        self._runner = self._group.create_task(connection.run(), name="messenger-client-hub")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._group is not None
+        assert self._http is not None
+        try:
+            self._runner.cancel()
+            for task in list(self._syncers.values()):
+                task.cancel()
+            await self._group.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as failed:
+            if len(failed.exceptions) == 1:  # one failure (e.g. HubRefused): raise it as is
+                raise failed.exceptions[0] from None
+            raise
+        finally:
+            await self._http.aclose()
+
+    # --- public API ---------------------------------------------------------------------------
+
+    @property
+    def rest(self) -> MessengerRest:
+        """REST calls as this user (inside the ``async with`` block)."""
+        assert self._rest is not None, "use the client inside `async with`"
+        return self._rest
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    def on(self, event_type: type[E], callback: Callable[[E], Awaitable[None] | None]) -> None:
+        """Call ``callback`` with every new event of ``event_type`` (duplicates never reach it)."""
+        self._callbacks.setdefault(event_type, []).append(callback)
+
+    def on_duplicate(self, callback: Callable[[UUID, int], Awaitable[None] | None]) -> None:
+        """``callback(chat_id, seq)`` when a push was dropped as a duplicate."""
+        self._on_duplicate.append(callback)
+
+    def on_resync(
+        self, callback: Callable[[UUID, list[TimelineMessage]], Awaitable[None] | None]
+    ) -> None:
+        """``callback(chat_id, recovered)`` after a REST resync (``recovered``: the messages
+        the hub had not delivered)."""
+        self._on_resync.append(callback)
+
+    def timeline(self, chat_id: UUID) -> Timeline:
+        """The chat's timeline as it is now (empty for a chat not seen yet)."""
+        return self.timelines.get(chat_id)
+
+    async def track(self, chat_id: UUID) -> Timeline:
+        """Follow a chat: fetch its history now; it is resynced on every reconnect."""
+        await self.resync(chat_id)
+        return self.timelines.get(chat_id)
+
+    async def resync(self, chat_id: UUID) -> None:
+        """Fetch what the chat's timeline misses, and wait for it."""
+        self.timelines.get(chat_id)
+        self._request_sync(chat_id, 0)
+        while (task := self._syncers.get(chat_id)) is not None:
+            await asyncio.wait([task])
+
+    async def settled(self) -> None:
+        """Wait until no resync is running."""
+        while self._syncers:
+            await asyncio.wait(list(self._syncers.values()))
+
+    # --- HubListener --------------------------------------------------------------------------
+
+    async def hub_connected(self, reconnect: bool) -> None:
+        self.stats.connects += 1
+        self._connected.set()
+        log.info("client_connected", reconnect=reconnect)
+        for timeline in self.timelines:
+            self._request_sync(timeline.chat_id, self.options.resync_overlap)
+
+    async def hub_disconnected(self) -> None:
+        self._connected.clear()
+
+    async def hub_event(self, record: EventRecord) -> None:
+        try:
+            event = parse_event(record.target, record.arguments)
+        except HubProtocolError as exc:
+            # A malformed payload is skipped; a missed message shows up as a gap later.
+            log.warning("client_event_invalid", target=record.target, error=str(exc))
+            return
+        if event is None:
+            return
+        applied = apply_event(self.timelines, event)
+        if applied.duplicate:
+            self.stats.duplicates_dropped += 1
+            seq = getattr(event, "seq", getattr(event, "last_read_seq", 0))
+            for callback in self._on_duplicate:
+                await _call(callback, applied.chat_id, seq)
+        else:
+            for callback in self._callbacks.get(type(event), ()):
+                await _call(callback, event)
+        if applied.needs_sync and applied.chat_id is not None:
+            self._request_sync(applied.chat_id, 0)
+
+    # --- resync -------------------------------------------------------------------------------
+
+    def _request_sync(self, chat_id: UUID, overlap: int) -> None:
+        self._wanted[chat_id] = max(self._wanted.get(chat_id, 0), overlap)
+        if chat_id not in self._syncers and self._group is not None:
+            self._syncers[chat_id] = self._group.create_task(
+                self._sync_loop(chat_id), name=f"messenger-client-resync-{chat_id}"
+            )
+
+    async def _sync_loop(self, chat_id: UUID) -> None:
+        delay = 0.25
+        try:
+            while chat_id in self._wanted:
+                overlap = self._wanted.pop(chat_id)
+                try:
+                    await self._sync_once(chat_id, overlap)
+                    delay = 0.25
+                except (httpx.TransportError, RestError) as exc:
+                    if isinstance(exc, RestError) and exc.status < 500:
+                        log.warning("client_resync_refused", status=exc.status, code=exc.code)
+                        return
+                    log.info("client_resync_failed", error=type(exc).__name__)
+                    self._wanted[chat_id] = max(self._wanted.get(chat_id, 0), overlap)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.options.resync_retry_cap)
+        finally:
+            del self._syncers[chat_id]
+
+    async def _sync_once(self, chat_id: UUID, overlap: int) -> None:
+        timeline = self.timelines.get(chat_id)
+        after = max(0, timeline.contiguous_seq - overlap)
+        history = await self.rest.history_after(chat_id, after)
+        recovered = timeline.add_history(history)
+        self.stats.refetches += 1
+        self.stats.recovered += len(recovered)
+        log.debug("client_resynced", after_seq=after, fetched=len(history), new=len(recovered))
+        for callback in self._on_resync:
+            await _call(callback, chat_id, recovered)

@@ -1,0 +1,36 @@
+"""What the client SDK raises, under the package's one root::
+
+    RealtimeDispatchError
+    └── ClientError                  anything the SDK raises on purpose
+        ├── HubRefused               the hub answered 401/403: the token is bad; no retry
+        ├── HubProtocolError         the hub sent something the JSON hub protocol does not allow
+        └── RestError                the REST API answered an error (``status``, ``error`` code)
+
+Transport failures (connection refused, dropped sockets) are not raised: the client reconnects
+and resyncs by itself.
+"""
+
+from __future__ import annotations
+
+from realtime_dispatch.errors import RealtimeDispatchError
+
+
+class ClientError(RealtimeDispatchError):
+    code = "ClientError"
+
+
+class HubRefused(ClientError):
+    code = "HubRefused"
+
+
+class HubProtocolError(ClientError):
+    code = "HubProtocol"
+
+
+class RestError(ClientError):
+    code = "RestError"
+
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(f"{status} {error}: {message}", code=error or "RestError")
+        self.status = status
+        self.error = error

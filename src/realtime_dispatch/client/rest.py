@@ -1,0 +1,120 @@
+"""The messenger REST API as the client uses it (httpx): history pages for resync, and the
+commands a chat client sends. Answers are parsed with the server's own response schemas."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+from pydantic import BaseModel
+
+from realtime_dispatch.client.errors import RestError
+from realtime_dispatch.client.timeline import TimelineMessage
+from realtime_dispatch.messenger.api.schemas import (
+    ChatCreated,
+    ChatOut,
+    MessageEdited,
+    MessageOut,
+    MessageSent,
+)
+
+PAGE_LIMIT = 200  # the API's maximum page
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], data: Mapping[str, Any]) -> M:
+    """Validate ``data`` against ``model``, ignoring fields a newer server added."""
+    known = {field.alias or name for name, field in model.model_fields.items()}
+    return model.model_validate({k: v for k, v in data.items() if k in known})
+
+
+def to_timeline(chat_id: UUID, item: MessageOut) -> TimelineMessage:
+    return TimelineMessage(
+        chat_id=chat_id,
+        message_id=item.message_id,
+        seq=item.seq,
+        sender_user_id=item.sender_user_id,
+        body=item.body,
+        sent_at=item.sent_at,
+        edited_at=item.edited_at,
+        deleted_at=item.deleted_at,
+    )
+
+
+class MessengerRest:
+    """Calls on behalf of one user (the bearer token). The ``httpx.AsyncClient`` is the
+    caller's: whoever opened it closes it."""
+
+    def __init__(self, http: httpx.AsyncClient, token: str) -> None:
+        self._http = http
+        self._auth = {"Authorization": f"Bearer {token}"}
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: object = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        response = await self._http.request(
+            method, path, json=json, params=dict(params or {}), headers=self._auth
+        )
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {}
+            error = body.get("error", "") if isinstance(body, dict) else ""
+            message = body.get("message", response.reason_phrase) if isinstance(body, dict) else ""
+            raise RestError(response.status_code, str(error), str(message))
+        return response.json() if response.content else None
+
+    async def messages_after(
+        self, chat_id: UUID, after_seq: int, *, limit: int = PAGE_LIMIT
+    ) -> list[TimelineMessage]:
+        """One page: messages with seq > ``after_seq``, in seq order."""
+        data = await self._call(
+            "GET", f"/api/chats/{chat_id}/messages", params={"afterSeq": after_seq, "limit": limit}
+        )
+        return [to_timeline(chat_id, _parse(MessageOut, item)) for item in data["items"]]
+
+    async def history_after(self, chat_id: UUID, after_seq: int) -> list[TimelineMessage]:
+        """Every message with seq > ``after_seq``, page by page."""
+        found: list[TimelineMessage] = []
+        while True:
+            page = await self.messages_after(chat_id, after_seq)
+            found.extend(page)
+            if len(page) < PAGE_LIMIT:
+                return found
+            after_seq = page[-1].seq
+
+    async def create_chat(self, title: str, member_user_ids: list[UUID]) -> UUID:
+        data = await self._call(
+            "POST",
+            "/api/chats",
+            json={"title": title, "memberUserIds": [str(u) for u in member_user_ids]},
+        )
+        return _parse(ChatCreated, data).chat_id
+
+    async def get_chat(self, chat_id: UUID) -> ChatOut:
+        return _parse(ChatOut, await self._call("GET", f"/api/chats/{chat_id}"))
+
+    async def send_message(self, chat_id: UUID, body: str) -> MessageSent:
+        data = await self._call("POST", f"/api/chats/{chat_id}/messages", json={"body": body})
+        return _parse(MessageSent, data)
+
+    async def edit_message(self, chat_id: UUID, message_id: UUID, body: str) -> datetime:
+        data = await self._call(
+            "PATCH", f"/api/chats/{chat_id}/messages/{message_id}", json={"body": body}
+        )
+        return _parse(MessageEdited, data).edited_at
+
+    async def delete_message(self, chat_id: UUID, message_id: UUID) -> None:
+        await self._call("DELETE", f"/api/chats/{chat_id}/messages/{message_id}")
+
+    async def mark_read(self, chat_id: UUID, seq: int) -> None:
+        await self._call("POST", f"/api/chats/{chat_id}/read", json={"seq": seq})

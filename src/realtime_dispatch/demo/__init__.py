@@ -1,0 +1,11 @@
+"""The demo page at ``/``: pick a demo user, chat live with another, watch dedupe and resync.
+
+``demo_routes`` mounts the page, its static files and a small read API. The token endpoint
+(``POST /demo/api/token``) exists only when ``serve`` runs on generated development secrets:
+with a configured ``REALTIME_HUB_JWT_SECRET`` nobody can mint a token by asking for one.
+"""
+
+from realtime_dispatch.demo.routes import demo_routes
+from realtime_dispatch.demo.users import DEMO_USERS, DemoUser
+
+__all__ = ["DEMO_USERS", "DemoUser", "demo_routes"]

@@ -1,0 +1,112 @@
+"""Routes of the demo page.
+
+* ``GET /`` and ``GET /demo/static/{demo.js,demo.css}`` — the page (no CDN, nothing external).
+* ``GET /demo/api/users`` — the demo cast, and whether this server mints demo tokens.
+* ``GET /demo/api/chats`` — the caller's chats with everyone's read marks (bearer token).
+* ``POST /demo/api/token`` ``{"user": "alice"}`` — a token for a demo user. Mounted only when
+  ``dev_secret`` is given, i.e. when ``serve`` generated its development secrets.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import asyncpg
+import orjson
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from realtime_dispatch.cli.tokens import mint_token
+from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
+from realtime_dispatch.hub.auth import AuthError, TokenVerifier, bearer
+
+TOKEN_TTL_SECONDS = 12 * 3600
+_STATIC = {"demo.js": "text/javascript", "demo.css": "text/css"}
+
+# The caller's active chats, newest first, each with every participant's read mark.
+CHATS_SQL = """
+SELECT c.id, c.title, c.last_seq,
+       json_agg(json_build_object('userId', o.user_id, 'active', o.active,
+                                  'lastReadSeq', o.last_read_seq) ORDER BY o.joined_at) AS people
+FROM messenger.participants p
+JOIN messenger.chats c ON c.id = p.chat_id
+JOIN messenger.participants o ON o.chat_id = c.id
+WHERE p.user_id = $1 AND p.active
+GROUP BY c.id
+ORDER BY c.created_at DESC
+LIMIT 100
+"""
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _read(name: str) -> str:
+    return resources.files("realtime_dispatch.demo").joinpath(f"static/{name}").read_text("utf-8")
+
+
+def demo_routes(
+    pool: asyncpg.Pool, verifier: TokenVerifier, *, dev_secret: str | None
+) -> list[BaseRoute]:
+    page = _read("index.html")
+    static = {name: (_read(name), kind) for name, kind in _STATIC.items()}
+
+    async def index(_: Request) -> Response:
+        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+    async def asset(request: Request) -> Response:
+        found = static.get(request.path_params["name"])
+        if found is None:
+            return JSONResponse({"error": "NotFound"}, status_code=404)
+        text, kind = found
+        return Response(text, media_type=kind, headers={"Cache-Control": "no-store"})
+
+    async def users(_: Request) -> Response:
+        return _json(
+            {"users": [u.as_json() for u in DEMO_USERS], "devTokens": dev_secret is not None}
+        )
+
+    async def chats(request: Request) -> Response:
+        try:
+            user = verifier.user_of(bearer(request.headers))
+        except AuthError as exc:
+            return _json({"error": "Unauthorized", "message": exc.code}, 401)
+        rows = await pool.fetch(CHATS_SQL, user)
+        return _json(
+            {
+                "items": [
+                    {
+                        "chatId": str(r["id"]),
+                        "title": r["title"],
+                        "lastSeq": r["last_seq"],
+                        "participants": orjson.loads(r["people"]),
+                    }
+                    for r in rows
+                ]
+            }
+        )
+
+    routes: list[BaseRoute] = [
+        Route("/", index, methods=["GET"]),
+        Route("/demo/static/{name}", asset, methods=["GET"]),
+        Route("/demo/api/users", users, methods=["GET"]),
+        Route("/demo/api/chats", chats, methods=["GET"]),
+    ]
+    if dev_secret is not None:
+        secret = dev_secret
+
+        async def token(request: Request) -> Response:
+            try:
+                body = orjson.loads(await request.body())
+                user = BY_KEY[body["user"]]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                names = ", ".join(BY_KEY)
+                return _json({"error": "InvalidRequest", "message": f"user: one of {names}"}, 422)
+            minted = mint_token(secret, user.user_id, ttl=TOKEN_TTL_SECONDS)
+            return _json({**user.as_json(), "token": minted})
+
+        routes.append(Route("/demo/api/token", token, methods=["POST"]))
+    return routes

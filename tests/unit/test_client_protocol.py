@@ -1,0 +1,97 @@
+"""The client side of the JSON hub protocol, event parsing and the reconnect delay (pure)."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+import pytest
+
+from realtime_dispatch.client.connection import ConnectionOptions, hub_ws_url
+from realtime_dispatch.client.errors import HubProtocolError
+from realtime_dispatch.client.events import MessageReceived, parse_event
+from realtime_dispatch.client.protocol import (
+    CloseRecord,
+    EventRecord,
+    OtherRecord,
+    RecordSplitter,
+    parse_handshake_response,
+    parse_server_record,
+    reconnect_delay,
+)
+
+
+def test_records_split_across_and_within_frames() -> None:
+    splitter = RecordSplitter()
+    assert splitter.feed('{}\x1e{"type":6}\x1e{"type":1,') == ["{}", '{"type":6}']
+    assert splitter.feed(b'"target":"x","arguments":[1]}\x1e') == [
+        '{"type":1,"target":"x","arguments":[1]}'
+    ]
+    assert splitter.feed("") == []
+
+
+def test_server_records() -> None:
+    assert parse_server_record('{"type":1,"target":"a","arguments":[{"k":1}]}') == EventRecord(
+        "a", ({"k": 1},)
+    )
+    assert parse_server_record('{"type":6}') == OtherRecord(6)
+    assert parse_server_record('{"type":7,"error":"bye","allowReconnect":true}') == CloseRecord(
+        "bye", True
+    )
+    assert parse_server_record('{"type":7}') == CloseRecord(None, False)
+    assert parse_server_record('{"type":99,"future":1}') == OtherRecord(99)
+
+
+@pytest.mark.parametrize(
+    "record", ["not json", "[1]", '{"type":"1"}', '{"type":1,"arguments":[]}', '{"type":true}']
+)
+def test_malformed_records_raise_protocol_error(record: str) -> None:
+    with pytest.raises(HubProtocolError):
+        parse_server_record(record)
+
+
+def test_handshake_response() -> None:
+    parse_handshake_response("{}")
+    with pytest.raises(HubProtocolError, match="refused"):
+        parse_handshake_response('{"error":"nope"}')
+
+
+def test_event_parsing_is_typed_and_tolerates_new_fields() -> None:
+    chat, message = uuid4(), uuid4()
+    payload = {
+        "chatId": str(chat),
+        "messageId": str(message),
+        "seq": 3,
+        "kind": "Text",
+        "sentAt": "2026-01-01T00:00:00Z",
+        "body": "hi",
+        "addedInAFutureVersion": True,
+    }
+    event = parse_event("message_received", (payload,))
+    assert isinstance(event, MessageReceived)
+    assert (event.chat_id, event.message_id, event.seq, event.body) == (chat, message, 3, "hi")
+    assert parse_event("not_an_event_we_know", ({},)) is None
+    with pytest.raises(HubProtocolError):
+        parse_event("message_received", ({"chatId": "x"},))
+    with pytest.raises(HubProtocolError):
+        parse_event("message_received", ())
+
+
+def test_reconnect_delay_doubles_up_to_the_cap_and_jitter_only_shortens() -> None:
+    delays = [reconnect_delay(n, base=0.25, cap=5, jitter=0) for n in range(1, 9)]
+    assert delays == [0.25, 0.5, 1, 2, 4, 5, 5, 5]
+    assert reconnect_delay(3, base=0.25, cap=5, jitter=0.5) == 0.5
+    assert reconnect_delay(10_000, base=1, cap=5, jitter=0) == 5
+    with pytest.raises(ValueError, match="starts at 1"):
+        reconnect_delay(0, base=1, cap=5, jitter=0)
+
+
+def test_hub_url_from_the_base_url() -> None:
+    assert hub_ws_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/hubs/messenger"
+    assert hub_ws_url("https://chat.example/rt/") == "wss://chat.example/rt/hubs/messenger"
+
+
+def test_connection_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="reconnect_base"):
+        ConnectionOptions(reconnect_base=10, reconnect_cap=1)
+    with pytest.raises(ValueError, match="> 0"):
+        ConnectionOptions(ping_interval=0)
