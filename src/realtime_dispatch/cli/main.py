@@ -207,6 +207,17 @@ _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, i
 }
 
 
+def run_event_loop(work: Coroutine[Any, Any, int]) -> int:
+    """Run ``work`` on uvloop where it is installed (it is a dependency on Linux and macOS): the
+    hub's WebSocket writes and the dispatcher's round trips cost markedly less CPU on it
+    (docs/BENCHMARKS.md, "End to end"); plain asyncio elsewhere."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return asyncio.run(work)
+    return uvloop.run(work)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     flush_traces: Callable[[], None] | None = None
@@ -216,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "token":
             return _token(settings, args)
         flush_traces = configure_tracing(os.environ, f"realtime-dispatch-{args.command}")
-        return asyncio.run(_ASYNC[args.command](settings, args))
+        return run_event_loop(_ASYNC[args.command](settings, args))
     except ConfigurationError as exc:
         print(f"realtime-dispatch: invalid setting {exc}", file=sys.stderr)
         return EXIT_USAGE
