@@ -644,7 +644,9 @@ def parse_args() -> argparse.Namespace:
         help="Redis for scenario D's backplane",
     )
     parser.add_argument(
-        "--uvloop", action="store_true", help="install uvloop before the CLI starts (the CLI's own default now)"
+        "--uvloop",
+        action="store_true",
+        help="install uvloop before the CLI starts (the CLI's own default now)",
     )
     return parser.parse_args()
 
