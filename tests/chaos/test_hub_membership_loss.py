@@ -56,11 +56,6 @@ async def refusal_window(pool: asyncpg.Pool, url: str) -> tuple[float, dict[int,
         return round(time.monotonic() - at, 3), codes
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race: membership barrier vs. a killed feed connection -> 500, then 503s for"
-    " up to the 5 s health interval",
-)
 async def test_membership_feed_killed_mid_push(
     pool: asyncpg.Pool, database_url: str, tmp_path: Path
 ) -> None:

@@ -108,16 +108,19 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                     server.should_exit = True
 
                 async with call_reaper(pool, stop_on_reaper_failure):
-                    demo_user = uuid4()
-                    token = mint_token(settings.hub_jwt_secret.get_secret_value(), demo_user)
-                    print(
+                    lines = [
                         f"realtime-dispatch: listening on http://{host}:{port}"
                         f" (demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
-                        f"{', dispatcher on' if with_dispatcher else ''})\n"
-                        f"realtime-dispatch: a token for user {demo_user}: {token}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                        f"{', dispatcher on' if with_dispatcher else ''})"
+                    ]
+                    if dev_tokens:
+                        # Only on generated development secrets: with a configured secret a
+                        # ready-made token would end up in production logs.
+                        demo_user = uuid4()
+                        secret = settings.hub_jwt_secret.get_secret_value()
+                        token = mint_token(secret, demo_user)
+                        lines.append(f"realtime-dispatch: a token for user {demo_user}: {token}")
+                    print("\n".join(lines), file=sys.stderr, flush=True)
                     await server.serve()
                 failed = hub.failed.is_set() or reaper_failed
         finally:

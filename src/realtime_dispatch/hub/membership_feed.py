@@ -36,7 +36,14 @@ SQL_ACTIVE_CHATS_OF_USERS = """
 SELECT user_id, chat_id FROM messenger.participants WHERE user_id = ANY($1::uuid[]) AND active
 """
 
-DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError)
+# InternalClientError: what asyncpg raises for a query on a connection the server just killed.
+DB_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncio.TimeoutError,
+)
 
 
 class MembershipFeed:
@@ -181,6 +188,10 @@ class MembershipFeed:
                 ok = True
         except (*DB_ERRORS, AttributeError):
             ok = False
+            if self.ready.is_set():
+                # The connection looked fine but its round trip failed: reconnect now rather
+                # than at the next health ping, and refuse pushes only until then.
+                self._lost.set()
         finally:
             if self._next_barrier is future:
                 self._next_barrier = None

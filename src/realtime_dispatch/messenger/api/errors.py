@@ -80,7 +80,21 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+# SQLSTATE class 22, "data exception": the request carried a value PostgreSQL cannot store (the
+# command's transaction rolled back, nothing was written). 22021: a NUL character in text.
+_DATA_EXCEPTION_CLASS = "22"
+_NUL_IN_TEXT = "22021"
+
+
 async def _database(_request: Request, exc: Exception) -> JSONResponse:
+    sqlstate = str(getattr(exc, "sqlstate", "") or "")
+    if sqlstate.startswith(_DATA_EXCEPTION_CLASS):
+        message = (
+            "text fields must not contain NUL characters"
+            if sqlstate == _NUL_IN_TEXT
+            else "a value cannot be stored (out of range or malformed)"
+        )
+        return _body("InvalidRequest", message, 422)
     if is_unavailable(exc):
         log.warning("api_database_unavailable", error=type(exc).__name__)
         return _body("Unavailable", "the database is unavailable; retry later", 503)
