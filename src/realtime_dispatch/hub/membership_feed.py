@@ -101,8 +101,11 @@ class MembershipFeed:
         while True:
             try:
                 await self._session()
-                delay = self._reconnect_delay
             except DB_ERRORS as exc:
+                if self.ready.is_set():
+                    # A session that worked ends by raising too: start the backoff over, so
+                    # every loss after a healthy stretch is retried at once (not 5 s later).
+                    delay = self._reconnect_delay
                 log.warning("membership_feed_lost", error=type(exc).__name__, retry_in=delay)
             finally:
                 self.ready.clear()
