@@ -81,3 +81,15 @@ async def test_redis_outage_is_transient():
         await publisher.aclose()
     assert len(results) == 2
     assert all(isinstance(r, HubUnavailable) for r in results)
+
+
+async def test_publish_that_no_replica_receives_is_transient(redis_url):
+    """With no hub replica subscribed (all down, or re-subscribing after a Redis restart) nobody
+    can deliver: the rows must be retried, not marked Done."""
+    publisher = RedisHubPublisher(redis_url, channel=f"realtime-dispatch:test:{free_port()}")
+    try:
+        [result] = await publisher.publish([Push("chat:x", "message_received", {})])
+    finally:
+        await publisher.aclose()
+    assert isinstance(result, HubUnavailable)
+    assert result.code == "NoSubscribers"

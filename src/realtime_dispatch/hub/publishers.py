@@ -2,10 +2,10 @@
 
 * :class:`InProcessHubPublisher`: the hub runs in the caller's process; a push is delivered to
   this replica's connections before ``publish`` returns.
-* :class:`RedisHubPublisher`: the backplane; success means "published to Redis" (every subscribed
-  replica delivers to its own connections). A Redis outage is a
-  :class:`~realtime_dispatch.errors.HubUnavailable` for every push of the call, so the rows are
-  retried, never lost.
+* :class:`RedisHubPublisher`: the backplane; success means "published to Redis and received by
+  at least one hub replica" (every subscribed replica delivers to its own connections). A Redis
+  outage, or a publish that no replica received, is a
+  :class:`~realtime_dispatch.errors.HubUnavailable`, so the rows are retried, never lost.
 
 Both serialise each push's invocation record once, whatever the number of recipients.
 """
@@ -81,13 +81,16 @@ class RedisHubPublisher:
             async with self._client.pipeline(transaction=False) as pipe:
                 for group, frame in items:
                     pipe.publish(self._channel, encode_push(group, frame))
-                await pipe.execute()
+                receivers = await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
             error = HubUnavailable(
                 f"backplane unavailable ({type(exc).__name__})", code="BackplaneUnavailable"
             )
             return [error] * len(items)
-        return [None] * len(items)
+        # PUBLISH answers how many subscribers got the message: the hub replicas. None means no
+        # replica could deliver it (all down, or re-subscribing after a Redis restart): retry.
+        nobody = HubUnavailable("no hub replica is subscribed", code="NoSubscribers")
+        return [None if count else nobody for count in receivers]
 
     async def aclose(self) -> None:
         if self._owns_client and not self._closed:
