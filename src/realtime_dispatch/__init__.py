@@ -6,7 +6,7 @@ typed payload from their reference ids and pushes it to the SignalR-compatible h
 """
 
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.outbox.enqueue import enqueue, enqueue_statement
+from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql, enqueue_statement
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
     OutboxStatus,
@@ -26,5 +26,6 @@ __all__ = [
     "SessionKind",
     "__version__",
     "enqueue",
+    "enqueue_select_sql",
     "enqueue_statement",
 ]

@@ -60,9 +60,113 @@ async def test_twenty_concurrent_senders_get_gap_free_seqs(database_url: str) ->
         assert sorted(r["seq"] for r in stored) == got
         pushed = await wide.fetch("SELECT seq FROM messenger.realtime_outbox ORDER BY seq")
         assert [r["seq"] for r in pushed] == got
+        # The dispatcher claims in id order: within a chat it must be seq order.
+        claimed = await wide.fetch("SELECT seq FROM messenger.realtime_outbox ORDER BY id")
+        assert [r["seq"] for r in claimed] == got
         assert await wide.fetchval("SELECT last_seq FROM messenger.chats WHERE id = $1", chat) == 60
     finally:
         await wide.close()
+
+
+async def test_a_send_writes_the_message_its_seq_and_push_in_one_transaction(
+    pool: asyncpg.Pool,
+) -> None:
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        sent = await messages.send_message(conn, chat_id=chat, sender=alice, body="hello")
+        assert not conn.is_in_transaction()
+    message = await pool.fetchrow(
+        "SELECT chat_id, seq, sender_user_id, body, sent_at, xmin::text FROM messenger.messages"
+        " WHERE id = $1",
+        sent.message_id,
+    )
+    assert message is not None
+    assert tuple(message)[:5] == (chat, 1, alice, "hello", sent.sent_at)
+    push = await pool.fetchrow(
+        "SELECT kind, target_kind, chat_id, target_user_id, message_id, ref_id, session_kind, seq,"
+        " status, attempts, xmin::text FROM messenger.realtime_outbox WHERE id = $1",
+        sent.outbox_id,
+    )
+    assert push is not None
+    assert tuple(push)[:10] == (
+        "MessageReceived", "ChatGroup", chat, None, sent.message_id, None, None, 1, "Pending", 0,
+    )  # fmt: skip
+    assert (sent.chat_id, sent.seq, sent.message_id.version, sent.outbox_id.version) == (
+        chat, 1, 7, 7,
+    )  # fmt: skip
+    chat_row = await pool.fetchrow(
+        "SELECT last_seq, xmin::text FROM messenger.chats WHERE id = $1", chat
+    )
+    assert chat_row is not None
+    assert chat_row["last_seq"] == 1
+    assert message["xmin"] == push["xmin"] == chat_row["xmin"]  # one writing transaction
+
+
+async def test_a_refused_send_writes_nothing(pool: asyncpg.Pool) -> None:
+    alice, bob, carol, dave = uuid4(), uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        direct = await chats.create_chat(conn, creator=alice, title="a+b", members=[bob])
+        group = await chats.create_chat(conn, creator=alice, title="g", members=[bob, carol])
+        await messages.send_message(conn, chat_id=group, sender=carol, body="bye")
+        await chats.remove_participant(conn, chat_id=group, actor=alice, user_id=carol)
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        state, rows = await domain_snapshot(pool), await outbox_count(pool)
+        refusals: list[tuple[UUID, UUID, type[Exception], str]] = [
+            (direct, alice, Forbidden, "the user has blocked you"),
+            (group, carol, Forbidden, "not an active member"),  # left the chat
+            (group, dave, Forbidden, "not a member"),
+            (uuid4(), alice, NotFound, "chat not found"),
+        ]
+        for chat, sender, error, message in refusals:
+            with pytest.raises(error) as refused:
+                await messages.send_message(conn, chat_id=chat, sender=sender, body="no")
+            assert str(refused.value) == message
+            assert not conn.is_in_transaction()
+        # No message, no push, and no seq taken: chats.last_seq is part of the snapshot.
+        assert await domain_snapshot(pool) == state
+        assert await outbox_count(pool) == rows
+        assert (await messages.send_message(conn, chat_id=group, sender=bob, body="b")).seq == 2
+        assert (await messages.send_message(conn, chat_id=direct, sender=bob, body="b")).seq == 1
+
+
+async def test_a_send_joins_the_callers_transaction(pool: asyncpg.Pool) -> None:
+    class Boom(Exception):
+        pass
+
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        state, rows = await domain_snapshot(pool), await outbox_count(pool)
+
+        async def send_two_then_fail() -> None:
+            async with conn.transaction():
+                first = await messages.send_message(conn, chat_id=chat, sender=alice, body="1")
+                second = await messages.send_message(conn, chat_id=chat, sender=bob, body="2")
+                assert (first.seq, second.seq) == (1, 2)
+                raise Boom
+
+        with pytest.raises(Boom):
+            await send_two_then_fail()
+        assert await domain_snapshot(pool) == state  # the messages and both seqs rolled back
+        assert await outbox_count(pool) == rows
+        # A refused send leaves the caller's transaction usable; what it commits stays.
+        async with conn.transaction():
+            with pytest.raises(Forbidden, match="not a member"):
+                await messages.send_message(conn, chat_id=chat, sender=uuid4(), body="no")
+            sent = await messages.send_message(conn, chat_id=chat, sender=alice, body="yes")
+            await conn.execute("UPDATE messenger.chats SET title = 'renamed' WHERE id = $1", chat)
+        assert sent.seq == 1  # the rolled-back seqs were given back: still gap-free
+        xmins = await pool.fetchval(
+            "SELECT count(DISTINCT x) FROM (SELECT xmin::text AS x FROM messenger.chats"
+            " WHERE id = $1 UNION ALL SELECT xmin::text FROM messenger.messages WHERE id = $2"
+            " UNION ALL SELECT xmin::text FROM messenger.realtime_outbox WHERE id = $3) t",
+            chat,
+            sent.message_id,
+            sent.outbox_id,
+        )
+        assert xmins == 1  # written by the caller's transaction itself (no savepoint)
+        assert await outbox_count(pool) == rows + 1
 
 
 async def test_edit_window_and_sender_checks(pool: asyncpg.Pool) -> None:
@@ -304,3 +408,20 @@ async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.P
     for r in errors:  # error class and code only: no ids
         assert str(mallory) not in r["last_error"]
         assert str(chat) not in r["last_error"]
+
+
+async def test_server_made_ids_are_uuidv7_in_call_order(pool: asyncpg.Pool) -> None:
+    rows = await pool.fetch(
+        "SELECT clock_timestamp() AS before, messenger.realtime_new_id() AS id,"
+        " clock_timestamp() AS after FROM generate_series(1, 200)"
+    )
+    ids = [r["id"] for r in rows]
+    assert all(i.version == 7 and i.variant == "specified in RFC 4122" for i in ids)
+    assert len(set(ids)) == len(ids)
+    for r in rows:  # the milliseconds of the moment it was made
+        millis = r["id"].int >> 80
+        assert int(r["before"].timestamp() * 1000) <= millis <= int(r["after"].timestamp() * 1000)
+    # Made one after the other (microseconds apart at least): in order.
+    async with pool.acquire() as conn:
+        serial = [await conn.fetchval("SELECT messenger.realtime_new_id()") for _ in range(100)]
+    assert serial == sorted(serial)

@@ -4,6 +4,7 @@ import pytest
 
 from realtime_dispatch import enqueue_statement
 from realtime_dispatch.errors import IntentError
+from realtime_dispatch.outbox.enqueue import enqueue_select_sql
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
     RealtimeDispatchKind,
@@ -93,3 +94,15 @@ def test_driver_neutral_statement() -> None:
     assert stmt.params["chat_id"] == chat
     assert stmt.params["seq"] == 5
     assert stmt.params["id"].version == 7  # type: ignore[union-attr]
+
+
+def test_outbox_insert_for_a_data_modifying_cte() -> None:
+    values = {"seq": "src.seq", "kind": "$2", "id": "$1", "chat_id": "$4", "target_kind": "$3"}
+    assert enqueue_select_sql(values, "src") == (
+        "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, seq)"
+        " SELECT $1, $2, $3, $4, src.seq FROM src"
+    )  # the table's column order, whatever the mapping's
+    with pytest.raises(ValueError, match="unknown \\['sequence'\\]"):
+        enqueue_select_sql({**values, "sequence": "1"}, "src")
+    with pytest.raises(ValueError, match="missing \\['target_kind'\\]"):
+        enqueue_select_sql({k: v for k, v in values.items() if k != "target_kind"}, "src")

@@ -14,6 +14,7 @@ With any other driver, :func:`enqueue_statement` gives the SQL and its parameter
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -34,14 +35,35 @@ _COLUMNS = (
     "seq",
 )
 
+_TABLE = "messenger.realtime_outbox"
+_REQUIRED = ("id", "kind", "target_kind")
+
 ENQUEUE_SQL = (
-    f"INSERT INTO messenger.realtime_outbox ({', '.join(_COLUMNS)})"
+    f"INSERT INTO {_TABLE} ({', '.join(_COLUMNS)})"
     f" VALUES ({', '.join(f'${i}' for i in range(1, len(_COLUMNS) + 1))})"
 )
 ENQUEUE_SQL_NAMED = (
-    f"INSERT INTO messenger.realtime_outbox ({', '.join(_COLUMNS)})"
+    f"INSERT INTO {_TABLE} ({', '.join(_COLUMNS)})"
     f" VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)})"
 )
+
+
+def enqueue_select_sql(values: Mapping[str, str], source: str) -> str:
+    """``INSERT INTO messenger.realtime_outbox (…) SELECT … FROM source``: the outbox insert as
+    a data-modifying CTE of an owner's own statement (domain change and push intent in one
+    round trip). ``values`` maps column names to SQL expressions over ``source``; omitted
+    columns stay NULL. Raises ValueError for an unknown column or a missing id, kind or
+    target_kind. The expressions are pasted in as SQL: pass parameters, never user text.
+    """
+    unknown = sorted(set(values) - set(_COLUMNS))
+    missing = [column for column in _REQUIRED if column not in values]
+    if unknown or missing:
+        raise ValueError(f"outbox columns: unknown {unknown}, missing {missing}")
+    columns = [column for column in _COLUMNS if column in values]
+    return (
+        f"INSERT INTO {_TABLE} ({', '.join(columns)})"
+        f" SELECT {', '.join(values[column] for column in columns)} FROM {source}"
+    )
 
 
 class _Executor(Protocol):
