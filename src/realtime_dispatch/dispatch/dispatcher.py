@@ -11,7 +11,8 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
    for its status), and at once on a stop;
-5. repeat while the batch was full, ``max_run_duration`` allows, and the lock is still ours.
+5. repeat while the last claim found rows, ``max_run_duration`` allows, and the lock is still
+   ours (a pass ends with a claim that finds nothing).
 
 While a full batch is handled, the next batch is already being claimed on a second connection and
 the batch's outcome is written on a third while the next one is built (pipelining; only with
@@ -75,7 +76,7 @@ class PassReport:
     released: int = 0
     stopped: bool = False
     lost_lock: bool = False
-    more_waiting: bool = False  # ended by max_run_duration after a full batch
+    more_waiting: bool = False  # ended by max_run_duration while rows were still coming
     pipelined: int = 0  # batches handled while the next claim already ran
     duration: float = 0.0
     lags: list[float] = field(default_factory=list)
@@ -204,7 +205,9 @@ class Dispatcher:
                     lanes.prepare(PIPELINE_LANES)
                 await self._handle_batch(lanes, rows, report, flight, pipelined=pipelined)
                 if ahead is None:
-                    if not full or not self._go_on(report, started, still_locked):
+                    # Under a steady stream batches are rarely full; claiming again at once,
+                    # still holding the lock, saves the unlock/lock round trips of a new pass.
+                    if not self._go_on(report, started, still_locked):
                         break
                     rows = await self._store.claim(size, conn=lane0, exclude=flight.ids)
                     continue
