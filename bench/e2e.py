@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -393,7 +394,8 @@ async def one_run(dsn: str, scenario: Scenario, args: argparse.Namespace) -> dic
         finally:
             await conn.close()
         with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmpdir:
-            tmp = Path(tmpdir)
+            tmp = Path(args.logs or tmpdir)
+            os.makedirs(tmp, exist_ok=True)
             async with servers(url, scenario, args, tmp) as procs:
                 hubs = [p for p in procs if p.port is not None]
                 clients = await connect_clients(hubs, rosters, tmp)
@@ -582,6 +584,8 @@ def line(r: dict[str, Any]) -> str:
 
 async def main(args: argparse.Namespace) -> int:
     scenario = SCENARIOS[args.scenario]
+    if args.rate is not None:
+        scenario = dataclasses.replace(scenario, rate=args.rate)
     facts = {**machine(), **await server_facts(args.dsn)}
     print(f"machine: {facts}", flush=True)
     runs = []
@@ -636,12 +640,18 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="A")
     parser.add_argument("--seconds", type=float, default=None, help="owner load per run")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="owner commits/s instead of the scenario's"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="maintenance database URL")
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("REALTIME_REDIS_URL", "redis://127.0.0.1:6379/0"),
         help="Redis for scenario D's backplane",
+    )
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="keep the servers' and clients' logs in this folder"
     )
     parser.add_argument(
         "--uvloop",

@@ -40,6 +40,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import uvloop
 
 from _common import (
     DEFAULT_DSN,
@@ -480,7 +481,7 @@ if __name__ == "__main__":
     cli = parse_args()
     if cli.owner_process:
         spec = json.loads(cli.owner_process)
-        rows = asyncio.run(_owner_process(spec))
+        rows = uvloop.run(_owner_process(spec))
         Path(spec["out"]).write_text(json.dumps(rows))
     else:
         asyncio.run(main(cli))
