@@ -164,6 +164,7 @@ async def servers(
         REALTIME_HUB_SERVICE_KEY=SERVICE_KEY,
         REALTIME_DATA_DIR=str(logs / "data"),
     )
+    env.update(dict(item.split("=", 1) for item in args.server_env))
     procs: list[Proc] = []
     try:
         if scenario.replicas:
@@ -649,6 +650,13 @@ def parse_args() -> argparse.Namespace:
         "--redis-url",
         default=os.environ.get("REALTIME_REDIS_URL", "redis://127.0.0.1:6379/0"),
         help="Redis for scenario D's backplane",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the server processes, e.g. REALTIME_DISPATCH_BATCH_SIZE=500",
     )
     parser.add_argument(
         "--logs", type=Path, default=None, help="keep the servers' and clients' logs in this folder"
