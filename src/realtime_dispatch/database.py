@@ -20,8 +20,19 @@ DbConnection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionPr
 # re-run the locking subquery per row (claims went from 56 ms to 650 ms). Custom plans avoid it.
 # Its status writes need no synchronous commit: a write lost in a server crash only means the
 # row is pushed again, which clients dedupe (at-least-once).
+# The claim must walk ix_rto_pending_id in id order and stop at the batch size. With statistics
+# that lag behind the table (taken while it was nearly empty, autovacuum behind or off) the
+# planner prefers a bitmap scan of ix_rto_due plus a sort: a bitmap scan never marks the index
+# entries of dead row versions, so every claim re-reads all of them (3 ms and 235 heap pages per
+# claim after 20 s at 500 rows/s, growing; the ordered scan: 0.2 ms, 25 pages). No statement of
+# the dispatcher needs a bitmap scan or has a better plan than a sort-free one. JIT is off: a
+# disabled plan node's cost (1e10) passes every JIT threshold, and compiling took 234 ms of a
+# 264 ms claim; none of these short statements gains from it anyway.
 DISPATCHER_SERVER_SETTINGS: Mapping[str, str] = {
     "plan_cache_mode": "force_custom_plan",
+    "enable_bitmapscan": "off",
+    "enable_sort": "off",
+    "jit": "off",
     "synchronous_commit": "off",
     "application_name": "realtime-dispatch",
 }

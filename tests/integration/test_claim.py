@@ -64,6 +64,49 @@ async def test_default_sessions_would_switch_to_a_generic_plan(pool: asyncpg.Poo
     assert generic > 0
 
 
+STALE_PLAN_SQL = """
+INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
+SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+FROM generate_series(1, 3000);
+UPDATE messenger.realtime_outbox SET status = 'Done';
+INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
+SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+FROM generate_series(1, 5);
+"""
+
+
+async def claim_plan(conn: asyncpg.Connection) -> str:
+    async with conn.transaction():
+        rows = await conn.fetch(f"EXPLAIN {QUERIES['claim']}", *CLAIM_ARGS)
+    return "\n".join(r[0] for r in rows)
+
+
+async def test_the_claim_walks_the_pending_index_even_with_stale_statistics(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Statistics taken while the table was empty, then thousands of rows that came and went
+    (autovacuum behind): the planner's own choice is a bitmap scan of ix_rto_due, which re-reads
+    every dead entry on each claim. The dispatcher's sessions walk ix_rto_pending_id in order."""
+    await pool.execute("ANALYZE messenger.realtime_outbox")
+    await pool.execute(STALE_PLAN_SQL)
+    async with pool.acquire() as conn:
+        default_plan = await claim_plan(conn)
+    assert "Bitmap Index Scan on ix_rto_due" in default_plan, default_plan  # the contrast
+    dispatcher_pool = await create_pool(
+        database_url, max_size=1, server_settings=DISPATCHER_SERVER_SETTINGS
+    )
+    try:
+        async with dispatcher_pool.acquire() as conn:
+            plan = await claim_plan(conn)
+            assert len(await conn.fetch(QUERIES["claim"], *CLAIM_ARGS)) == 5
+    finally:
+        await dispatcher_pool.close()
+    assert "Index Scan using ix_rto_pending_id" in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert "ix_rto_due" not in plan, plan
+    assert "JIT" not in plan, plan  # the disabled sort's cost must not switch JIT on
+
+
 @pytest.mark.parametrize("attempts_before", [0, 1, 3, 6, 40])
 async def test_sql_backoff_matches_the_python_policy(
     pool: asyncpg.Pool, attempts_before: int
