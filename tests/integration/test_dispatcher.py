@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import asyncpg
+import pytest
 
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.dispatch.publisher import Push
@@ -189,6 +190,33 @@ async def test_loop_continues_while_batches_are_full(pool: asyncpg.Pool) -> None
     stack = make_stack(pool, batch_size=10)
     report = await stack.dispatcher.run_pass()
     assert (report.batches, report.dispatched) == (3, 25)
+
+
+@pytest.mark.parametrize(("linger", "second_after", "batches"), [(0.5, 0.05, 2), (0.0, 0.3, 1)])
+async def test_after_a_batch_that_was_not_full_the_pass_lingers(
+    pool: asyncpg.Pool, linger: float, second_after: float, batches: int
+) -> None:
+    """A row committed during the linger joins the same pass; without one the pass claims again
+    at once, finds nothing and ends."""
+    chat, sender = await new_chat(pool)
+    await send(pool, chat, sender, "first")
+    publisher = RecordingPublisher()
+    late: list[asyncio.Task[object]] = []
+
+    async def publish(pushes):  # type: ignore[no-untyped-def]
+        if not late:
+            late.append(asyncio.create_task(later(send(pool, chat, sender, "second"))))
+        return [None] * len(pushes)
+
+    async def later(work):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(second_after)
+        return await work
+
+    publisher.publish = publish  # type: ignore[method-assign]
+    stack = make_stack(pool, publisher=publisher, batch_size=10, linger=linger)
+    report = await stack.dispatcher.run_pass()
+    await late[0]
+    assert (report.batches, report.dispatched) == (batches, batches)
 
 
 async def test_max_run_duration_ends_the_pass(pool: asyncpg.Pool) -> None:

@@ -22,6 +22,8 @@ def test_defaults_are_the_specs() -> None:
         ({"backoff_cap": 1}, "REALTIME_DISPATCH_BACKOFF_CAP"),
         ({"max_run_duration": 30, "lock_ttl": 30}, "REALTIME_DISPATCH_MAX_RUN_DURATION"),
         ({"retention_done": 0}, "REALTIME_DISPATCH_RETENTION_DONE"),
+        ({"linger": -0.001}, "REALTIME_DISPATCH_LINGER"),
+        ({"linger": 5}, "REALTIME_DISPATCH_LINGER"),
     ],
 )
 def test_invalid_options_name_the_variable(kwargs: dict[str, float], variable: str) -> None:

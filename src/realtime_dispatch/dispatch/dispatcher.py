@@ -12,7 +12,8 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
    batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
    for its status), and at once on a stop;
 5. repeat while the last claim found rows, ``max_run_duration`` allows, and the lock is still
-   ours (a pass ends with a claim that finds nothing).
+   ours (a pass ends with a claim that finds nothing); after a batch that was not full, wait
+   ``linger`` first.
 
 While a full batch is handled, the next batch is already being claimed on a second connection and
 the batch's outcome is written on a third while the next one is built (pipelining; only with
@@ -205,8 +206,11 @@ class Dispatcher:
                     lanes.prepare(PIPELINE_LANES)
                 await self._handle_batch(lanes, rows, report, flight, pipelined=pipelined)
                 if ahead is None:
-                    # Under a steady stream batches are rarely full; claiming again at once,
-                    # still holding the lock, saves the unlock/lock round trips of a new pass.
+                    # Under a steady stream batches are rarely full: claim again under the same
+                    # lock (no unlock/lock round trips of a new pass), after a short linger so
+                    # that the claim finds a few rows rather than one.
+                    if not full and self._options.linger:
+                        await asyncio.sleep(self._options.linger)
                     if not self._go_on(report, started, still_locked):
                         break
                     rows = await self._store.claim(size, conn=lane0, exclude=flight.ids)

@@ -247,4 +247,5 @@ def _options_log(dispatcher: Dispatcher) -> dict[str, object]:
         "max_run_duration": o.max_run_duration,
         "max_attempts": o.max_attempts,
         "listen": o.listen,
+        "linger": o.linger,
     }
