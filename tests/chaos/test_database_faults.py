@@ -16,7 +16,7 @@ import pytest
 
 from realtime_dispatch.database import EmbeddedPostgres
 from realtime_dispatch.outbox.migrate import migrate
-from tests.chaos.harness import report, scale
+from tests.chaos.harness import delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress, tolerant_status
 from tests.conftest import wait_until
 
@@ -84,10 +84,7 @@ async def test_terminated_connections_recover_by_themselves(
         backends_killed=injected["killed"],
         application_names=injected["names"],
         messages=MESSAGES,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
+        **delivery_figures(totals),
         recovery_seconds=injected["recovery"],
         max_lock_holders=pipeline.max_lock_holders,
         lock_samples=pipeline.lock_samples,
@@ -147,10 +144,7 @@ async def test_statement_timeouts_then_recovery(
         faults=FAULTS,
         failed_passes_logged=injected["failed_passes"],
         messages=MESSAGES,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
+        **delivery_figures(totals),
         recovery_seconds_after_lift=injected["recovery"],
         outbox=status,
     )
@@ -199,10 +193,7 @@ async def test_postgresql_restarted_while_owners_write_and_worker_drains(
         messages=MESSAGES,
         in_flight_at_restart=injected["in_flight"],
         owner_commits_with_unknown_outcome_retried=committed - MESSAGES,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
+        **delivery_figures(totals),
         recovery_seconds=injected["recovery"],
         max_lock_holders=pipeline.max_lock_holders,
         outbox=status,

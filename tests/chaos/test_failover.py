@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.chaos.harness import Proc, report, scale
+from tests.chaos.harness import Proc, delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress
 from tests.conftest import wait_until
 
@@ -139,10 +139,7 @@ async def run_failover(
         faults=kills,
         messages=MESSAGES,
         rows_claimed_more_than_once=claimed_twice,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
+        **delivery_figures(totals),
         seconds_to_progress_after_holder_death=stalls,
         kills_of_the_identified_lock_holder=injected["holder_identified"],
         bound_seconds=POLL + MAX_RUN,

@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.chaos.harness import outbox_status, report, scale
+from tests.chaos.harness import delivery_figures, outbox_status, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress
 from tests.conftest import free_port, wait_until
 from tests.e2e.processes import run_cli
@@ -70,11 +70,7 @@ async def test_hub_replica_killed_clients_move_and_nothing_is_lost(
         "hub replica kill -9 (2 replicas, Redis backplane)",
         faults=FAULTS,
         messages=MESSAGES,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
-        client_reconnects=totals["client_reconnects"],
+        **delivery_figures(totals),
         seconds_to_next_done=injected["recovery"],
         outbox=status,
     )
@@ -157,11 +153,7 @@ async def test_redis_stopped_and_restarted_rows_wait_then_drain(
         messages=MESSAGES,
         pending_during_outage=injected["pending_during"],
         rows_retried=retried,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
-        client_reconnects=totals["client_reconnects"],
+        **delivery_figures(totals),
         seconds_to_next_done_after_restart=injected["recovery"],
         outbox=status,
     )
@@ -207,11 +199,7 @@ async def test_http_push_target_down_rows_wait_then_drain(
         messages=MESSAGES,
         pending_during_outage=injected["pending_during"],
         rows_retried=retried,
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
-        client_reconnects=totals["client_reconnects"],
+        **delivery_figures(totals),
         seconds_to_next_done_after_restart=injected["recovery"],
         outbox=status,
     )
@@ -266,10 +254,7 @@ async def test_outage_beyond_max_attempts_quarantines_then_requeue_delivers(
         quarantined=quarantine_messages,
         last_error_classes=injected["errors"],
         requeue_output=injected["requeue_output"],
-        lost=0,
-        duplicated_at_client_after_resync=0,
-        repeated_pushes=totals["repeated_pushes"],
-        recovered_by_resync=totals["recovered_by_resync"],
+        **delivery_figures(totals),
         seconds_to_next_done_after_requeue=injected["recovery"],
         outbox=status,
     )
