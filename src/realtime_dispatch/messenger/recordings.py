@@ -8,6 +8,8 @@ its own service identity)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -126,4 +128,49 @@ async def mark_recording_failed(
         sql="UPDATE messenger.call_recordings SET status = 'Failed', failed_at = now(),"
         " stopped_at = coalesce(stopped_at, now()), failure_code = $2 WHERE id = $1",
         args=(code,),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingView:
+    recording_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    started_by_user_id: UUID
+    status: str
+    started_at: datetime
+    stopped_at: datetime | None
+    available_at: datetime | None
+    failed_at: datetime | None
+    failure_code: str | None
+
+
+async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingView:
+    """Visible to whoever could start it: a party of the call, a member of the conference's
+    chat."""
+    async with conn.transaction():
+        r = await conn.fetchrow(
+            "SELECT id, session_kind, call_id, conference_id, started_by_user_id, status,"
+            " started_at, stopped_at, available_at, failed_at, failure_code"
+            " FROM messenger.call_recordings WHERE id = $1",
+            recording_id,
+        )
+        if r is None:
+            raise NotFound("recording not found")
+        await load_session(
+            conn, actor=viewer, call_id=r["call_id"], conference_id=r["conference_id"]
+        )
+    return RecordingView(
+        recording_id=r["id"],
+        session_kind=r["session_kind"],
+        call_id=r["call_id"],
+        conference_id=r["conference_id"],
+        started_by_user_id=r["started_by_user_id"],
+        status=r["status"],
+        started_at=r["started_at"],
+        stopped_at=r["stopped_at"],
+        available_at=r["available_at"],
+        failed_at=r["failed_at"],
+        failure_code=r["failure_code"],
     )

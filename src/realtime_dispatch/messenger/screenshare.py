@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -65,3 +67,38 @@ async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) 
             "UPDATE messenger.screen_shares SET stopped_at = now() WHERE id = $1", share_id
         )
         await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STOPPED, share_id))
+
+
+@dataclass(frozen=True, slots=True)
+class ScreenShareView:
+    screen_share_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    user_id: UUID
+    started_at: datetime
+    stopped_at: datetime | None
+
+
+async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) -> ScreenShareView:
+    """Visible to whoever could start one in the same call or conference."""
+    async with conn.transaction():
+        r = await conn.fetchrow(
+            "SELECT id, session_kind, call_id, conference_id, user_id, started_at, stopped_at"
+            " FROM messenger.screen_shares WHERE id = $1",
+            share_id,
+        )
+        if r is None:
+            raise NotFound("screen share not found")
+        await load_session(
+            conn, actor=viewer, call_id=r["call_id"], conference_id=r["conference_id"]
+        )
+    return ScreenShareView(
+        screen_share_id=r["id"],
+        session_kind=r["session_kind"],
+        call_id=r["call_id"],
+        conference_id=r["conference_id"],
+        user_id=r["user_id"],
+        started_at=r["started_at"],
+        stopped_at=r["stopped_at"],
+    )
