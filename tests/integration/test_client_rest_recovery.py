@@ -1,7 +1,7 @@
 """The SDK on the real messenger (REST + hub + dispatcher): File and Card messages arrive typed
 in pushes and in history, a chat the user joined while offline is found on connect through
-``GET /api/chats``, and a send whose answer was lost is retried under the same
-``clientMessageId`` and exists once."""
+``GET /api/chats``, a send whose answer was lost is retried under the same ``clientMessageId``
+and exists once, and a call whose every push is lost is joined through REST alone."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ import httpx
 
 from realtime_dispatch.client import MessageEdited, MessageReceived, MessengerClient
 from realtime_dispatch.client.rest import MessengerRest
+from realtime_dispatch.contracts.calls import CallAnswered, CallInvited
 from tests.conftest import wait_until
-from tests.hub_fixtures import make_token
+from tests.fakes import RecordingPublisher
+from tests.hub_fixtures import hub_settings, make_token
 from tests.integration.client_stack import messenger_stack
+from tests.integration.test_media_delivery import verify_media
+from tests.integration.test_rest_recovery import MEDIA_SETTINGS
 
 FILE = {"fileId": "f-9", "name": "a.png", "size": 10, "contentType": "image/png"}
 
@@ -99,3 +103,35 @@ async def test_a_retried_send_reuses_its_client_message_id_and_exists_once(
             "SELECT count(*) FROM messenger.messages WHERE chat_id = $1", UUID(str(chat))
         )
         assert count == 2
+
+
+async def test_a_call_whose_every_push_is_lost_is_joined_through_rest_alone(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """The dispatcher hands every push to a publisher that drops it (and reports success): Bob
+    is connected and hears nothing, yet finds the ringing call, gets join credentials of his own
+    and answers, all over REST."""
+    settings = hub_settings(**MEDIA_SETTINGS)
+    async with messenger_stack(database_url, pool, dispatcher=False, settings=settings) as stack:
+        void = RecordingPublisher()
+        await stack.start_dispatcher(void)
+        async with stack.client(stack.bob) as bob, stack.http(stack.alice) as alice:
+            heard: list[object] = []
+            bob.on(CallInvited, heard.append)
+            bob.on(CallAnswered, heard.append)
+            await bob.wait_connected()
+            call = (await alice.post("/api/calls", json={"calleeUserId": str(stack.bob)})).json()
+            await wait_until(lambda: any(p.target == "call_invited" for p in void.pushes))
+            async with stack.http(stack.bob) as rest:
+                ringing = (await rest.get("/api/calls", params={"status": "Ringing"})).json()
+                assert [c["callId"] for c in ringing["items"]] == [call["callId"]]
+                media = await rest.post(f"/api/calls/{call['callId']}/media")
+                assert media.status_code == 200, media.text
+                verify_media(media.json(), subject=str(stack.bob))
+                assert media.json()["roomName"] == ringing["items"][0]["roomName"]
+                answer = await rest.post(f"/api/calls/{call['callId']}/answer")
+                assert answer.status_code == 204
+                state = (await rest.get(f"/api/calls/{call['callId']}")).json()
+                assert state["status"] == "Active"
+            await wait_until(lambda: any(p.target == "call_answered" for p in void.pushes))
+            assert heard == []  # every push of the call was lost

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -303,3 +304,30 @@ async def test_no_media_secret_means_503_never_a_payload_without_credentials(
         conf = (await api.call("POST", f"/api/chats/{chat}/conferences", alice)).json()
         r = await api.call("POST", f"/api/conferences/{conf['conferenceId']}/media", alice)
         assert r.status_code == 503
+
+
+NEW_OPERATIONS = [
+    ("get", "/api/chats"),
+    ("get", "/api/contacts/requests"),
+    ("post", "/api/contacts/requests/{requestId}/decline"),
+    ("get", "/api/calls"),
+    ("post", "/api/calls/{callId}/media"),
+    ("get", "/api/chats/{chatId}/conference"),
+    ("post", "/api/conferences/{conferenceId}/media"),
+    ("get", "/api/recordings/{recordingId}"),
+    ("get", "/api/screen-shares/{screenShareId}"),
+]
+
+
+async def test_every_new_operation_is_in_openapi_and_in_the_docs(api: Api) -> None:
+    schema = (await api.http.get("/openapi.json")).json()
+    docs = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    for method, path in NEW_OPERATIONS:
+        assert method in schema["paths"].get(path, {}), (method, path)
+        assert f"{method.upper()} {path}" in docs, (method, path)
+    send = schema["paths"]["/api/chats/{chatId}/messages"]
+    assert {"200", "201"} <= set(send["post"]["responses"])
+    params = {p["name"] for p in send["get"]["parameters"]}
+    assert {"afterSeq", "beforeSeq", "limit"} <= params
+    send_body = schema["components"]["schemas"]["SendMessage"]["properties"]
+    assert {"kind", "body", "fileMeta", "cardText", "clientMessageId"} <= set(send_body)
