@@ -17,7 +17,11 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
-from realtime_dispatch.messenger.sessions import MediaSession, load_session
+from realtime_dispatch.messenger.sessions import (
+    MediaSession,
+    load_session,
+    visible_session_record,
+)
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -147,30 +151,13 @@ class RecordingView:
 
 
 async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingView:
-    """Visible to whoever could start it: a party of the call, a member of the conference's
-    chat."""
-    async with conn.transaction():
-        r = await conn.fetchrow(
-            "SELECT id, session_kind, call_id, conference_id, started_by_user_id, status,"
-            " started_at, stopped_at, available_at, failed_at, failure_code"
-            " FROM messenger.call_recordings WHERE id = $1",
-            recording_id,
-        )
-        if r is None:
-            raise NotFound("recording not found")
-        await load_session(
-            conn, actor=viewer, call_id=r["call_id"], conference_id=r["conference_id"]
-        )
-    return RecordingView(
-        recording_id=r["id"],
-        session_kind=r["session_kind"],
-        call_id=r["call_id"],
-        conference_id=r["conference_id"],
-        started_by_user_id=r["started_by_user_id"],
-        status=r["status"],
-        started_at=r["started_at"],
-        stopped_at=r["stopped_at"],
-        available_at=r["available_at"],
-        failed_at=r["failed_at"],
-        failure_code=r["failure_code"],
+    row = await visible_session_record(
+        conn,
+        "SELECT id AS recording_id, session_kind, call_id, conference_id, started_by_user_id,"
+        " status, started_at, stopped_at, available_at, failed_at, failure_code"
+        " FROM messenger.call_recordings WHERE id = $1",
+        recording_id,
+        viewer,
+        "recording",
     )
+    return RecordingView(**dict(row))

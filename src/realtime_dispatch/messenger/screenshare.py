@@ -12,7 +12,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
-from realtime_dispatch.messenger.sessions import load_session
+from realtime_dispatch.messenger.sessions import load_session, visible_session_record
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -81,24 +81,12 @@ class ScreenShareView:
 
 
 async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) -> ScreenShareView:
-    """Visible to whoever could start one in the same call or conference."""
-    async with conn.transaction():
-        r = await conn.fetchrow(
-            "SELECT id, session_kind, call_id, conference_id, user_id, started_at, stopped_at"
-            " FROM messenger.screen_shares WHERE id = $1",
-            share_id,
-        )
-        if r is None:
-            raise NotFound("screen share not found")
-        await load_session(
-            conn, actor=viewer, call_id=r["call_id"], conference_id=r["conference_id"]
-        )
-    return ScreenShareView(
-        screen_share_id=r["id"],
-        session_kind=r["session_kind"],
-        call_id=r["call_id"],
-        conference_id=r["conference_id"],
-        user_id=r["user_id"],
-        started_at=r["started_at"],
-        stopped_at=r["stopped_at"],
+    row = await visible_session_record(
+        conn,
+        "SELECT id AS screen_share_id, session_kind, call_id, conference_id, user_id,"
+        " started_at, stopped_at FROM messenger.screen_shares WHERE id = $1",
+        share_id,
+        viewer,
+        "screen share",
     )
+    return ScreenShareView(**dict(row))

@@ -78,16 +78,7 @@ async def list_chats(
     found = await chats.list_chats(conn, user=user, limit=limit + 1, after=after)
     page = found[:limit]
     return ChatPage(
-        items=[
-            ChatSummaryOut(
-                chat_id=c.chat_id,
-                title=c.title,
-                last_seq=c.last_seq,
-                read_seq=c.read_seq,
-                updated_at=c.updated_at,
-            )
-            for c in page
-        ],
+        items=[ChatSummaryOut.model_validate(c, from_attributes=True) for c in page],
         next_cursor=_encode_cursor(page[-1]) if len(found) > limit else None,
     )
 
@@ -185,23 +176,7 @@ async def list_messages(  # noqa: PLR0917 (FastAPI passes parameters by name)
         before_seq=before_seq,
         limit=limit,
     )
-    return MessagePage(
-        items=[
-            MessageOut(
-                message_id=m.message_id,
-                seq=m.seq,
-                sender_user_id=m.sender_user_id,
-                body=m.body,
-                sent_at=m.sent_at,
-                edited_at=m.edited_at,
-                deleted_at=m.deleted_at,
-                kind=m.kind,
-                file_meta=m.file_meta,
-                card_text=m.card_text,
-            )
-            for m in items
-        ]
-    )
+    return MessagePage(items=[MessageOut.model_validate(m, from_attributes=True) for m in items])
 
 
 @router.patch(

@@ -55,17 +55,8 @@ _MEDIA_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-def _call_out(v: calls.CallView) -> CallOut:
-    return CallOut(
-        call_id=v.call_id,
-        caller_user_id=v.caller_user_id,
-        callee_user_id=v.callee_user_id,
-        room_name=v.room_name,
-        status=v.status,
-        created_at=v.created_at,
-        answered_at=v.answered_at,
-        ended_at=v.ended_at,
-    )
+def _call_out(view: calls.CallView) -> CallOut:
+    return CallOut.model_validate(view, from_attributes=True)
 
 
 @router.get("/calls", tags=["calls"], summary="The caller's calls in a status, newest first")
@@ -261,20 +252,8 @@ async def start_recording(body: SessionRef, user: User, conn: Conn) -> Recording
     summary="A recording (a party of its call, a member of its conference's chat)",
 )
 async def get_recording(recording_id: RecordingId, user: User, conn: Conn) -> RecordingOut:
-    v = await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
-    return RecordingOut(
-        recording_id=v.recording_id,
-        session_kind=v.session_kind,
-        call_id=v.call_id,
-        conference_id=v.conference_id,
-        started_by_user_id=v.started_by_user_id,
-        status=v.status,
-        started_at=v.started_at,
-        stopped_at=v.stopped_at,
-        available_at=v.available_at,
-        failed_at=v.failed_at,
-        failure_code=v.failure_code,
-    )
+    view = await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
+    return RecordingOut.model_validate(view, from_attributes=True)
 
 
 @router.post(
@@ -324,16 +303,8 @@ async def start_screen_share(body: SessionRef, user: User, conn: Conn) -> Screen
     summary="A screen share (a party of its call, a member of its conference's chat)",
 )
 async def get_screen_share(share_id: ShareId, user: User, conn: Conn) -> ScreenShareOut:
-    v = await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
-    return ScreenShareOut(
-        screen_share_id=v.screen_share_id,
-        session_kind=v.session_kind,
-        call_id=v.call_id,
-        conference_id=v.conference_id,
-        user_id=v.user_id,
-        started_at=v.started_at,
-        stopped_at=v.stopped_at,
-    )
+    view = await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
+    return ScreenShareOut.model_validate(view, from_attributes=True)
 
 
 @router.post(

@@ -40,15 +40,7 @@ async def list_contacts(user: User, conn: Conn) -> ContactList:
 async def list_contact_requests(user: User, conn: Conn) -> ContactRequestList:
     items = await contacts.list_requests(conn, user=user)
     return ContactRequestList(
-        items=[
-            ContactRequestOut(
-                request_id=r.request_id,
-                from_user_id=r.from_user_id,
-                to_user_id=r.to_user_id,
-                created_at=r.created_at,
-            )
-            for r in items
-        ]
+        items=[ContactRequestOut.model_validate(r, from_attributes=True) for r in items]
     )
 
 
