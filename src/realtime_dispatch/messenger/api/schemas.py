@@ -57,10 +57,6 @@ class UserRef(ApiModel):
     user_id: UUID
 
 
-class MessageBody(ApiModel):
-    body: Body
-
-
 class FileMeta(ApiModel):
     """A file stored elsewhere (this service stores only its description)."""
 
