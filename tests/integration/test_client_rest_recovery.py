@@ -44,8 +44,10 @@ async def test_file_and_card_messages_arrive_typed_and_offline_chats_are_found(
             async with MessengerClient(stack.url, make_token(stack.alice)) as alice:
                 await alice.rest.send_message(chat, "caption", kind="File", file_meta=FILE)
                 card = await alice.rest.send_message(chat, kind="Card", card_text="Lunch?")
+                # Payloads are built at delivery: edit once the first state was pushed.
+                await wait_until(lambda: len(live) == 2)
                 await alice.rest.edit_message(chat, card.message_id, card_text="Dinner?")
-            await wait_until(lambda: len(live) == 2 and len(edits) == 1)
+            await wait_until(lambda: len(edits) == 1)
             assert [(e.kind, e.file_meta, e.card_text, e.body) for e in live] == [
                 ("File", FILE, None, "caption"),
                 ("Card", None, "Lunch?", None),
