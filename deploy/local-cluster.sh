@@ -8,6 +8,7 @@
 #   deploy/local-cluster.sh stop  [DIR]   # stop both and remove DIR
 #   deploy/local-cluster.sh status [DIR]
 #
+# LOCAL_CLUSTER_ENGINES (default "redis nats") picks which to start.
 # Ports: REDIS_CLUSTER_PORT (default 7101) .. +2, NATS_CLUSTER_PORT (default 4301) .. +2 for
 # clients and NATS_ROUTE_PORT (default 6301) .. +2 for the routes between NATS servers.
 # Nothing listens beyond 127.0.0.1; nothing is kept on disk beyond DIR.
@@ -19,6 +20,7 @@ redis_base=${REDIS_CLUSTER_PORT:-7101}
 nats_base=${NATS_CLUSTER_PORT:-4301}
 route_base=${NATS_ROUTE_PORT:-6301}
 nodes=(0 1 2)
+engines=${LOCAL_CLUSTER_ENGINES:-redis nats}
 
 wait_port() {  # wait up to 10 s for 127.0.0.1:$1 to accept connections
     for _ in $(seq 100); do
@@ -80,12 +82,16 @@ start)
         exit 1
     fi
     mkdir -p "$dir"
-    start_redis
-    start_nats
-    nats_urls=""
-    for i in "${nodes[@]}"; do nats_urls+="nats://127.0.0.1:$((nats_base + i)),"; done
-    echo "REALTIME_REDIS_CLUSTER_URL=redis://127.0.0.1:$redis_base"
-    echo "REALTIME_NATS_URL=${nats_urls%,}"
+    if [[ " $engines " == *" redis "* ]]; then
+        start_redis
+        echo "REALTIME_REDIS_CLUSTER_URL=redis://127.0.0.1:$redis_base"
+    fi
+    if [[ " $engines " == *" nats "* ]]; then
+        start_nats
+        nats_urls=""
+        for i in "${nodes[@]}"; do nats_urls+="nats://127.0.0.1:$((nats_base + i)),"; done
+        echo "REALTIME_NATS_URL=${nats_urls%,}"
+    fi
     ;;
 stop)
     stop_all

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     dispatch_linger: float = 0.003
 
     backplane_enabled: bool = False
+    backplane: Literal["none", "redis", "redis-cluster"] | None = None
+    """Unset: ``redis`` when ``backplane_enabled``, else ``none``."""
     redis_url: SecretStr | None = None
     hub_jwt_secret: SecretStr | None = None
     hub_url: str | None = None
@@ -135,9 +137,17 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("log_level: must be one of debug, info, warning, error")
-        if self.backplane_enabled and self.redis_url is None:
-            raise ValueError("redis_url: required when REALTIME_BACKPLANE_ENABLED is true")
+        if self.backplane_enabled and self.backplane == "none":
+            raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
+        if self.backplane_mode != "none" and self.redis_url is None:
+            raise ValueError(f"redis_url: required by the {self.backplane_mode} backplane")
         return self
+
+    @property
+    def backplane_mode(self) -> Literal["none", "redis", "redis-cluster"]:
+        if self.backplane is not None:
+            return self.backplane
+        return "redis" if self.backplane_enabled else "none"
 
     def dispatch_options(self) -> RealtimeDispatchOptions:
         return RealtimeDispatchOptions(
