@@ -40,6 +40,9 @@ class RealtimeDispatchOptions:
     """After a batch that was not full, wait this long before the next claim of the pass: under
     a steady stream the next claim then finds a few rows instead of one (claims, payload queries
     and outcome writes per row fall), at the cost of at most this much added latency."""
+    partitions: int = 1
+    """How many partitions the outbox is claimed in (each with its own lock); 1 is the spec's
+    single runner."""
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -57,6 +60,7 @@ class RealtimeDispatchOptions:
                 f"must be below REALTIME_DISPATCH_LOCK_TTL ({self.lock_ttl:g} s)",
             ),
             ("RETENTION_DONE", self.retention_done > 0, "must be > 0"),
+            ("PARTITIONS", 1 <= self.partitions <= 256, "must be between 1 and 256"),
             (
                 "LINGER",
                 0 <= self.linger < self.max_run_duration,
@@ -108,6 +112,7 @@ class Settings(BaseSettings):
     dispatch_retention_done: float = 86_400.0
     dispatch_listen: bool = True
     dispatch_linger: float = 0.003
+    dispatch_partitions: int = 1
 
     backplane_enabled: bool = False
     backplane: Literal["none", "redis", "redis-cluster"] | None = None
@@ -162,6 +167,7 @@ class Settings(BaseSettings):
             retention_done=self.dispatch_retention_done,
             listen=self.dispatch_listen,
             linger=self.dispatch_linger,
+            partitions=self.dispatch_partitions,
         )
 
     def media_options(self) -> MediaOptions:

@@ -124,15 +124,16 @@ async def test_three_replicas_on_a_redis_cluster_and_two_workers(
     pool: asyncpg.Pool, database_url: str, redis_cluster_url: str
 ) -> None:
     """The interest-routed backplane through real processes: three ``hub`` replicas and two
-    ``worker``s on a 3-node Redis Cluster. Each chat's message reaches its members wherever
-    they are connected, a member added meanwhile receives the next message, and each replica
-    reads only the pushes of its own members."""
+    ``worker``s sharing four partitions, on a 3-node Redis Cluster. Each chat's message reaches
+    its members wherever they are connected, a member added meanwhile receives the next message,
+    and each replica reads only the pushes of its own members."""
     env = cli_env(
         REALTIME_DATABASE_URL=database_url,
         REALTIME_BACKPLANE="redis-cluster",
         REALTIME_REDIS_URL=redis_cluster_url,
         REALTIME_HUB_JWT_SECRET=SECRET,
         REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
+        REALTIME_DISPATCH_PARTITIONS="4",
     )
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:

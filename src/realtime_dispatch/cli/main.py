@@ -161,7 +161,7 @@ async def _worker(settings: Settings, _: argparse.Namespace) -> int:
             async with dispatch_service(
                 url, settings.dispatch_options(), publisher, media=settings.media_options()
             ) as service:
-                await _until_signal(service.runner.request_stop)
+                await _until_signal(service.request_stop)
     finally:
         if publisher is not None:
             await publisher.aclose()
