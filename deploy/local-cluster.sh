@@ -7,6 +7,7 @@
 #   deploy/local-cluster.sh start [DIR]   # start both; prints the URLs to export
 #   deploy/local-cluster.sh stop  [DIR]   # stop both and remove DIR
 #   deploy/local-cluster.sh status [DIR]
+#   deploy/local-cluster.sh start-redis-node I [DIR]   # (re)start Redis node I (0-2) in place
 #
 # LOCAL_CLUSTER_ENGINES (default "redis nats") picks which to start.
 # Ports: REDIS_CLUSTER_PORT (default 7101) .. +2, NATS_CLUSTER_PORT (default 4301) .. +2 for
@@ -31,16 +32,20 @@ wait_port() {  # wait up to 10 s for 127.0.0.1:$1 to accept connections
     return 1
 }
 
+start_redis_node() {  # a node keeps its identity and slots in its nodes.conf
+    local i=$1 port=$(($redis_base + $1)) node_dir="$dir/redis-$1"
+    mkdir -p "$node_dir"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$node_dir" \
+        --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+        --save "" --appendonly no --daemonize yes --pidfile "$node_dir/redis.pid" \
+        --logfile "$node_dir/redis.log"
+}
+
 start_redis() {
     local addrs=()
     for i in "${nodes[@]}"; do
-        local port=$((redis_base + i)) node_dir="$dir/redis-$i"
-        mkdir -p "$node_dir"
-        redis-server --port "$port" --bind 127.0.0.1 --dir "$node_dir" \
-            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
-            --save "" --appendonly no --daemonize yes --pidfile "$node_dir/redis.pid" \
-            --logfile "$node_dir/redis.log"
-        addrs+=("127.0.0.1:$port")
+        start_redis_node "$i"
+        addrs+=("127.0.0.1:$((redis_base + i))")
     done
     for i in "${nodes[@]}"; do wait_port $((redis_base + i)); done
     redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$dir/redis-create.log"
@@ -95,6 +100,11 @@ start)
     ;;
 stop)
     stop_all
+    ;;
+start-redis-node)
+    dir=${3:-${TMPDIR:-/tmp}/realtime-dispatch-cluster}
+    start_redis_node "$2"
+    wait_port $((redis_base + $2))
     ;;
 status)
     for i in "${nodes[@]}"; do

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -150,50 +149,22 @@ def redis_url() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _ports_free(ports: list[int]) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A real 3-node Redis Cluster: ``REALTIME_TEST_REDIS_CLUSTER_URL``, else one started with
-    ``deploy/local-cluster.sh`` (Debian's redis-server and redis-tools, which CI installs) on
-    free ports below the ephemeral range, and stopped at the end of the session."""
+    ``deploy/local-cluster.sh`` (Debian's redis-server and redis-tools, which CI installs) and
+    stopped at the end of the session."""
     url = os.environ.get("REALTIME_TEST_REDIS_CLUSTER_URL")
     if url:
         yield url
         return
-    script = Path(__file__).resolve().parents[1] / "deploy" / "local-cluster.sh"
-    rng = random.Random()
-    for _ in range(20):
-        base = rng.randrange(20000, 22000, 10)
-        # Client ports, their cluster-bus ports (+10000), and the NATS ports the script uses.
-        ports = [base + i for i in range(3)] + [base + 10000 + i for i in range(3)]
-        ports += [base + 3000 + i for i in range(3)] + [base + 6000 + i for i in range(3)]
-        if _ports_free(ports):
-            break
-    else:
-        raise RuntimeError("no free port range for a local Redis Cluster")
-    folder = Path(tempfile.mkdtemp(prefix="rd-test-cluster-")) / "cluster"
-    env = dict(
-        os.environ,
-        REDIS_CLUSTER_PORT=str(base),
-        NATS_CLUSTER_PORT=str(base + 3000),
-        NATS_ROUTE_PORT=str(base + 6000),
-        LOCAL_CLUSTER_ENGINES="redis",
-    )
-    subprocess.run([str(script), "start", str(folder)], env=env, check=True, capture_output=True)
+    from tests.cluster import LocalRedisCluster
+
+    cluster = LocalRedisCluster().start()
     try:
-        yield f"redis://127.0.0.1:{base}"
+        yield cluster.url
     finally:
-        subprocess.run([str(script), "stop", str(folder)], env=env, check=False)
-        shutil.rmtree(folder.parent, ignore_errors=True)
+        cluster.stop()
 
 
 async def wait_until(predicate: object, within: float = 10.0, interval: float = 0.02) -> None:

@@ -7,8 +7,10 @@ Three promises of the single-channel backplane are kept:
 
 * **A push nobody could receive is retried.** ``SPUBLISH`` answers how many replicas received
   the push. Zero means either "no member of the group is connected anywhere" (the push is done)
-  or "no replica is there" (it must be retried). Replicas that are subscribed and healthy keep a
-  heartbeat in :data:`REPLICAS_KEY`; the publisher tells the two cases apart by it.
+  or "the replica with its members is not subscribed right now" (it must be retried). Every
+  replica heartbeats in :data:`REPLICAS_KEY`, and also in :data:`UNREADY_KEY` while it is
+  (re)subscribing; the publisher counts a push nobody received as done only while some replica
+  is alive and none is unready.
 * **Membership changes apply before the next push.** A replica learns of a join from PostgreSQL
   (``LISTEN realtime_membership``) and must have subscribed to the group's channel before a push
   committed after the join is published. The publisher orders itself after every membership
@@ -18,8 +20,11 @@ Three promises of the single-channel backplane are kept:
   before the token and finished the subscriptions they called for. A replica's subscription is
   confirmed by the shard that owns the channel, the same node the publish goes to, so a confirmed
   subscription sees every later publish.
-* **A replica that lost its subscriptions says so.** After a Redis error it stops its heartbeat,
-  subscribes to every wanted channel again, and only then heartbeats again.
+* **A replica that lost its subscriptions says so.** After a Redis error it marks itself unready
+  as soon as the cluster answers again, subscribes to every wanted channel again, and only then
+  clears the mark. While the cluster does not answer, its heartbeat cannot be written either:
+  for :data:`HEARTBEAT_TTL` after a Redis error of its own, the publisher retries a push that
+  nobody received rather than count it done (see ``ShardedRedisHubPublisher``).
 """
 
 from __future__ import annotations
@@ -32,17 +37,24 @@ from typing import Any
 
 import structlog
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 
 log = structlog.get_logger(__name__)
 
 # One hash tag for the replica registry and the acknowledgements: one slot, one shard.
 REPLICAS_KEY = "{realtime-dispatch}:hub:replicas"
+UNREADY_KEY = "{realtime-dispatch}:hub:unready"
 ACKS_CHANNEL = "{realtime-dispatch}:hub:barrier-acks"
-HEARTBEAT_EVERY = 1.0
-HEARTBEAT_TTL = 5.0
+HEARTBEAT_EVERY = 0.5
+HEARTBEAT_TTL = 3.0
 SUBSCRIBE_CHUNK = 500
 MAX_BATCH = 256
+
+# What a cluster client raises when the cluster or a node is away (RedisClusterException and its
+# SlotNotCoveredError are not RedisErrors).
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 Deliver = Callable[[Sequence[tuple[str, str]]], Awaitable[None]]
 
@@ -61,7 +73,15 @@ def group_of_channel(channel: bytes | str) -> str | None:
 
 
 def cluster_client(url: str, *, timeout: float | None = 2.0) -> RedisCluster:
-    return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=2.0)
+    # No retries inside the client: a failure must surface at once (the dispatcher retries a
+    # push with its own backoff, and the publisher must know the replicas may have lost their
+    # subscriptions in it), rather than be ridden out for seconds and answered "nobody".
+    return RedisCluster.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=2.0,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 class InterestSet:
@@ -105,8 +125,8 @@ class ShardedBackplaneSubscriber:
         deliver: Deliver,
         *,
         replica_id: str,
-        reconnect_delay: float = 0.5,
-        max_reconnect_delay: float = 5.0,
+        reconnect_delay: float = 0.25,
+        max_reconnect_delay: float = 2.0,
     ) -> None:
         self._url = url
         self._deliver = deliver
@@ -150,11 +170,16 @@ class ShardedBackplaneSubscriber:
             client = self._client
             if client is not None and self.ready.is_set():
                 await client.spublish(ACKS_CHANNEL, f"{token} {self.replica_id}")
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             log.warning("backplane_barrier_ack_failed", error=type(exc).__name__)
 
     async def run(self) -> None:
         delay = self._reconnect_delay
+
+        def stopping() -> bool:
+            task = asyncio.current_task()
+            return task is not None and task.cancelling() > 0
+
         while True:
             client = cluster_client(self._url, timeout=None)
             self._client = client
@@ -162,6 +187,8 @@ class ShardedBackplaneSubscriber:
             tasks: list[asyncio.Task[None]] = []
             try:
                 await client.initialize()
+                # Not subscribed to anything yet: say so before anything else.
+                await self._beat(client, ready=False)
                 self._subscribed.clear()
                 self._unconfirmed.clear()
                 failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -169,7 +196,7 @@ class ShardedBackplaneSubscriber:
                 tasks.append(asyncio.create_task(self._heartbeat(client)))
                 self._dirty.set()
                 await failed
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # the subscriber never dies: it starts over
                 if self.ready.is_set():
                     delay = self._reconnect_delay
                 log.warning("backplane_lost", error=type(exc).__name__, retry_in=delay)
@@ -178,8 +205,16 @@ class ShardedBackplaneSubscriber:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                with contextlib.suppress(RedisError, OSError):
-                    await client.zrem(REPLICAS_KEY, self.replica_id)
+                if not stopping():
+                    # The healthy nodes' connections may hold pushes already counted as
+                    # received: deliver them before those connections close.
+                    await self._drain(pubsub)
+                with contextlib.suppress(*REDIS_ERRORS):
+                    if stopping():  # leaving for good
+                        await client.zrem(REPLICAS_KEY, self.replica_id)
+                        await client.zrem(UNREADY_KEY, self.replica_id)
+                    else:  # coming back: unready until subscribed again
+                        await self._beat(client, ready=False)
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
                 with contextlib.suppress(Exception):
@@ -225,11 +260,35 @@ class ShardedBackplaneSubscriber:
                 if not self.ready.is_set():
                     self.ready.set()
                     log.info("backplane_subscribed", groups=len(self._subscribed))
-        except (RedisError, OSError) as exc:
+        except Exception as exc:  # any failure ends the session; run() starts a new one
             if not failed.done():
                 failed.set_exception(exc)
-        except asyncio.CancelledError:
-            raise
+
+    async def _drain(self, pubsub: Any) -> None:
+        batch: list[tuple[str, str]] = []
+        for node_pubsub in list(pubsub.node_pubsub_mapping.values()):
+            if node_pubsub.connection is None:
+                continue
+            with contextlib.suppress(*REDIS_ERRORS, RuntimeError):
+                while (message := await node_pubsub.get_message(timeout=0.0)) is not None:
+                    pushed = self._push_of(message)
+                    if pushed is not None:
+                        batch.append(pushed)
+        if batch:
+            await self._deliver(batch)
+
+    def _push_of(self, message: dict[str, Any]) -> tuple[str, str] | None:
+        if message.get("type") != "smessage":
+            return None
+        group = group_of_channel(message["channel"])
+        try:
+            frame = message["data"].decode()
+        except UnicodeDecodeError:
+            frame = None
+        if group is None or frame is None:
+            log.warning("backplane_message_invalid")
+            return None
+        return group, frame
 
     async def _read(self, node_pubsub: Any, failed: asyncio.Future[None]) -> None:
         try:
@@ -249,35 +308,41 @@ class ShardedBackplaneSubscriber:
                         self._unconfirmed.discard(message["channel"])
                         if not self._unconfirmed:
                             self._confirmed.set()
-                    elif kind == "smessage":
-                        group = group_of_channel(message["channel"])
-                        try:
-                            frame = message["data"].decode()
-                        except UnicodeDecodeError:
-                            frame = None
-                        if group is None or frame is None:
-                            log.warning("backplane_message_invalid")
-                        else:
-                            batch.append((group, frame))
+                    elif (pushed := self._push_of(message)) is not None:
+                        batch.append(pushed)
                     if len(batch) >= MAX_BATCH:
                         break
                     message = await node_pubsub.get_message(timeout=0.0)
                 if batch:
                     await self._deliver(batch)
-        except (RedisError, OSError) as exc:
+        except Exception as exc:
             if not failed.done():
                 failed.set_exception(exc)
 
     async def _heartbeat(self, client: RedisCluster) -> None:
         while True:
-            if self.ready.is_set():
-                await client.zadd(REPLICAS_KEY, {self.replica_id: time.time() + HEARTBEAT_TTL})
+            # A missed beat is retried at the next one (the entry outlives a few of them).
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self._beat(client, ready=self.ready.is_set())
             await asyncio.sleep(HEARTBEAT_EVERY)
 
+    async def _beat(self, client: RedisCluster, *, ready: bool) -> None:
+        expires = time.time() + HEARTBEAT_TTL
+        await client.zadd(REPLICAS_KEY, {self.replica_id: expires})
+        if ready:
+            await client.zrem(UNREADY_KEY, self.replica_id)
+        else:
+            await client.zadd(UNREADY_KEY, {self.replica_id: expires})
 
-async def live_replicas(client: RedisCluster) -> list[str]:
-    """Replica ids whose heartbeat has not expired (and a sweep of those that have)."""
+
+async def live_replicas(client: RedisCluster) -> tuple[set[str], set[str]]:
+    """Replica ids whose heartbeat has not expired, and those of them that are unready
+    (re)subscribing; expired entries are swept."""
     now = time.time()
-    await client.zremrangebyscore(REPLICAS_KEY, "-inf", now)
-    members = await client.zrangebyscore(REPLICAS_KEY, now, "+inf")
-    return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+    found: list[set[str]] = []
+    for key in (REPLICAS_KEY, UNREADY_KEY):
+        await client.zremrangebyscore(key, "-inf", now)
+        members = await client.zrangebyscore(key, now, "+inf")
+        found.append({m.decode() if isinstance(m, bytes) else str(m) for m in members})
+    alive, unready = found
+    return alive, unready & alive

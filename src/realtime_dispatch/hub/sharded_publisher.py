@@ -20,7 +20,6 @@ import asyncpg
 import orjson
 import structlog
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
 
 from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
@@ -30,6 +29,8 @@ from realtime_dispatch.hub.publishers import GroupFrames, push_frames
 from realtime_dispatch.hub.registry import CHAT_PREFIX
 from realtime_dispatch.hub.sharded_backplane import (
     ACKS_CHANNEL,
+    HEARTBEAT_TTL,
+    REDIS_ERRORS,
     cluster_client,
     group_channel,
     live_replicas,
@@ -38,7 +39,7 @@ from realtime_dispatch.messenger.membership import MEMBERSHIP_CHANNEL
 
 log = structlog.get_logger(__name__)
 
-ALIVE_CACHE = 0.5  # seconds a live-replica answer is reused
+ALIVE_CACHE = 0.1  # seconds a live-replica answer is reused
 
 
 class MembershipBarrier:
@@ -77,7 +78,7 @@ class MembershipBarrier:
                 log.warning("backplane_barrier_timeout")
                 self._dirty = True
                 return False
-            except (*DB_ERRORS, RedisError) as exc:
+            except (*DB_ERRORS, *REDIS_ERRORS) as exc:
                 log.warning("backplane_barrier_failed", error=type(exc).__name__)
                 await self.aclose()
                 self._dirty = True
@@ -89,7 +90,7 @@ class MembershipBarrier:
         if not self._dirty:
             return True
         self._dirty = False
-        replicas = set(await live_replicas(self._client))
+        replicas, _unready = await live_replicas(self._client)
         if not replicas:
             return True  # nobody to order: the pushes find no subscriber and are retried
         token = uuid.uuid4().hex
@@ -140,6 +141,7 @@ class ShardedRedisHubPublisher:
         self._acks_reader: asyncio.Task[None] | None = None
         self._alive_at = 0.0
         self._alive = False
+        self._unsure_until = 0.0
         self._closed = False
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
@@ -150,7 +152,8 @@ class ShardedRedisHubPublisher:
             return []
         try:
             await self._start()
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
+            self._saw_error()
             return [_unavailable(exc)] * len(items)
         ordered = True
         if any(group.startswith(CHAT_PREFIX) for group, _ in items):
@@ -169,16 +172,24 @@ class ShardedRedisHubPublisher:
                     pipe.spublish(group_channel(group), frame)
                     sent.append(index)
                 counts = await pipe.execute() if sent else []
-            if any(count == 0 for count in counts) and not await self._anyone_alive():
+            if any(count == 0 for count in counts) and not await self._anyone_listening():
                 nobody = HubUnavailable("no hub replica is subscribed", code="NoSubscribers")
                 for index, count in zip(sent, counts, strict=True):
                     if count == 0:
                         results[index] = nobody
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
+            self._saw_error()
             error = _unavailable(exc)
             for index in sent:
                 results[index] = error
         return results
+
+    def _saw_error(self) -> None:
+        # The replicas most likely lost their subscriptions in the same fault, and their
+        # heartbeats may outlive it by up to HEARTBEAT_TTL: until then, "nobody received it"
+        # means "retry", not "nobody of the group is connected".
+        self._unsure_until = time.monotonic() + HEARTBEAT_TTL
+        self._alive_at = 0.0
 
     async def _start(self) -> None:
         if self._acks_reader is not None and not self._acks_reader.done():
@@ -196,7 +207,7 @@ class ShardedRedisHubPublisher:
 
     async def _read_acks(self) -> None:
         node_pubsubs = list(self._acks.node_pubsub_mapping.values())
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*REDIS_ERRORS):
             while True:
                 message = await node_pubsubs[0].get_message(timeout=1.0)
                 if message is None or message.get("type") != "smessage":
@@ -204,10 +215,14 @@ class ShardedRedisHubPublisher:
                 token, _, replica = message["data"].decode().partition(" ")
                 self._barrier.acknowledged(token, replica)
 
-    async def _anyone_alive(self) -> bool:
+    async def _anyone_listening(self) -> bool:
+        """Whether a push that nobody received found healthy replicas, none with members."""
         now = time.monotonic()
+        if now < self._unsure_until:
+            return False
         if now - self._alive_at > ALIVE_CACHE:
-            self._alive = bool(await live_replicas(self._client))
+            alive, unready = await live_replicas(self._client)
+            self._alive = bool(alive) and not unready
             self._alive_at = now
         return self._alive
 
