@@ -113,7 +113,9 @@ async def drain_raw(url: str, options: RealtimeDispatchOptions) -> dict[str, Any
         done = 0
         while True:
             records = await conn.fetch(
-                claim, o.batch_size, o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER, []
+                claim,
+                *(o.batch_size, o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER, []),
+                *(1, 0),  # the whole outbox: one partition
             )
             if not records:
                 break

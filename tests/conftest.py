@@ -149,6 +149,24 @@ def redis_url() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A real 3-node Redis Cluster: ``REALTIME_TEST_REDIS_CLUSTER_URL``, else one started with
+    ``deploy/local-cluster.sh`` (Debian's redis-server and redis-tools, which CI installs) and
+    stopped at the end of the session."""
+    url = os.environ.get("REALTIME_TEST_REDIS_CLUSTER_URL")
+    if url:
+        yield url
+        return
+    from tests.cluster import LocalRedisCluster
+
+    cluster = LocalRedisCluster().start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
 async def wait_until(predicate: object, within: float = 10.0, interval: float = 0.02) -> None:
     """Poll an async or sync zero-argument predicate until it is truthy."""
     deadline = time.monotonic() + within

@@ -10,7 +10,9 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 import jwt
 import orjson
@@ -319,4 +321,82 @@ class TcpProxy:
                 writer.write(data)
                 await writer.drain()
         finally:
+            writer.transport.abort()
+
+
+class SlowPostgresProxy:
+    """Forwards 127.0.0.1:``port`` to the PostgreSQL server behind ``dsn`` (TCP or unix socket)
+    and holds every byte the server sends for ``delay`` seconds, in order: a session behind it,
+    such as a hub's ``LISTEN`` connection, learns of every notification that much later."""
+
+    def __init__(self, dsn: str, delay: float) -> None:
+        self.dsn = dsn
+        self.delay = delay
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._upstream: tuple[str, int] | str | None = None
+
+    @property
+    def url(self) -> str:
+        """``dsn`` pointed at this proxy."""
+        parts = urlsplit(self.dsn)
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit(("postgresql", f"{user}127.0.0.1:{self.port}", parts.path, "", ""))
+
+    async def __aenter__(self) -> SlowPostgresProxy:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            host = await conn.fetchval("SELECT host(inet_server_addr())")
+            port = int(await conn.fetchval("SHOW port"))
+            folder = (await conn.fetchval("SHOW unix_socket_directories")).split(",")[0].strip()
+        finally:
+            await conn.close()
+        self._upstream = (host, port) if host else f"{folder}/.s.PGSQL.{port}"
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        upstream = self._upstream
+        try:
+            if isinstance(upstream, str):
+                up_reader, up_writer = await asyncio.open_unix_connection(upstream)
+            else:
+                assert upstream is not None
+                up_reader, up_writer = await asyncio.open_connection(*upstream)
+            await asyncio.gather(
+                self._pipe(reader, up_writer, 0.0),
+                self._pipe(up_reader, writer, self.delay),
+                return_exceptions=True,
+            )
+        finally:
+            self._tasks.discard(task)
+            writer.transport.abort()
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while data := await reader.read(65536):
+                if delay:
+                    # Each chunk leaves `delay` after it arrived; order is kept.
+                    loop.call_later(delay, writer.write, data)
+                else:
+                    writer.write(data)
+                    await writer.drain()
+        finally:
+            if delay:
+                await asyncio.sleep(delay)
             writer.transport.abort()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -40,6 +40,9 @@ class RealtimeDispatchOptions:
     """After a batch that was not full, wait this long before the next claim of the pass: under
     a steady stream the next claim then finds a few rows instead of one (claims, payload queries
     and outcome writes per row fall), at the cost of at most this much added latency."""
+    partitions: int = 1
+    """How many partitions the outbox is claimed in (each with its own lock); 1 is the spec's
+    single runner."""
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -57,6 +60,7 @@ class RealtimeDispatchOptions:
                 f"must be below REALTIME_DISPATCH_LOCK_TTL ({self.lock_ttl:g} s)",
             ),
             ("RETENTION_DONE", self.retention_done > 0, "must be > 0"),
+            ("PARTITIONS", 1 <= self.partitions <= 256, "must be between 1 and 256"),
             (
                 "LINGER",
                 0 <= self.linger < self.max_run_duration,
@@ -108,8 +112,11 @@ class Settings(BaseSettings):
     dispatch_retention_done: float = 86_400.0
     dispatch_listen: bool = True
     dispatch_linger: float = 0.003
+    dispatch_partitions: int = 1
 
     backplane_enabled: bool = False
+    backplane: Literal["none", "redis", "redis-cluster"] | None = None
+    """Unset: ``redis`` when ``backplane_enabled``, else ``none``."""
     redis_url: SecretStr | None = None
     hub_jwt_secret: SecretStr | None = None
     hub_url: str | None = None
@@ -135,9 +142,17 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("log_level: must be one of debug, info, warning, error")
-        if self.backplane_enabled and self.redis_url is None:
-            raise ValueError("redis_url: required when REALTIME_BACKPLANE_ENABLED is true")
+        if self.backplane_enabled and self.backplane == "none":
+            raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
+        if self.backplane_mode != "none" and self.redis_url is None:
+            raise ValueError(f"redis_url: required by the {self.backplane_mode} backplane")
         return self
+
+    @property
+    def backplane_mode(self) -> Literal["none", "redis", "redis-cluster"]:
+        if self.backplane is not None:
+            return self.backplane
+        return "redis" if self.backplane_enabled else "none"
 
     def dispatch_options(self) -> RealtimeDispatchOptions:
         return RealtimeDispatchOptions(
@@ -152,6 +167,7 @@ class Settings(BaseSettings):
             retention_done=self.dispatch_retention_done,
             listen=self.dispatch_listen,
             linger=self.dispatch_linger,
+            partitions=self.dispatch_partitions,
         )
 
     def media_options(self) -> MediaOptions:

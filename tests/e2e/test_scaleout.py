@@ -118,3 +118,68 @@ async def test_worker_pushes_to_a_hub_process_over_http(
             assert event["arguments"][0]["seq"] == sent.seq
         finally:
             assert await stop(worker) == 0
+
+
+async def test_three_replicas_on_a_redis_cluster_and_two_workers(
+    pool: asyncpg.Pool, database_url: str, redis_cluster_url: str
+) -> None:
+    """The interest-routed backplane through real processes: three ``hub`` replicas and two
+    ``worker``s sharing four partitions, on a 3-node Redis Cluster. Each chat's message reaches
+    its members wherever they are connected, a member added meanwhile receives the next message,
+    and each replica reads only the pushes of its own members."""
+    env = cli_env(
+        REALTIME_DATABASE_URL=database_url,
+        REALTIME_BACKPLANE="redis-cluster",
+        REALTIME_REDIS_URL=redis_cluster_url,
+        REALTIME_HUB_JWT_SECRET=SECRET,
+        REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
+        REALTIME_DISPATCH_PARTITIONS="4",
+    )
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        ab = await commands.create_chat(conn, creator=alice, title="ab", members=[bob])
+        alone = await commands.create_chat(conn, creator=carol, title="carol alone")
+    async with (
+        hub_process(env) as one,
+        hub_process(env) as two,
+        hub_process(env) as three,
+        raw_client(one, make_token(alice)) as alice_client,  # type: ignore[arg-type]
+        raw_client(two, make_token(bob)) as bob_client,  # type: ignore[arg-type]
+        raw_client(three, make_token(carol)) as carol_client,  # type: ignore[arg-type]
+    ):
+        workers = [await start_cli("worker", env=env) for _ in range(2)]
+        try:
+            sent = await send(pool, ab, alice, "alice to bob")
+            for client in (alice_client, bob_client):
+                [event] = await client.invocations(1, within=20)
+                assert event["arguments"][0]["messageId"] == str(sent.message_id)
+            await send(pool, alone, carol, "carol's own")
+            [event] = await carol_client.invocations(1, within=20)
+            assert event["arguments"][0]["body"] == "carol's own"
+
+            async with pool.acquire() as conn:
+                await commands.set_participant(conn, chat_id=alone, user_id=bob, active=True)
+            await send(pool, alone, carol, "bob is in")
+            added, message = await bob_client.invocations(2, within=20)
+            assert added["arguments"][0]["eventKind"] == "MemberAdded"
+            assert message["arguments"][0]["body"] == "bob is in"
+            await alice_client.assert_silent(0.5)
+
+            # Each replica read only its members' pushes: replica one (alice) nothing of
+            # carol's chat, replica three (carol) nothing of alice and bob's.
+            async with httpx.AsyncClient() as http:
+                counts = [
+                    _backplane_pushes((await http.get(f"{h.http_url}/metrics")).text)
+                    for h in (one, two, three)
+                ]
+            assert counts == [1, 3, 3]
+        finally:
+            for worker in workers:
+                assert await stop(worker) == 0
+
+
+def _backplane_pushes(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("messenger_realtime_hub_pushes_total") and 'source="backplane"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

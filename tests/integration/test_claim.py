@@ -14,7 +14,7 @@ SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_rando
        CASE WHEN g % 50 = 0 THEN 'Pending' ELSE 'Done' END, now()
 FROM generate_series(1, $1) AS g
 """
-CLAIM_ARGS = (200, 2.0, 2.0, 120.0, JITTER, [])
+CLAIM_ARGS = (200, 2.0, 2.0, 120.0, JITTER, [], 1, 0)
 
 
 async def test_claim_uses_an_index_not_a_table_scan(pool: asyncpg.Pool) -> None:
@@ -120,7 +120,7 @@ async def test_sql_backoff_matches_the_python_policy(
         attempts_before,
     )
     async with pool.acquire() as conn, conn.transaction():
-        [claimed] = await conn.fetch(QUERIES["claim"], 10, 2.0, 2.0, 120.0, JITTER, [])
+        [claimed] = await conn.fetch(QUERIES["claim"], 10, 2.0, 2.0, 120.0, JITTER, [], 1, 0)
         delay = await conn.fetchval(
             "SELECT extract(epoch FROM next_attempt_at - now()) FROM messenger.realtime_outbox"
         )

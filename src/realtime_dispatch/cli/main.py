@@ -31,6 +31,7 @@ from realtime_dispatch.dispatch.publisher import HubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable
 from realtime_dispatch.hub.publishers import RedisHubPublisher
+from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStore
@@ -129,11 +130,17 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def worker_publisher(settings: Settings) -> HubPublisher:
-    """HTTP to ``REALTIME_HUB_URL`` (the Redis backplane publisher when enabled)."""
-    if settings.backplane_enabled:
+def worker_publisher(settings: Settings, dsn: str | None = None) -> HubPublisher:
+    """The backplane's publisher when one is configured, else HTTP to ``REALTIME_HUB_URL``."""
+    mode = settings.backplane_mode
+    if mode != "none":
         assert settings.redis_url is not None
-        return RedisHubPublisher(settings.redis_url.get_secret_value())
+        url = settings.redis_url.get_secret_value()
+        if mode == "redis-cluster":
+            if dsn is None:
+                raise ValueError("the interest-routed publisher needs the database URL")
+            return ShardedRedisHubPublisher(url, dsn=dsn)
+        return RedisHubPublisher(url)
     if not settings.hub_url:
         raise ConfigurationError(
             "REALTIME_HUB_URL", "required by worker (or set REALTIME_BACKPLANE_ENABLED=true)"
@@ -144,17 +151,20 @@ def worker_publisher(settings: Settings) -> HubPublisher:
 
 
 async def _worker(settings: Settings, _: argparse.Namespace) -> int:
-    publisher = worker_publisher(settings)
+    # Made before the database (so a missing hub URL fails fast), except the interest-routed
+    # publisher, which listens on the database itself.
+    publisher = None if settings.backplane_mode == "redis-cluster" else worker_publisher(settings)
     try:
-        async with (
-            database_url(settings, run_migrations=True) as url,
-            dispatch_service(
+        async with database_url(settings, run_migrations=True) as url:
+            if publisher is None:
+                publisher = worker_publisher(settings, dsn=url)
+            async with dispatch_service(
                 url, settings.dispatch_options(), publisher, media=settings.media_options()
-            ) as service,
-        ):
-            await _until_signal(service.runner.request_stop)
+            ) as service:
+                await _until_signal(service.request_stop)
     finally:
-        await publisher.aclose()
+        if publisher is not None:
+            await publisher.aclose()
     return EXIT_OK
 
 

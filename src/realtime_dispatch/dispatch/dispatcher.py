@@ -55,6 +55,7 @@ from realtime_dispatch.errors import (
     TransientError,
 )
 from realtime_dispatch.outbox.model import ClaimedRow
+from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.store import OutboxStore, Outcomes, translate_errors
 from realtime_dispatch.settings import RealtimeDispatchOptions
 
@@ -98,7 +99,9 @@ class Dispatcher:
         metrics: DispatchMetrics,
         alerts: AlertSink,
         on_first_claim: Callable[[], object] | None = None,
+        partition: Partition = WHOLE,
     ) -> None:
+        self.partition = partition
         self._store = store
         self._builder = builder
         self._publisher = publisher
@@ -176,7 +179,7 @@ class Dispatcher:
         if not self._go_on(report, started, still_locked, first=True):
             return
         lane0 = await lanes.get(0)
-        rows = await self._store.claim(size, conn=lane0)
+        rows = await self._store.claim(size, conn=lane0, partition=self.partition)
         if rows and self.on_first_claim is not None:
             result = self.on_first_claim()
             if asyncio.iscoroutine(result):
@@ -199,7 +202,9 @@ class Dispatcher:
                 if pipelined:
                     report.pipelined += 1
                     ahead = asyncio.ensure_future(
-                        self._store.claim(size, conn=lane0, exclude=flight.ids)
+                        self._store.claim(
+                            size, conn=lane0, exclude=flight.ids, partition=self.partition
+                        )
                     )
                 elif full and self._pipelining:
                     # This batch runs sequentially; pipelining starts once the lanes are in.
@@ -213,7 +218,9 @@ class Dispatcher:
                         await asyncio.sleep(self._options.linger)
                     if not self._go_on(report, started, still_locked):
                         break
-                    rows = await self._store.claim(size, conn=lane0, exclude=flight.ids)
+                    rows = await self._store.claim(
+                        size, conn=lane0, exclude=flight.ids, partition=self.partition
+                    )
                     continue
                 rows, ahead = await ahead, None
                 if rows and (

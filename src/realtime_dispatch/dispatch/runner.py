@@ -41,11 +41,6 @@ PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 
 Connect = Callable[[], Awaitable[Any]]
 
-DUE_EXISTS_SQL = (
-    "SELECT EXISTS (SELECT 1 FROM messenger.realtime_outbox"
-    " WHERE status = 'Pending' AND next_attempt_at <= now())"
-)
-
 
 class DispatchRunner:
     def __init__(
@@ -64,10 +59,15 @@ class DispatchRunner:
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._flag_idle: bool | None = None  # what we last wrote to the idle flag
+        self._partition = dispatcher.partition
         self._last_retention = 0.0
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -104,8 +104,9 @@ class DispatchRunner:
             report = await self._locked_pass()
             if report is None:
                 return False
-            await self._refresh_pending()
-            await self._maybe_retention()
+            if self._partition.index == 0:  # whole-outbox chores: once per worker
+                await self._refresh_pending()
+                await self._maybe_retention()
             if report.stopped or report.lost_lock:
                 return False
             if report.worked or report.more_waiting:
@@ -141,7 +142,7 @@ class DispatchRunner:
     async def _locked_pass(self) -> PassReport | None:
         conn = self._conn
         async with translate_errors():
-            locked = await conn.fetchval(QUERIES["try_lock"])
+            locked = await conn.fetchval(QUERIES["try_lock"], self._partition.lock_name)
         if not locked:
             self._metrics.passes.labels("skipped_locked").inc()
             _log.debug("dispatch_pass_skipped", reason="lock_busy")
@@ -157,7 +158,7 @@ class DispatchRunner:
             if not conn.is_closed():
                 with contextlib.suppress(Exception):
                     async with translate_errors():
-                        await conn.fetchval(QUERIES["unlock"])
+                        await conn.fetchval(QUERIES["unlock"], self._partition.lock_name)
 
     async def _mark_busy(self) -> None:
         if self._flag_idle is not False:
@@ -174,17 +175,22 @@ class DispatchRunner:
 
     async def _due_now(self) -> bool:
         async with translate_errors():
-            return bool(await self._dispatcher.store.pool.fetchval(DUE_EXISTS_SQL))
+            partition = self._partition
+            pool = self._dispatcher.store.pool
+            return bool(
+                await pool.fetchval(QUERIES["due_exists"], partition.count, partition.index)
+            )
 
     async def _set_flag(self, *, idle: bool) -> None:
         pool = self._dispatcher.store.pool
         async with translate_errors(), pool.acquire() as conn:
+            key = (self._partition.count, self._partition.index)
             if idle:
                 async with conn.transaction():
                     await conn.execute(QUERIES["wait_writers"])
-                    await conn.execute(QUERIES["set_idle"])
+                    await conn.execute(QUERIES["set_idle"], *key)
             else:
-                await conn.execute(QUERIES["set_busy"])
+                await conn.execute(QUERIES["set_busy"], *key)
         self._flag_idle = idle
 
     async def _refresh_pending(self) -> None:
@@ -248,4 +254,5 @@ def _options_log(dispatcher: Dispatcher) -> dict[str, object]:
         "max_attempts": o.max_attempts,
         "listen": o.listen,
         "linger": o.linger,
+        "partition": str(dispatcher.partition),
     }

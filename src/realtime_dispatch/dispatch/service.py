@@ -26,16 +26,30 @@ from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.publisher import HubPublisher
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.settings import MediaOptions, RealtimeDispatchOptions
 
 
 @dataclass
 class DispatchService:
-    runner: DispatchRunner
-    dispatcher: Dispatcher
+    runners: list[DispatchRunner]
+    """One per partition (one in all unless ``REALTIME_DISPATCH_PARTITIONS`` > 1)."""
     metrics: DispatchMetrics
     pool: asyncpg.Pool
+
+    @property
+    def runner(self) -> DispatchRunner:
+        """Partition 0's runner: with one partition, the only one."""
+        return self.runners[0]
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.runners[0].dispatcher
+
+    def request_stop(self) -> None:
+        for runner in self.runners:
+            runner.request_stop()
 
 
 @contextlib.asynccontextmanager
@@ -51,30 +65,46 @@ async def dispatch_service(
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit."""
     metrics = DispatchMetrics(registry or CollectorRegistry())
+    shares = partitions(options.partitions)
     pool = await create_pool(
-        dsn, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
+        dsn,
+        min_size=1,
+        max_size=4 * len(shares),
+        server_settings=DISPATCHER_SERVER_SETTINGS,
+        stateless=True,
     )
     try:
-        dispatcher = Dispatcher(
-            store=OutboxStore(pool, options),
-            builder=builder or default_payload_builder(media),
-            publisher=publisher,
-            options=options,
-            metrics=metrics,
-            alerts=alerts or LogAlertSink(),
-        )
-        runner = DispatchRunner(
-            dispatcher,
-            connect=lambda: connect(
-                dsn, server_settings=lock_connection_settings(options.lock_ttl)
-            ),
-            metrics=metrics,
-        )
-        task = asyncio.create_task(runner.run(), name="realtime-dispatcher")
+        store = OutboxStore(pool, options)
+        payloads = builder or default_payload_builder(media)
+        sink = alerts or LogAlertSink()
+        await store.forget_other_partitionings(options.partitions)
+        runners = [
+            DispatchRunner(
+                Dispatcher(
+                    store=store,
+                    builder=payloads,
+                    publisher=publisher,
+                    options=options,
+                    metrics=metrics,
+                    alerts=sink,
+                    partition=share,
+                ),
+                connect=lambda: connect(
+                    dsn, server_settings=lock_connection_settings(options.lock_ttl)
+                ),
+                metrics=metrics,
+            )
+            for share in shares
+        ]
+        tasks = [
+            asyncio.create_task(runner.run(), name=f"realtime-dispatcher-{share}")
+            for runner, share in zip(runners, shares, strict=True)
+        ]
+        service = DispatchService(runners, metrics, pool)
         try:
-            yield DispatchService(runner, dispatcher, metrics, pool)
+            yield service
         finally:
-            runner.request_stop()
-            await task
+            service.request_stop()
+            await asyncio.gather(*tasks)
     finally:
         await pool.close()

@@ -134,6 +134,8 @@ async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | N
     hub.new_connection(connection)
     try:
         await hub.membership.load_connection(connection_id, user_id)
+        if not await hub.interest_settled():
+            raise TimeoutError("backplane subscriptions not settled")
     except DB_ERRORS as exc:
         log.warning("hub_membership_load_failed", error=type(exc).__name__)
         hub.finalize(connection, CloseReason.SERVER_ERROR)

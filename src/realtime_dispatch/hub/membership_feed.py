@@ -21,7 +21,7 @@ from uuid import UUID
 import asyncpg
 import structlog
 
-from realtime_dispatch.hub.membership import MembershipTracker, parse_change
+from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
 from realtime_dispatch.messenger.commands import MEMBERSHIP_CHANNEL
 
 log = structlog.get_logger(__name__)
@@ -72,6 +72,8 @@ class MembershipFeed:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._next_barrier: asyncio.Future[bool] | None = None
+        self.on_barrier: Callable[[str], None] | None = None
+        """Called with each barrier token, after every change notified before it is applied."""
 
     async def load_connection(self, connection_id: str, user_id: UUID) -> None:
         """Join a registered connection to its user's active chats (raises on DB errors)."""
@@ -150,6 +152,11 @@ class MembershipFeed:
         log.info("membership_resynced", users=len(users))
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        token = parse_barrier(payload)
+        if token is not None:
+            if self.on_barrier is not None:
+                self.on_barrier(token)
+            return
         change = parse_change(payload)
         if change is None:
             log.warning("membership_notification_invalid")

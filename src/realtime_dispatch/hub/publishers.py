@@ -13,6 +13,7 @@ Both serialise each push's invocation record once, whatever the number of recipi
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -23,6 +24,17 @@ from realtime_dispatch.hub.backplane import CHANNEL, encode_push, redis_client
 from realtime_dispatch.hub.protocol import invocation_frame
 
 GroupFrames = Sequence[tuple[str, bytes]]
+
+
+class FramePublisher(Protocol):
+    """A :class:`~realtime_dispatch.dispatch.publisher.HubPublisher` that also takes records
+    serialised already (the HTTP push endpoint's case)."""
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...
+
+    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]: ...
+
+    async def aclose(self) -> None: ...
 
 
 def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:

@@ -6,7 +6,7 @@ Group names are ``user:{userId}`` and ``chat:{chatId}`` (:func:`user_group`, :fu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from uuid import UUID
 
 CHAT_PREFIX = "chat:"
@@ -29,9 +29,11 @@ def is_valid_group(name: str) -> bool:
 class GroupRegistry:
     """Connection ↔ groups, and user → connections."""
 
-    __slots__ = ("_by_user", "_groups_of", "_members", "_user_of")
+    __slots__ = ("_by_user", "_groups_of", "_members", "_user_of", "on_group_change")
 
     def __init__(self) -> None:
+        self.on_group_change: Callable[[str, bool], None] | None = None
+        """Told of every group that gains its first member (True) or loses its last (False)."""
         self._members: dict[str, set[str]] = {}
         self._groups_of: dict[str, set[str]] = {}
         self._user_of: dict[str, UUID] = {}
@@ -67,7 +69,12 @@ class GroupRegistry:
         if groups is None or group in groups:
             return
         groups.add(group)
-        self._members.setdefault(group, set()).add(connection_id)
+        members = self._members.get(group)
+        if members is None:
+            members = self._members[group] = set()
+            if self.on_group_change is not None:
+                self.on_group_change(group, True)
+        members.add(connection_id)
 
     def leave(self, connection_id: str, group: str) -> None:
         groups = self._groups_of.get(connection_id)
@@ -114,3 +121,5 @@ class GroupRegistry:
         members.discard(connection_id)
         if not members:
             del self._members[group]
+            if self.on_group_change is not None:
+                self.on_group_change(group, False)

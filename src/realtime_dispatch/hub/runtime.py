@@ -36,10 +36,18 @@ from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.protocol import PING
-from realtime_dispatch.hub.publishers import GroupFrames, InProcessHubPublisher, RedisHubPublisher
+from realtime_dispatch.hub.publishers import (
+    FramePublisher,
+    GroupFrames,
+    InProcessHubPublisher,
+    RedisHubPublisher,
+)
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
 from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
+from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
+from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.ids import new_id
 from realtime_dispatch.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -54,6 +62,9 @@ class HubOptions:
     jwt_secret: str | None = None
     service_key: str | None = None
     backplane_url: str | None = None
+    backplane_mode: str = "redis"
+    """With ``backplane_url``: ``redis`` (one channel every replica reads) or ``redis-cluster``
+    (a sharded channel per group, subscribed by the replicas with members of it)."""
     ping_interval: float = 15.0
     idle_timeout: float = 30.0
     handshake_timeout: float = 15.0
@@ -74,7 +85,8 @@ class HubOptions:
         return cls(
             jwt_secret=secret.get_secret_value() if secret is not None else None,
             service_key=key.get_secret_value() if key is not None else None,
-            backplane_url=url if settings.backplane_enabled else None,
+            backplane_url=url if settings.backplane_mode != "none" else None,
+            backplane_mode=settings.backplane_mode,
             ping_interval=settings.hub_ping_interval,
             idle_timeout=settings.hub_idle_timeout,
         )
@@ -107,8 +119,15 @@ class Hub:
             dsn=dsn, pool=pool, tracker=self.tracker, connected_users=self.registry.users
         )
         url = self.options.backplane_url
-        self.backplane = BackplaneSubscriber(url, self._from_backplane) if url else None
-        self._publisher: InProcessHubPublisher | RedisHubPublisher | None = None
+        self.backplane: BackplaneSubscriber | ShardedBackplaneSubscriber | None = None
+        if url and self.sharded:
+            sharded = ShardedBackplaneSubscriber(url, self._from_backplane, replica_id=new_id().hex)
+            self.registry.on_group_change = sharded.group_changed
+            self.membership.on_barrier = sharded.barrier
+            self.backplane = sharded
+        elif url:
+            self.backplane = BackplaneSubscriber(url, self._from_backplane)
+        self._publisher: FramePublisher | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed = asyncio.Event()
         self.stopping = False
@@ -122,7 +141,11 @@ class Hub:
             self._owned_pool = await create_pool(self._dsn, min_size=1, max_size=4)
             self.membership.pool = self._owned_pool
         url = self.options.backplane_url
-        if url is not None:
+        if url is not None and self.sharded:
+            self._publisher = ShardedRedisHubPublisher(
+                url, dsn=self._dsn, barrier_timeout=self.options.barrier_timeout
+            )
+        elif url is not None:
             self._publisher = RedisHubPublisher(redis_client(url), owns_client=True)
         else:
             self._publisher = InProcessHubPublisher(self.deliver)
@@ -162,6 +185,17 @@ class Hub:
         error = task.exception()
         log.error("hub_task_failed", task=name, error=type(error).__name__ if error else "returned")
         self.failed.set()
+
+    @property
+    def sharded(self) -> bool:
+        return self.options.backplane_mode == "redis-cluster"
+
+    async def interest_settled(self) -> bool:
+        """With the interest-routed backplane: wait until this replica is subscribed to every
+        group its connections are in (a new connection's chats, say). True at once otherwise."""
+        if isinstance(self.backplane, ShardedBackplaneSubscriber):
+            return await self.backplane.settled(self.options.barrier_timeout)
+        return True
 
     async def wait_ready(self, within: float = 10.0) -> None:
         async with asyncio.timeout(within):

@@ -5,6 +5,9 @@
 -- in log space so that no attempt count overflows. Committing releases the row locks.
 -- $6: ids this runner still has in flight (a pipelined pass claims the next batch before the
 -- outcome of the current one is committed); usually empty.
+-- $7, $8: the partition count and this runner's partition (1 and 0: the whole outbox). The
+-- partition filter rides on ix_rto_pending_id: each partition's claim walks past the Pending
+-- rows of the others (N-1 of every N), which stays cheap for a few partitions.
 -- The locked ids are collected into an array (an InitPlan run once) and the UPDATE finds them by
 -- primary key: no join for the planner to get wrong (with a CTE join it may hash a sequential
 -- scan of the whole table), and a cheaper plan to build on every call (custom plans). The outer
@@ -20,6 +23,7 @@ WITH claimed AS (
     WHERE o.id = ANY (ARRAY(
         SELECT id FROM messenger.realtime_outbox
         WHERE status = 'Pending' AND next_attempt_at <= now() AND id <> ALL ($6::uuid[])
+          AND ($7::int = 1 OR messenger.realtime_partition(chat_id, target_user_id, $7) = $8)
         ORDER BY id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -108,19 +112,39 @@ SELECT
 FROM messenger.realtime_outbox;
 
 -- name: try_lock
--- The single-runner lock, exactly this key (operators and tests may hold it to pause dispatch).
-SELECT pg_try_advisory_lock(hashtextextended('job:scheduled:messenger-realtime-dispatch', 0));
+-- A partition's lock: hashtextextended($1, 0) with $1 = Partition.lock_name. With one partition
+-- that is exactly the spec's key, 'job:scheduled:messenger-realtime-dispatch' (operators and
+-- tests may hold it to pause dispatch).
+SELECT pg_try_advisory_lock(hashtextextended($1::text, 0));
 
 -- name: unlock
-SELECT pg_advisory_unlock(hashtextextended('job:scheduled:messenger-realtime-dispatch', 0));
+SELECT pg_advisory_unlock(hashtextextended($1::text, 0));
 
 -- name: set_busy
-UPDATE messenger.realtime_dispatch_state SET idle = false, updated_at = now() WHERE idle;
+-- $1, $2: partition count and index.
+UPDATE messenger.realtime_dispatch_state SET idle = false, updated_at = now()
+WHERE idle AND partitions = $1 AND partition_index = $2;
 
 -- name: set_idle
 -- Run in a transaction with wait_writers: waits for writers that passed the trigger before the
 -- flag flips, so the re-check claim that follows sees their rows.
-UPDATE messenger.realtime_dispatch_state SET idle = true, updated_at = now() WHERE NOT idle;
+INSERT INTO messenger.realtime_dispatch_state (partitions, partition_index, idle)
+VALUES ($1, $2, true)
+ON CONFLICT (partitions, partition_index) DO UPDATE SET idle = true, updated_at = now()
+WHERE NOT messenger.realtime_dispatch_state.idle;
+
+-- name: forget_other_partitionings
+-- At start: the flags of another partition count are nobody's now (a sleeping flag left behind
+-- would make every owner notify).
+DELETE FROM messenger.realtime_dispatch_state WHERE partitions <> $1;
+
+-- name: due_exists
+-- After setting the idle flag: is anything of this partition ($1 count, $2 index) due after all?
+SELECT EXISTS (
+    SELECT 1 FROM messenger.realtime_outbox
+    WHERE status = 'Pending' AND next_attempt_at <= now()
+      AND ($1::int = 1 OR messenger.realtime_partition(chat_id, target_user_id, $1) = $2)
+);
 
 -- name: wait_writers
 SELECT pg_advisory_xact_lock(hashtextextended('realtime_outbox:wake', 0));

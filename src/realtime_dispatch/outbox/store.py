@@ -17,6 +17,7 @@ from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
+from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.settings import RealtimeDispatchOptions
 
@@ -81,16 +82,29 @@ class OutboxStore:
         *,
         conn: DbConnection | None = None,
         exclude: Collection[UUID] = (),
+        partition: Partition = WHOLE,
     ) -> list[ClaimedRow]:
-        """Claim up to ``limit`` due rows, in id order, on ``conn`` (else the pool); never the
-        ``exclude`` ids (rows this runner still has in flight)."""
+        """Claim up to ``limit`` due rows of ``partition``, in id order, on ``conn`` (else the
+        pool); never the ``exclude`` ids (rows this runner still has in flight)."""
         o = self._options
         backoff = (o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER)
         async with translate_errors():
             executor = self._pool if conn is None else conn
-            records = await executor.fetch(QUERIES["claim"], limit, *backoff, list(exclude))
+            records = await executor.fetch(
+                QUERIES["claim"],
+                limit,
+                *backoff,
+                list(exclude),
+                partition.count,
+                partition.index,
+            )
         # RETURNING lists the columns in ClaimedRow's field order.
         return [ClaimedRow(*record) for record in records]
+
+    async def forget_other_partitionings(self, partitions: int) -> None:
+        """Drop the idle flags of another partition count (left by an earlier configuration)."""
+        async with translate_errors():
+            await self._pool.execute(QUERIES["forget_other_partitionings"], partitions)
 
     async def write_outcomes(
         self, outcomes: Outcomes, *, conn: DbConnection | None = None
