@@ -89,8 +89,9 @@ async def clients_main(args: argparse.Namespace) -> None:
 
     async def run_client(index: int, ready: asyncio.Event) -> None:
         nonlocal total
+        # the first --members clients say so (peer servers of bench/hub_peers.py read it)
         async with connect(
-            url,
+            url + ("?member=1" if index < args.members else ""),
             additional_headers={"Authorization": f"Bearer {token(index)}"},
             ping_interval=None,
             max_size=None,
@@ -237,6 +238,8 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             str(port),
             "--clients",
             str(args.clients),
+            "--members",
+            str(args.members),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
