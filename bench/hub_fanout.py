@@ -218,6 +218,17 @@ async def fanout_run(port: int, chat: uuid.UUID, pushes: int, concurrency: int) 
     return time.perf_counter()
 
 
+async def stop_clients(clients: asyncio.subprocess.Process) -> None:
+    """End the clients process: close its stdin, wait for it, kill it if it hangs."""
+    if clients.stdin is not None:
+        clients.stdin.close()
+    try:
+        await asyncio.wait_for(clients.wait(), 20)
+    except TimeoutError:
+        clients.kill()
+        await clients.wait()
+
+
 async def driver(args: argparse.Namespace) -> dict[str, Any]:
     dsn = args.dsn or os.environ.get(
         "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -288,13 +299,8 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             "driver_cpu_utilisation_median": round(statistics.median(driver_cpu), 2),
         }
     finally:
-        if clients is not None and clients.stdin is not None:
-            clients.stdin.close()
-            try:
-                await asyncio.wait_for(clients.wait(), 20)
-            except TimeoutError:
-                clients.kill()
-                await clients.wait()
+        if clients is not None:
+            await stop_clients(clients)
         hub.terminate()
         await hub.wait()
         await drop_database(dsn, bench_dsn)

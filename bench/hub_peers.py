@@ -40,6 +40,7 @@ from hub_fanout import (
     free_port,
     prepare_database,
     rss_kib,
+    stop_clients,
     wait_http,
 )
 
@@ -213,13 +214,8 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             "rss_kib_per_connection": round((rss_connected - rss_before) / args.clients, 1),
         }
     finally:
-        if clients is not None and clients.stdin is not None:
-            clients.stdin.close()
-            try:
-                await asyncio.wait_for(clients.wait(), 20)
-            except TimeoutError:
-                clients.kill()
-                await clients.wait()
+        if clients is not None:
+            await stop_clients(clients)
         server.terminate()
         await server.wait()
         if hub_db is not None:
