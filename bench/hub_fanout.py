@@ -89,8 +89,9 @@ async def clients_main(args: argparse.Namespace) -> None:
 
     async def run_client(index: int, ready: asyncio.Event) -> None:
         nonlocal total
+        # the first --members clients say so (peer servers of bench/hub_peers.py read it)
         async with connect(
-            url,
+            url + ("?member=1" if index < args.members else ""),
             additional_headers={"Authorization": f"Bearer {token(index)}"},
             ping_interval=None,
             max_size=None,
@@ -217,6 +218,17 @@ async def fanout_run(port: int, chat: uuid.UUID, pushes: int, concurrency: int) 
     return time.perf_counter()
 
 
+async def stop_clients(clients: asyncio.subprocess.Process) -> None:
+    """End the clients process: close its stdin, wait for it, kill it if it hangs."""
+    if clients.stdin is not None:
+        clients.stdin.close()
+    try:
+        await asyncio.wait_for(clients.wait(), 20)
+    except TimeoutError:
+        clients.kill()
+        await clients.wait()
+
+
 async def driver(args: argparse.Namespace) -> dict[str, Any]:
     dsn = args.dsn or os.environ.get(
         "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -237,6 +249,8 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             str(port),
             "--clients",
             str(args.clients),
+            "--members",
+            str(args.members),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -285,13 +299,8 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             "driver_cpu_utilisation_median": round(statistics.median(driver_cpu), 2),
         }
     finally:
-        if clients is not None and clients.stdin is not None:
-            clients.stdin.close()
-            try:
-                await asyncio.wait_for(clients.wait(), 20)
-            except TimeoutError:
-                clients.kill()
-                await clients.wait()
+        if clients is not None:
+            await stop_clients(clients)
         hub.terminate()
         await hub.wait()
         await drop_database(dsn, bench_dsn)

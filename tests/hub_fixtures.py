@@ -69,8 +69,10 @@ async def running_hub(
     redis_url: str | None = None,
     options: HubOptions | None = None,
     registry: CollectorRegistry | None = None,
+    plain_asgi: bool = False,
 ) -> AsyncIterator[RunningHub]:
-    """A started :class:`Hub` served by uvicorn on a free port (in this event loop)."""
+    """A started :class:`Hub` served by uvicorn on a free port (in this event loop);
+    ``plain_asgi`` serves it with uvicorn's stock WebSocket protocol (no raw transport)."""
     async with Hub(
         settings,
         pool=pool,
@@ -81,11 +83,10 @@ async def running_hub(
     ) as hub:
         port = free_port()
         app = Starlette(routes=hub.routes)
-        server = HubServer(
-            uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"),
-            hub,
-            install_signal_handlers=False,
-        )
+        config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
+        if plain_asgi:
+            config.ws = "websockets-sansio"
+        server = HubServer(config, hub, install_signal_handlers=False)
         task = asyncio.create_task(server.serve(), name="test-hub-server")
         try:
             async with asyncio.timeout(10):

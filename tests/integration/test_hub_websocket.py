@@ -256,3 +256,33 @@ async def test_token_never_logged(hub, caplog):
             pass
     assert token.split(".")[2] not in caplog.text
     assert "ASGI callable" not in caplog.text
+
+
+async def test_each_push_is_one_prebuilt_frame_written_to_the_transport(hub):
+    user = uuid.uuid4()
+    records = [f'{{"type":1,"target":"t","arguments":[{n}]}}{RS}'.encode() for n in range(3)]
+    async with raw_client(hub, make_token(user)) as c:
+        (connection,) = hub.hub.connections.values()
+        assert connection.sink is not None  # uvicorn handed over the raw transport
+        delivered = hub.hub.send_to_groups([(user_group(user), r) for r in records])
+        assert delivered == 3
+        frames = [await asyncio.wait_for(c.ws.recv(), 5) for _ in records]
+        # written straight to the transport as three frames, not coalesced by the writer task
+        assert frames == [r.decode() for r in records]
+
+
+async def test_pushes_without_a_raw_transport_go_through_asgi(database_url, pool):
+    settings = hub_settings()
+    async with running_hub(settings, dsn=database_url, pool=pool, plain_asgi=True) as running:
+        user = uuid.uuid4()
+        async with raw_client(running, make_token(user)) as c:
+            (connection,) = running.hub.connections.values()
+            assert connection.sink is None
+            running.hub.send_to_groups(
+                [
+                    (user_group(user), f'{{"type":1,"target":"t","arguments":[{n}]}}{RS}'.encode())
+                    for n in range(3)
+                ]
+            )
+            got = [(await c.next_of([1]))["arguments"] for _ in range(3)]
+            assert got == [[0], [1], [2]]

@@ -91,29 +91,46 @@ def test_parse_change():
 
 def test_outbound_plain_drops_sent_and_bounds_pending():
     out = Outbound(stateful=False, max_pending=3, max_replay_chars=0)
-    assert all(out.push(r) for r in "abc")
-    assert not out.push("d")
-    out.push_control("P")
+    assert all(out.push(r) for r in (b"a", b"b", b"c"))
+    assert not out.push(b"d")
+    out.push_control(b"P")
     batch, sequenced = out.take(max_chars=100)
-    assert batch == ["P", "a", "b", "c"]
+    assert batch == [b"P", b"a", b"b", b"c"]
     assert sequenced == 3
     assert not out.has_pending()
-    assert out.push("e")
+    assert out.push(b"e")
 
 
 def test_outbound_stateful_replays_unacked_after_rewind():
     out = Outbound(stateful=True, max_pending=100, max_replay_chars=10)
-    for r in ["a1", "b2", "c3"]:
+    for r in (b"a1", b"b2", b"c3"):
         assert out.push(r)
-    assert out.take(max_chars=2) == (["a1"], 1)
-    assert out.take(max_chars=100) == (["b2", "c3"], 2)
+    assert out.take(max_chars=2) == ([b"a1"], 1)
+    assert out.take(max_chars=100) == ([b"b2", b"c3"], 2)
     out.ack(1)
     assert out.rewind() == 2
-    assert out.take(max_chars=100) == (["b2", "c3"], 2)
+    assert out.take(max_chars=100) == ([b"b2", b"c3"], 2)
     out.ack(99)  # acks beyond what was written are clamped
     assert out.rewind() == 4
-    assert out.push("x" * 10)
-    assert not out.push("y")
+    assert out.push(b"x" * 10)
+    assert not out.push(b"y")
+
+
+def test_outbound_push_written_counts_as_sent_and_keeps_replay():
+    plain = Outbound(stateful=False, max_pending=2, max_replay_chars=0)
+    for _ in range(5):  # written at once: never pending, so never "too slow"
+        assert plain.push_written(b"r")
+    assert not plain.has_pending()
+    assert plain.push(b"q")
+    assert plain.take(max_chars=100) == ([b"q"], 1)
+
+    stateful = Outbound(stateful=True, max_pending=100, max_replay_chars=4)
+    assert stateful.push_written(b"w1")
+    assert stateful.push(b"q2")
+    assert stateful.take(max_chars=100) == ([b"q2"], 1)
+    assert stateful.rewind() == 1  # the written record is replayed until acknowledged
+    assert stateful.take(max_chars=100) == ([b"w1", b"q2"], 2)
+    assert not stateful.push_written(b"x")  # replay bound: the consumer is too slow
 
 
 def test_negotiation_store_claims_by_token_or_id_once():

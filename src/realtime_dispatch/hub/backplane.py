@@ -21,19 +21,21 @@ log = structlog.get_logger(__name__)
 CHANNEL = "realtime-dispatch:hub:messenger"
 MAX_BATCH = 256
 
-Deliver = Callable[[Sequence[tuple[str, str]]], Awaitable[None]]
+Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[None]]
 
 
 def encode_push(group: str, frame: bytes) -> bytes:
     return group.encode() + b"\n" + frame
 
 
-def decode_push(data: bytes) -> tuple[str, str] | None:
+def decode_push(data: bytes) -> tuple[str, bytes] | None:
+    """The group and the record bytes (checked to be UTF-8: they go out as text frames)."""
     group, sep, frame = data.partition(b"\n")
     if not sep or not group or not frame:
         return None
     try:
-        return group.decode(), frame.decode()
+        frame.decode()
+        return group.decode(), frame
     except UnicodeDecodeError:
         return None
 
@@ -92,7 +94,7 @@ class BackplaneSubscriber:
             message = await pubsub.get_message(timeout=1.0)
             if message is None:
                 continue
-            batch: list[tuple[str, str]] = []
+            batch: list[tuple[str, bytes]] = []
             while message is not None:
                 if message.get("type") == "message":
                     decoded = decode_push(message["data"])

@@ -1,8 +1,11 @@
 """One hub connection: its identity, inbound session, outbound buffer and the transport it is
 attached to (none while a stateful connection waits to resume).
 
-Only the writer task writes to the WebSocket; everyone else queues records and sets ``wake``.
-A group send is one :meth:`HubConnection.send` per member: an append and an event set, no I/O.
+A group send is one :meth:`HubConnection.offer` per member. When nothing is queued and the
+transport takes writes (:class:`~.framing.RawSink`), the push's pre-built frame joins the
+connection's batch, and the hub writes each batch to its transport once per delivery
+(:meth:`HubConnection.flush`). Otherwise the record is queued and the writer task, woken through
+``wake``, drains the queue once the transport takes writes again; only it writes queued records.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from uuid import UUID
 
 from starlette.websockets import WebSocket
 
+from realtime_dispatch.hub.framing import RawSink, text_frame
 from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.protocol import close_message
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, InboundSession
@@ -61,11 +65,12 @@ class ConnectionLimits:
     max_pending: int = 1024
     """Records waiting to be written before the consumer counts as too slow."""
     max_replay_chars: int = 1 << 20
-    """Characters kept for replay under stateful reconnect (unacknowledged records)."""
+    """Bytes kept for replay under stateful reconnect (unacknowledged records)."""
     max_message_bytes: int = 32 * 1024
     """Largest inbound frame / record accepted."""
     max_write_chars: int = 64 * 1024
-    """Records coalesced into one WebSocket frame at most (a record is never split)."""
+    """Bytes of queued records coalesced into one WebSocket frame at most (a record is never
+    split)."""
     close_grace: float = 2.0
     """How long a closing connection may take to flush its close message."""
 
@@ -84,6 +89,7 @@ class HubConnection:
     __slots__ = (
         "_on_sent",
         "attachment",
+        "batch",
         "closing",
         "connection_id",
         "detached_at",
@@ -92,6 +98,7 @@ class HubConnection:
         "limits",
         "outbound",
         "session",
+        "sink",
         "token",
         "user_id",
         "wake",
@@ -122,29 +129,71 @@ class HubConnection:
         self.detached_at: float | None = None
         self.last_received = now
         self.last_sent = now
+        self.sink: RawSink | None = None
+        """The attached transport, while frames may be written to it directly."""
+        self.batch: list[bytes] = []
+        """Frames offered during the current delivery, written by :meth:`flush`."""
 
     @property
     def stateful(self) -> bool:
         return self.outbound.stateful
 
-    def send(self, record: str) -> None:
-        """Queue one sequenced record; a consumer that cannot keep up is closed."""
+    def send(self, record: bytes) -> None:
+        """Queue one sequenced record for the writer; a consumer that cannot keep up is closed."""
         if self.closing is not None:
             return
         if self.outbound.push(record):
             self.wake.set()
         else:
-            self.close(
-                CloseRequest(
-                    CloseReason.SLOW_CONSUMER,
-                    "Connection closed with an error: the client is not reading fast enough.",
-                    allow_reconnect=True,
-                )
+            self._too_slow()
+
+    def offer(self, record: bytes, frame: bytes, touched: list[HubConnection]) -> None:
+        """Send one sequenced record whose complete frame (``text_frame(record)``) is built.
+
+        Straight to the batch when nothing is queued and the transport takes writes; the
+        connection is then appended to ``touched`` (once), whose owner calls :meth:`flush`.
+        """
+        sink = self.sink
+        if (
+            sink is None
+            or self.closing is not None
+            or self.outbound.has_pending()
+            or not sink.open()
+        ):
+            self.send(record)
+        elif self.outbound.push_written(record):
+            batch = self.batch
+            if not batch:
+                touched.append(self)
+            batch.append(frame)
+        else:
+            self._too_slow()
+
+    def flush(self) -> int:
+        """Write the batched frames to the transport in one call; returns how many."""
+        batch = self.batch
+        self.batch = []
+        sink = self.sink
+        if sink is None:  # detached since: under stateful reconnect the records are replayed
+            return 0
+        if len(batch) == 1:
+            sink.transport.write(batch[0])
+        else:
+            sink.transport.writelines(batch)
+        return len(batch)
+
+    def _too_slow(self) -> None:
+        self.close(
+            CloseRequest(
+                CloseReason.SLOW_CONSUMER,
+                "Connection closed with an error: the client is not reading fast enough.",
+                allow_reconnect=True,
             )
+        )
 
     def send_control(self, record: str) -> None:
         if self.closing is None:
-            self.outbound.push_control(record)
+            self.outbound.push_control(record.encode())
             self.wake.set()
 
     def close(self, request: CloseRequest) -> None:
@@ -156,7 +205,7 @@ class HubConnection:
         self.outbound.take_control()
         if request.reason is not CloseReason.CLIENT_CLOSE:
             self.outbound.push_control(
-                close_message(request.error, allow_reconnect=request.allow_reconnect)
+                close_message(request.error, allow_reconnect=request.allow_reconnect).encode()
             )
         self.wake.set()
         attachment = self.attachment
@@ -166,23 +215,37 @@ class HubConnection:
                 self.limits.close_grace, attachment.writer.cancel
             )
 
-    async def write_loop(self, websocket: WebSocket) -> None:
-        """Drain the outbound buffer into ``websocket`` until the connection closes."""
+    async def write_loop(self, websocket: WebSocket, sink: RawSink | None) -> None:
+        """Drain the outbound queue into the transport (``sink``, else the ASGI ``websocket``)
+        until the connection closes or the transport does."""
         loop = asyncio.get_running_loop()
         outbound = self.outbound
-        max_chars = self.limits.max_write_chars
+        max_bytes = self.limits.max_write_chars
         while True:
             if self.closing is not None:
                 records = outbound.take_control()
                 if records:
-                    await websocket.send_text("".join(records))
+                    await _write(websocket, sink, records)
                     self._on_sent(len(records))
                 return
             if not outbound.has_pending():
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            records, _ = outbound.take(max_chars)
-            await websocket.send_text(records[0] if len(records) == 1 else "".join(records))
+            if sink is not None and not sink.open():
+                if sink.closed():
+                    return
+                await sink.drained()
+                continue
+            records, _ = outbound.take(max_bytes)
+            await _write(websocket, sink, records)
             self.last_sent = loop.time()
             self._on_sent(len(records))
+
+
+async def _write(websocket: WebSocket, sink: RawSink | None, records: list[bytes]) -> None:
+    payload = records[0] if len(records) == 1 else b"".join(records)
+    if sink is not None:
+        sink.transport.write(text_frame(payload))
+    else:
+        await websocket.send_text(payload.decode())

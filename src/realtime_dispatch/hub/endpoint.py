@@ -19,6 +19,7 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.hub.auth import AuthError, request_token
 from realtime_dispatch.hub.connection import Attachment, HubConnection
+from realtime_dispatch.hub.framing import RawSink
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
 from realtime_dispatch.hub.negotiate import new_connection_id
 from realtime_dispatch.hub.outbound import Outbound
@@ -161,6 +162,7 @@ async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | N
 async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> None:
     old = connection.attachment
     connection.attachment = None
+    connection.sink = None
     if old is not None:
         for task in (old.reader, old.writer):
             if task is not None:
@@ -168,7 +170,7 @@ async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> 
     await websocket.accept()
     connection.session.new_transport()
     sequence = connection.outbound.rewind()
-    connection.outbound.push_control(sequence_message(sequence))
+    connection.outbound.push_control(sequence_message(sequence).encode())
     connection.last_received = asyncio.get_running_loop().time()
     log.info(
         "hub_resumed", connection_id=connection.connection_id, replay=connection.outbound.pending
@@ -178,7 +180,7 @@ async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> 
 
 def _apply(connection: HubConnection, inbound: Inbound) -> None:
     for reply in inbound.replies:
-        connection.send(reply)
+        connection.send(reply.encode())
     if inbound.acked is not None:
         connection.outbound.ack(inbound.acked)
     if inbound.ack_to_send is not None:
@@ -225,9 +227,11 @@ async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> Non
     connection.attachment = attachment
     connection.detached_at = None
     name = connection.connection_id
-    writer = asyncio.create_task(connection.write_loop(websocket), name=f"hub-writer:{name}")
+    sink = RawSink.from_scope(websocket.scope)
+    writer = asyncio.create_task(connection.write_loop(websocket, sink), name=f"hub-writer:{name}")
     reader = asyncio.create_task(_read_loop(hub, connection, websocket), name=f"hub-reader:{name}")
     attachment.writer, attachment.reader = writer, reader
+    connection.sink = sink
     if connection.closing is not None:  # closed before the writer existed
         attachment.force_close = asyncio.get_running_loop().call_later(
             connection.limits.close_grace, writer.cancel
@@ -243,6 +247,8 @@ async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> Non
         hub.finalize(connection, CloseReason.SHUTDOWN)
         raise
     finally:
+        if connection.attachment is attachment:
+            connection.sink = None
         for task in (reader, writer):
             task.cancel()
         await asyncio.gather(reader, writer, return_exceptions=True)

@@ -8,7 +8,7 @@ at once; with it, a record stays until the client acknowledges its id (``Ack``),
 Control records (pings, acks, sequence, close) are never numbered nor replayed.
 
 Bounds: at most ``max_pending`` records waiting to be written, and (stateful) at most
-``max_replay_chars`` characters kept for replay. :meth:`push` returns False when a bound would be
+``max_replay_chars`` bytes kept for replay. :meth:`push` returns False when a bound would be
 crossed: the consumer is too slow and the connection is closed rather than growing memory.
 """
 
@@ -34,12 +34,12 @@ class Outbound:
         self.stateful = stateful
         self._max_pending = max_pending
         self._max_replay_chars = max_replay_chars
-        self._entries: deque[str] = deque()
+        self._entries: deque[bytes] = deque()
         self._first_id = 1  # sequence id of _entries[0]
         self._next_id = 1  # sequence id the next pushed record gets
         self._unsent_from = 1  # first sequence id not yet written
         self._chars = 0
-        self._control: list[str] = []
+        self._control: list[bytes] = []
 
     @property
     def pending(self) -> int:
@@ -48,7 +48,7 @@ class Outbound:
     def has_pending(self) -> bool:
         return bool(self._control) or self._next_id > self._unsent_from
 
-    def push(self, record: str) -> bool:
+    def push(self, record: bytes) -> bool:
         """Queue a sequenced record; False when the consumer is too slow (nothing queued)."""
         if self._next_id - self._unsent_from >= self._max_pending:
             return False
@@ -60,10 +60,20 @@ class Outbound:
         self._next_id += 1
         return True
 
-    def push_control(self, record: str) -> None:
+    def push_written(self, record: bytes) -> bool:
+        """:meth:`push` for a record the caller writes at once (nothing was pending)."""
+        if not self.push(record):
+            return False
+        self._unsent_from = self._next_id
+        if not self.stateful:
+            self._entries.pop()
+            self._first_id = self._next_id
+        return True
+
+    def push_control(self, record: bytes) -> None:
         self._control.append(record)
 
-    def take(self, max_chars: int) -> tuple[list[str], int]:
+    def take(self, max_chars: int) -> tuple[list[bytes], int]:
         """Records to write now, control first, up to about ``max_chars`` (at least one).
 
         Returns them and how many of them are sequenced records.
@@ -88,7 +98,7 @@ class Outbound:
             self._first_id += taken
         return batch, taken
 
-    def take_control(self) -> list[str]:
+    def take_control(self) -> list[bytes]:
         batch = self._control
         self._control = []
         return batch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -31,6 +31,7 @@ from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult
 from realtime_dispatch.hub.auth import TokenVerifier
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
 from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
+from realtime_dispatch.hub.framing import text_frame
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
@@ -249,27 +250,50 @@ class Hub:
             await self.membership.barrier(self.options.barrier_timeout)
         ):
             return False
-        for group, frame in items:
-            self.send_to_group(group, frame.decode())
+        self.send_to_groups(items)
         self.metrics.pushes.labels("local").inc(len(items))
         return True
 
-    async def _from_backplane(self, items: Sequence[tuple[str, str]]) -> None:
+    async def _from_backplane(self, items: GroupFrames) -> None:
         if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
             await self.membership.barrier(self.options.barrier_timeout)
         ):
             log.warning("membership_barrier_timeout", pushes=len(items))
-        for group, frame in items:
-            self.send_to_group(group, frame)
+        self.send_to_groups(items)
         self.metrics.pushes.labels("backplane").inc(len(items))
 
-    def send_to_group(self, group: str, record: str) -> int:
-        """Queue one serialised record to every member on this replica; returns how many."""
+    def send_to_group(self, group: str, record: bytes | str) -> int:
+        """Send one serialised record to every member on this replica; returns how many."""
+        if isinstance(record, str):
+            record = record.encode()
+        return self.send_to_groups(((group, record),))
+
+    def send_to_groups(self, items: GroupFrames) -> int:
+        """Send serialised records, in order, to their groups' members on this replica.
+
+        Each record is framed once; the frames due to one connection are written to its
+        transport in one call at the end. Returns how many deliveries were made.
+        """
         connections = self.connections
-        members = self.registry.members(group)
-        for connection_id in members:
-            connections[connection_id].send(record)
-        return len(members)
+        members_of = self.registry.members
+        touched: list[HubConnection] = []
+        deliveries = 0
+        for group, record in items:
+            members = members_of(group)
+            if not members:
+                continue
+            deliveries += len(members)
+            frame = text_frame(record)
+            for connection_id in members:
+                connections[connection_id].offer(record, frame, touched)
+        if touched:
+            loop_time = asyncio.get_running_loop().time()
+            written = 0
+            for connection in touched:
+                written += connection.flush()
+                connection.last_sent = loop_time
+            self.metrics.sent_frames.inc(written)
+        return deliveries
 
     def _count_sent(self, records: int) -> None:
         self.metrics.sent_frames.inc(records)

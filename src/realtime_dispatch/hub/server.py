@@ -18,8 +18,11 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
 
 from realtime_dispatch.errors import ConfigurationError, RealtimeDispatchError
+from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.settings import Settings
 
@@ -55,6 +58,17 @@ def redact_uvicorn_logs() -> None:
         for kind in (RedactTokens, DropDenialNoise):
             if not any(isinstance(f, kind) for f in logger.filters):
                 logger.addFilter(kind())
+
+
+class HubWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol that also hands the app its transport (scope
+    extension ``realtime_dispatch.raw_transport``), so the hub writes pre-built frames straight
+    to it instead of framing every record again per member through ASGI ``send``."""
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        if self.response.status_code == 101:  # the ASGI task starts on the next loop turn
+            self.scope["extensions"][RAW_TRANSPORT_EXTENSION] = {"server": self}
 
 
 class HubServer(uvicorn.Server):
@@ -94,7 +108,7 @@ def uvicorn_config(app: Starlette, *, host: str, port: int, log_level: str) -> u
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
         ws_ping_timeout=None,
-        ws="websockets-sansio",
+        ws=HubWebSocketProtocol,
         ws_max_size=MAX_WS_FRAME_BYTES,
         ws_per_message_deflate=False,
         access_log=False,

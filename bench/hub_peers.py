@@ -1,0 +1,264 @@
+"""The hub against peers, same clients, same pushes, same machine, one command:
+
+    python bench/hub_peers.py [--clients 1000] [--layouts 100,10] [--pushes 2000] [--runs 3]
+
+Servers, each in its own process, each measured with the clients process of
+``bench/hub_fanout.py`` (``--clients`` WebSocket connections sending the hub handshake; the first
+``--members`` of them are the chat's members and connect with ``?member=1``):
+
+* ``hub``: the real hub (``run_hub``, JWT auth, membership from PostgreSQL); pushes arrive
+  through the HTTP push endpoint, 8 requests in flight, as in ``hub_fanout.py``;
+* ``floor``: a minimal asyncio server in this file: it answers the WebSocket upgrade and the hub
+  handshake, then writes pre-framed records to every member's transport; no protocol, no auth;
+* ``ws``: ``bench/ws_broadcast.mjs``, a Node.js ``ws`` broadcast server writing the same record
+  bytes.
+
+Both peers take a stdin line ``{"pushes": n}`` and send n records, 8 pushes per event-loop
+turn. For each server and layout (members per push): delivered frames/s and the server's CPU
+µs per delivered frame, as the median of ``--runs`` runs with their range, and the server's RSS
+per connection (after connecting, before any push).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hub_fanout import (
+    cpu_seconds,
+    drop_database,
+    fanout_run,
+    free_port,
+    prepare_database,
+    rss_kib,
+    stop_clients,
+    wait_http,
+)
+
+HERE = Path(__file__).resolve().parent
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+RS = b"\x1e"
+
+
+# --- the floor: pre-framed records straight to transports --------------------------------------
+
+
+def frame(payload: bytes) -> bytes:
+    size = len(payload)
+    if size < 126:
+        return bytes((0x81, size)) + payload
+    return bytes((0x81, 126)) + size.to_bytes(2, "big") + payload
+
+
+class FloorProtocol(asyncio.Protocol):
+    def __init__(self, members: list[asyncio.Transport]) -> None:
+        self.members = members
+        self.transport: asyncio.Transport | None = None
+        self.state = "http"
+        self.buffer = b""
+        self.member = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        if self.state == "http":
+            self.buffer += data
+            if b"\r\n\r\n" not in self.buffer:
+                return
+            head = self.buffer.decode("latin-1")
+            self.member = "member=1" in head.split("\r\n", 1)[0]
+            key = next(
+                line.split(":", 1)[1].strip()
+                for line in head.split("\r\n")
+                if line.lower().startswith("sec-websocket-key:")
+            )
+            accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
+            self.transport.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept.encode() + b"\r\n\r\n"
+            )
+            self.state = "handshake"
+        elif self.state == "handshake":  # the client's hub handshake: answer, then it is a member
+            self.transport.write(frame(b"{}" + RS))
+            self.state = "open"
+            if self.member:
+                self.members.append(self.transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport in self.members:
+            self.members.remove(self.transport)
+
+
+async def floor_main(args: argparse.Namespace) -> None:
+    import orjson
+
+    loop = asyncio.get_running_loop()
+    members: list[asyncio.Transport] = []
+    server = await loop.create_server(lambda: FloorProtocol(members), "127.0.0.1", args.port)
+    print(json.dumps({"event": "listening"}), flush=True)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    chat = args.chat
+    while line := await reader.readline():
+        pushes = json.loads(line)["pushes"]
+        for start in range(0, pushes, 8):
+            for n in range(start, min(start + 8, pushes)):
+                record = orjson.dumps(
+                    {
+                        "type": 1,
+                        "target": "message_received",
+                        "arguments": [{"chatId": chat, "seq": n}],
+                    }
+                )
+                data = frame(record + RS)
+                for transport in members:
+                    transport.write(data)
+            await asyncio.sleep(0)
+    server.close()
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+
+async def start_server(kind: str, port: int, members: int, dsn: str) -> tuple[Any, Any]:
+    """The server process, and (for the hub) the benchmark database and chat."""
+    me = str(HERE / "hub_fanout.py")
+    if kind == "hub":
+        bench_dsn, chat = await prepare_database(dsn, members)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, me, "hub", "--port", str(port), "--dsn", bench_dsn
+        )
+        await wait_http(port)
+        return proc, (bench_dsn, chat)
+    if kind == "floor":
+        command = [sys.executable, __file__, "floor", "--port", str(port), "--chat", "c"]
+    else:
+        command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), "c"]
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    assert json.loads(line)["event"] == "listening", line
+    return proc, None
+
+
+async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str, Any]:
+    dsn = args.dsn or os.environ.get(
+        "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    port = free_port()
+    server, hub_db = await start_server(kind, port, members, dsn)
+    clients = None
+    try:
+        await asyncio.sleep(0.5)
+        rss_before = rss_kib(server.pid)
+        clients = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(HERE / "hub_fanout.py"),
+            "clients",
+            "--port",
+            str(port),
+            "--clients",
+            str(args.clients),
+            "--members",
+            str(members),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert clients.stdout is not None
+        assert clients.stdin is not None
+        line = await asyncio.wait_for(clients.stdout.readline(), 180)
+        assert json.loads(line)["event"] == "connected", line
+        await asyncio.sleep(1.0)
+        rss_connected = rss_kib(server.pid)
+        pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
+        rates, cpu_us = [], []
+        for _ in range(args.runs):
+            cpu0 = cpu_seconds(server.pid)
+            expect = pushes * members
+            clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
+            await clients.stdin.drain()
+            t0 = time.perf_counter()
+            if hub_db is not None:
+                await fanout_run(port, hub_db[1], pushes, 8)
+            else:
+                server.stdin.write(json.dumps({"pushes": pushes}).encode() + b"\n")
+                await server.stdin.drain()
+            line = await asyncio.wait_for(clients.stdout.readline(), 300)
+            elapsed = time.perf_counter() - t0
+            assert json.loads(line)["event"] == "received"
+            rates.append(expect / elapsed)
+            cpu_us.append((cpu_seconds(server.pid) - cpu0) / expect * 1e6)
+            await asyncio.sleep(0.5)
+        return {
+            "server": kind,
+            "members": members,
+            "deliveries_per_run": pushes * members,
+            "frames_per_second_median": round(statistics.median(rates)),
+            "frames_per_second_range": [round(min(rates)), round(max(rates))],
+            "cpu_us_per_frame_median": round(statistics.median(cpu_us), 2),
+            "cpu_us_per_frame_range": [round(min(cpu_us), 2), round(max(cpu_us), 2)],
+            "rss_kib_per_connection": round((rss_connected - rss_before) / args.clients, 1),
+        }
+    finally:
+        if clients is not None:
+            await stop_clients(clients)
+        server.terminate()
+        await server.wait()
+        if hub_db is not None:
+            await drop_database(dsn, hub_db[0])
+
+
+async def driver(args: argparse.Namespace) -> dict[str, Any]:
+    results = []
+    for members in (int(m) for m in args.layouts.split(",")):
+        for kind in args.servers.split(","):
+            results.append(await measure(kind, members, args))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    ratios = {}
+    for members in {r["members"] for r in results}:
+        cost = {
+            r["server"]: r["cpu_us_per_frame_median"] for r in results if r["members"] == members
+        }
+        if "hub" in cost:
+            ratios[f"{members}_members"] = {
+                f"hub_vs_{peer}": round(cost["hub"] / value, 2)
+                for peer, value in cost.items()
+                if peer != "hub" and value
+            }
+    return {"clients": args.clients, "results": results, "cpu_ratios": ratios}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("mode", nargs="?", default="driver", choices=["driver", "floor"])
+    parser.add_argument("--dsn")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--chat", default="c")
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--layouts", default="100,10")
+    parser.add_argument("--servers", default="hub,floor,ws")
+    parser.add_argument("--pushes", type=int, default=2000, help="pushes at 100 members per run")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if args.mode == "floor":
+        asyncio.run(floor_main(args))
+    else:
+        print(json.dumps(asyncio.run(driver(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

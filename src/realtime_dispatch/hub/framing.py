@@ -1,0 +1,71 @@
+"""Server → client WebSocket frames built once, and the raw transport they are written to.
+
+Server frames are unmasked (RFC 6455 §5.1), so one record sent to a group is the same bytes for
+every member: :func:`text_frame` builds them once per push and each member's transport gets
+those bytes, with no per-member framing.
+
+:class:`RawSink` is the transport of one accepted WebSocket, found through the
+``realtime_dispatch.raw_transport`` ASGI scope extension that :class:`~.server.HubWebSocketProtocol`
+adds. Under another server the extension is absent and records go through the ASGI ``send``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+RAW_TRANSPORT_EXTENSION = "realtime_dispatch.raw_transport"
+_FIN_TEXT = 0x81
+_LEN16 = struct.Struct("!BBH")
+_LEN64 = struct.Struct("!BBQ")
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON records)."""
+    size = len(payload)
+    if size < 126:
+        return bytes((_FIN_TEXT, size)) + payload
+    if size < 1 << 16:
+        return _LEN16.pack(_FIN_TEXT, 126, size) + payload
+    return _LEN64.pack(_FIN_TEXT, 127, size) + payload
+
+
+class _ServerSide(Protocol):
+    """What :class:`RawSink` reads of uvicorn's WebSocket protocol object."""
+
+    transport: asyncio.Transport
+    writable: asyncio.Event
+    close_sent: bool
+
+
+class RawSink:
+    """Writes whole frames to one WebSocket's transport; ``open`` tells whether it may now."""
+
+    __slots__ = ("_server", "transport")
+
+    def __init__(self, server: _ServerSide) -> None:
+        self._server = server
+        self.transport = server.transport
+
+    @classmethod
+    def from_scope(cls, scope: Mapping[str, Any]) -> RawSink | None:
+        extension = scope.get("extensions", {}).get(RAW_TRANSPORT_EXTENSION)
+        if not extension:
+            return None
+        return cls(extension["server"])
+
+    def open(self) -> bool:
+        """True while frames may be written now: no close sent, no backpressure."""
+        server = self._server
+        return (
+            not server.close_sent and server.writable.is_set() and not self.transport.is_closing()
+        )
+
+    def closed(self) -> bool:
+        return self._server.close_sent or self.transport.is_closing()
+
+    async def drained(self) -> None:
+        """Wait until the transport takes writes again (uvicorn's pause/resume_writing)."""
+        await self._server.writable.wait()
