@@ -56,12 +56,20 @@ MAX_BATCH = 256
 # SlotNotCoveredError are not RedisErrors).
 REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
-Deliver = Callable[[Sequence[tuple[str, str]]], Awaitable[None]]
+Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[None]]
 
 
 def group_channel(group: str) -> str:
     """The sharded channel of a group; the hash tag keeps the whole group name as the key."""
     return f"realtime-dispatch:hub:{{{group}}}"
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def group_of_channel(channel: bytes | str) -> str | None:
@@ -265,7 +273,7 @@ class ShardedBackplaneSubscriber:
                 failed.set_exception(exc)
 
     async def _drain(self, pubsub: Any) -> None:
-        batch: list[tuple[str, str]] = []
+        batch: list[tuple[str, bytes]] = []
         for node_pubsub in list(pubsub.node_pubsub_mapping.values()):
             if node_pubsub.connection is None:
                 continue
@@ -277,18 +285,15 @@ class ShardedBackplaneSubscriber:
         if batch:
             await self._deliver(batch)
 
-    def _push_of(self, message: dict[str, Any]) -> tuple[str, str] | None:
+    def _push_of(self, message: dict[str, Any]) -> tuple[str, bytes] | None:
         if message.get("type") != "smessage":
             return None
         group = group_of_channel(message["channel"])
-        try:
-            frame = message["data"].decode()
-        except UnicodeDecodeError:
-            frame = None
-        if group is None or frame is None:
-            log.warning("backplane_message_invalid")
+        data = message["data"]
+        if group is None or not isinstance(data, bytes) or not _is_utf8(data):
+            log.warning("backplane_message_invalid")  # records go out as text frames
             return None
-        return group, frame
+        return group, data
 
     async def _read(self, node_pubsub: Any, failed: asyncio.Future[None]) -> None:
         try:
@@ -296,7 +301,7 @@ class ShardedBackplaneSubscriber:
                 message = await node_pubsub.get_message(timeout=1.0)
                 if message is None:
                     continue
-                batch: list[tuple[str, str]] = []
+                batch: list[tuple[str, bytes]] = []
                 while message is not None:
                     kind = message.get("type")
                     if kind == "sunsubscribe":
