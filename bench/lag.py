@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 import uvloop
@@ -151,8 +151,13 @@ async def _owner(
             if time.time() >= end:
                 break
             chat, sender = chats[n % len(chats)]
-            if command == "send_message":
-                sent = await send_message(conn, chat_id=chat, sender=sender, body=f"lag {n}")
+            if command in {"send_message", "send_idempotent"}:
+                # send_idempotent: the same send under a fresh clientMessageId (the claim row);
+                # plain sends pass no such argument, so older revisions can run this too.
+                extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
+                sent = await send_message(
+                    conn, chat_id=chat, sender=sender, body=f"lag {n}", **extra
+                )
                 outbox_id, message_id = sent.outbox_id, sent.message_id
             else:
                 seqs[chat] = seq = seqs.get(chat, 0) + 1
@@ -466,7 +471,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--scenarios", default="notify,poll,ceiling")
     parser.add_argument(
         "--owner-command",
-        choices=("send_message", "enqueue"),
+        choices=("send_message", "send_idempotent", "enqueue"),
         default="send_message",
         help="owner transaction: the real send_message command, or message INSERT + enqueue",
     )

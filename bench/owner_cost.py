@@ -1,8 +1,8 @@
 """What an owner command costs: CPU of the owner processes and of PostgreSQL per commit, with no
 dispatcher running.
 
-    python bench/owner_cost.py [--command send_message|enqueue] [--rate 1000] [--seconds 10]
-                               [--runs 3] [--dsn DSN]
+    python bench/owner_cost.py [--command send_message|send_idempotent|enqueue] [--rate 1000]
+                               [--seconds 10] [--runs 3] [--dsn DSN]
 
 Each run seeds 100 chats of 10 members in a scratch database ``bench_owner_*`` and sets the idle
 flag to false (as under load: commits do not notify), then runs ``bench/lag.py``'s owners (8
@@ -114,7 +114,9 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--command", choices=["send_message", "enqueue"], default="send_message")
+    parser.add_argument(
+        "--command", choices=["send_message", "send_idempotent", "enqueue"], default="send_message"
+    )
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)

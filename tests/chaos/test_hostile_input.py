@@ -65,11 +65,16 @@ json_values = st.recursive(
     | st.floats(allow_nan=False)
     | TEXT
     | st.sampled_from(INJECTIONS)
+    | st.sampled_from(["Text", "File", "Card"])
     | st.uuids().map(str),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
     max_leaves=12,
 )
 FIELDS = [
+    "kind",
+    "fileMeta",
+    "cardText",
+    "clientMessageId",
     "title",
     "memberUserIds",
     "body",
@@ -80,8 +85,26 @@ FIELDS = [
     "code",
     "conferenceId",
 ]
+# A File message's metadata, each field sometimes valid and sometimes hostile.
+file_meta = st.fixed_dictionaries(
+    {
+        "fileId": TEXT | json_values,
+        "name": TEXT,
+        "size": st.integers(min_value=-1, max_value=2**63) | json_values,
+        "contentType": st.sampled_from(["image/png", "application/pdf", "png", ""]) | TEXT,
+    }
+)
 bodies = st.one_of(
     json_values,
+    st.fixed_dictionaries(
+        {"kind": st.sampled_from(["File", "Card", "Text"])},
+        optional={
+            "fileMeta": file_meta | json_values,
+            "body": TEXT,
+            "cardText": TEXT | json_values,
+            "clientMessageId": st.sampled_from(["same", "x" * 64, "x" * 65, ""]) | TEXT,
+        },
+    ),
     st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4),
     st.binary(max_size=64),
 )
@@ -126,6 +149,9 @@ async def test_rest_fuzz_and_sql_injection(
     async with pool.acquire() as conn:
         chat = await commands.create_chat(conn, creator=alice, title="fuzz", members=[bob])
         sent = await commands.send_message(conn, chat_id=chat, sender=alice, body="seed")
+        request = await commands.request_contact(conn, requester=bob, addressee=alice)
+        call = await commands.start_call(conn, caller=alice, callee=bob)
+        conference = await commands.start_conference(conn, chat_id=chat, actor=alice)
     async with serving(database_url, tmp_path) as serve:
         headers = {"Authorization": f"Bearer {make_token(alice, ttl=3600)}"}
         paths = [
@@ -141,6 +167,9 @@ async def test_rest_fuzz_and_sql_injection(
             ("POST", f"/api/chats/{chat}/conferences"),
             ("POST", "/api/recordings"),
             ("POST", "/api/screen-shares"),
+            ("POST", f"/api/contacts/requests/{request}/decline"),
+            ("POST", f"/api/calls/{call}/media"),
+            ("POST", f"/api/conferences/{conference}/media"),
         ]
         statuses: dict[int, int] = {}
 

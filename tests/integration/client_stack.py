@@ -16,11 +16,12 @@ import httpx
 from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
+from realtime_dispatch.dispatch.publisher import HubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
-from realtime_dispatch.settings import RealtimeDispatchOptions
+from realtime_dispatch.settings import RealtimeDispatchOptions, Settings
 from tests.conftest import free_port
 from tests.hub_fixtures import hub_settings, make_token
 
@@ -49,10 +50,12 @@ class Stack:
             base_url=self.url, headers={"Authorization": f"Bearer {make_token(user)}"}
         )
 
-    async def start_dispatcher(self) -> None:
+    async def start_dispatcher(self, publisher: HubPublisher | None = None) -> None:
+        """The real dispatcher, pushing to this hub (or to ``publisher``)."""
         assert self._dispatcher is None
         stack = contextlib.AsyncExitStack()
-        await stack.enter_async_context(dispatch_service(self.dsn, FAST, self.hub.publisher()))
+        publisher = publisher if publisher is not None else self.hub.publisher()
+        await stack.enter_async_context(dispatch_service(self.dsn, FAST, publisher))
         self._dispatcher = stack
 
     async def stop_dispatcher(self) -> None:
@@ -63,9 +66,13 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def messenger_stack(
-    database_url: str, pool: asyncpg.Pool, *, dispatcher: bool = True
+    database_url: str,
+    pool: asyncpg.Pool,
+    *,
+    dispatcher: bool = True,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Stack]:
-    settings = hub_settings()
+    settings = settings if settings is not None else hub_settings()
     async with Hub(settings, pool=pool, dsn=database_url) as hub:
         app = create_api(pool=pool, settings=settings, routes=hub.routes)
         port = free_port()

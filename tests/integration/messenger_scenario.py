@@ -517,7 +517,7 @@ async def last_id(pool: asyncpg.Pool) -> UUID:
     return value or UUID(int=0)
 
 
-DOMAIN_TABLES = sorted({*DOMAIN_TABLE.values(), "chats"})
+DOMAIN_TABLES = sorted({*DOMAIN_TABLE.values(), "chats", "message_client_ids"})
 
 
 async def domain_snapshot(pool: asyncpg.Pool) -> dict[str, str]:

@@ -198,3 +198,19 @@ def test_events_outside_chats_pass_through_untouched() -> None:
 
 def test_every_kind_has_a_typed_event() -> None:
     assert set(MODELS) == set(RealtimeDispatchKind)
+
+
+def test_card_edits_and_deletions_apply_to_card_text_and_file_meta() -> None:
+    timeline = Timeline(CHAT)
+    card = msg(1, kind="Card", body=None, card_text="Lunch?")
+    file = msg(2, kind="File", body="caption", file_meta={"fileId": "f", "name": "a.png"})
+    timeline.add_history([card, file])
+    assert timeline.edit(card.message_id, 1, None, T0 + timedelta(minutes=1), "Dinner?") is (
+        Change.UPDATED
+    )
+    # A push that overtook the edit (older edited_at) does not bring the old text back.
+    assert timeline.add(replace(card, card_text="Lunch?")) is Change.DUPLICATE
+    assert timeline.delete(file.message_id, 2, T0 + timedelta(minutes=2)) is Change.UPDATED
+    [card_now, file_now] = timeline.messages()
+    assert (card_now.kind, card_now.card_text) == ("Card", "Dinner?")
+    assert (file_now.kind, file_now.body, file_now.file_meta) == ("File", None, None)

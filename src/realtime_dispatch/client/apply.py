@@ -60,6 +60,9 @@ def received(event: MessageReceived) -> TimelineMessage:
         sender_user_id=event.sender_user_id,
         body=event.body,
         sent_at=event.sent_at,
+        kind=event.kind,
+        file_meta=event.file_meta,
+        card_text=event.card_text,
     )
 
 
@@ -69,7 +72,9 @@ def apply_event(timelines: Timelines, event: Contract) -> Applied:
         change = timeline.add(received(event))
     elif isinstance(event, MessageEdited):
         timeline = timelines.get(event.chat_id)
-        change = timeline.edit(event.message_id, event.seq, event.body, event.edited_at)
+        change = timeline.edit(
+            event.message_id, event.seq, event.body, event.edited_at, event.card_text
+        )
     elif isinstance(event, MessageDeleted):
         timeline = timelines.get(event.chat_id)
         change = timeline.delete(event.message_id, event.seq, event.deleted_at)

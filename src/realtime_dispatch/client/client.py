@@ -4,8 +4,10 @@ Every event from the hub goes through :func:`~realtime_dispatch.client.apply.app
 of something already seen is dropped (counted, reported to ``on_duplicate``), anything new goes to
 the typed callbacks. A seq gap, every (re)connect and :meth:`MessengerClient.resync` fetch the
 missing messages over REST (``afterSeq``), one fetch per chat at a time (requests that arrive
-meanwhile are coalesced into one more round). So a timeline ends complete and duplicate-free
-whatever the hub did: lost, repeated or reordered pushes, drops, restarts.
+meanwhile are coalesced into one more round). Every (re)connect also lists the user's chats
+(``GET /api/chats``) and resyncs each, so a chat the user was added to while offline is found.
+So a timeline ends complete and duplicate-free whatever the hub did: lost, repeated or
+reordered pushes, drops, restarts.
 
 Background work (the connection, resyncs) runs in a task group owned by the ``async with``
 block; an exception in a callback stops the client and comes out of the block.
@@ -32,6 +34,7 @@ from realtime_dispatch.client.protocol import EventRecord
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.messenger.api.schemas import ChatSummaryOut
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +86,9 @@ class MessengerClient:
         self._connected = asyncio.Event()
         self._wanted: dict[UUID, int] = {}  # chat → overlap of the resync asked for
         self._syncers: dict[UUID, asyncio.Task[None]] = {}
+        self._chat_lister: asyncio.Task[None] | None = None
+        self.chats: dict[UUID, ChatSummaryOut] = {}
+        """The user's active chats as of the last (re)connect (``GET /api/chats``)."""
         self._http: httpx.AsyncClient | None = None
         self._group: asyncio.TaskGroup | None = None
         self._rest: MessengerRest | None = None
@@ -110,7 +116,7 @@ class MessengerClient:
         assert self._http is not None
         try:
             self._runner.cancel()
-            for task in list(self._syncers.values()):
+            for task in [*self._syncers.values(), *filter(None, [self._chat_lister])]:
                 task.cancel()
             await self._group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as failed:
@@ -167,9 +173,9 @@ class MessengerClient:
             await asyncio.wait([task])
 
     async def settled(self) -> None:
-        """Wait until no resync is running."""
-        while self._syncers:
-            await asyncio.wait(list(self._syncers.values()))
+        """Wait until no resync (and no listing of chats) is running."""
+        while self._syncers or self._chat_lister is not None:
+            await asyncio.wait([*self._syncers.values(), *filter(None, [self._chat_lister])])
 
     # --- HubListener --------------------------------------------------------------------------
 
@@ -179,6 +185,10 @@ class MessengerClient:
         log.info("client_connected", reconnect=reconnect)
         for timeline in self.timelines:
             self._request_sync(timeline.chat_id, self.options.resync_overlap)
+        if self._group is not None and self._chat_lister is None:
+            self._chat_lister = self._group.create_task(
+                self._sync_chat_list(), name="messenger-client-chat-list"
+            )
 
     async def hub_disconnected(self) -> None:
         self._connected.clear()
@@ -231,6 +241,22 @@ class MessengerClient:
                     delay = min(delay * 2, self.options.resync_retry_cap)
         finally:
             del self._syncers[chat_id]
+
+    async def _sync_chat_list(self) -> None:
+        """Refresh :attr:`chats` and resync every chat in it (new ones are tracked from now)."""
+        try:
+            listed = await self.rest.list_chats()
+        except (httpx.TransportError, RestError) as exc:
+            # The next reconnect lists again; tracked chats are resynced on their own.
+            log.info("client_chat_list_failed", error=type(exc).__name__)
+            return
+        finally:
+            self._chat_lister = None
+        self.chats = {chat.chat_id: chat for chat in listed}
+        for chat in listed:
+            known = self.timelines.get(chat.chat_id).contiguous_seq
+            if chat.last_seq > known:
+                self._request_sync(chat.chat_id, self.options.resync_overlap)
 
     async def _sync_once(self, chat_id: UUID, overlap: int) -> None:
         timeline = self.timelines.get(chat_id)

@@ -1,12 +1,17 @@
-"""The messenger REST API as the client uses it (httpx): history pages for resync, and the
-commands a chat client sends. Answers are parsed with the server's own response schemas."""
+"""The messenger REST API as the client uses it (httpx): history pages for resync, the
+caller's chats, and the commands a chat client sends. Answers are parsed with the server's own
+response schemas.
+
+A send carries a ``clientMessageId`` made here and reused when the send is retried after a
+transport error or a 5xx, so a send whose answer was lost is never made twice."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import httpx
 from pydantic import BaseModel
@@ -16,12 +21,15 @@ from realtime_dispatch.client.timeline import TimelineMessage
 from realtime_dispatch.messenger.api.schemas import (
     ChatCreated,
     ChatOut,
+    ChatPage,
+    ChatSummaryOut,
     MessageEdited,
     MessageOut,
     MessageSent,
 )
 
 PAGE_LIMIT = 200  # the API's maximum page
+SEND_ATTEMPTS = 3
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -41,6 +49,9 @@ def to_timeline(chat_id: UUID, item: MessageOut) -> TimelineMessage:
         sent_at=item.sent_at,
         edited_at=item.edited_at,
         deleted_at=item.deleted_at,
+        kind=item.kind,
+        file_meta=item.file_meta,
+        card_text=item.card_text,
     )
 
 
@@ -82,6 +93,29 @@ class MessengerRest:
         )
         return [to_timeline(chat_id, _parse(MessageOut, item)) for item in data["items"]]
 
+    async def messages_before(
+        self, chat_id: UUID, before_seq: int, *, limit: int = 50
+    ) -> list[TimelineMessage]:
+        """The ``limit`` messages just below ``before_seq``, in seq order; ``before_seq`` =
+        the chat's ``lastSeq + 1`` is the latest page (open a long chat there)."""
+        data = await self._call(
+            "GET",
+            f"/api/chats/{chat_id}/messages",
+            params={"beforeSeq": before_seq, "limit": limit},
+        )
+        return [to_timeline(chat_id, _parse(MessageOut, item)) for item in data["items"]]
+
+    async def list_chats(self) -> list[ChatSummaryOut]:
+        """Every chat the caller is an active member of, most recently active first."""
+        found: list[ChatSummaryOut] = []
+        params: dict[str, Any] = {"limit": PAGE_LIMIT}
+        while True:
+            page = _parse(ChatPage, await self._call("GET", "/api/chats", params=params))
+            found.extend(page.items)
+            if page.next_cursor is None:
+                return found
+            params["cursor"] = page.next_cursor
+
     async def history_after(self, chat_id: UUID, after_seq: int) -> list[TimelineMessage]:
         """Every message with seq > ``after_seq``, page by page."""
         found: list[TimelineMessage] = []
@@ -103,14 +137,49 @@ class MessengerRest:
     async def get_chat(self, chat_id: UUID) -> ChatOut:
         return _parse(ChatOut, await self._call("GET", f"/api/chats/{chat_id}"))
 
-    async def send_message(self, chat_id: UUID, body: str) -> MessageSent:
-        data = await self._call("POST", f"/api/chats/{chat_id}/messages", json={"body": body})
-        return _parse(MessageSent, data)
+    async def send_message(
+        self,
+        chat_id: UUID,
+        body: str | None = None,
+        *,
+        kind: str = "Text",
+        file_meta: Mapping[str, Any] | None = None,
+        card_text: str | None = None,
+        client_message_id: str | None = None,
+        attempts: int = SEND_ATTEMPTS,
+    ) -> MessageSent:
+        """Send a Text (``body``), File (``file_meta``: fileId, name, size, contentType; ``body``
+        a caption) or Card (``card_text``) message. Retried after a transport error or a 5xx
+        with the same ``clientMessageId`` (made here unless given): the server answers a repeat
+        with the first send, so the message exists once."""
+        content: dict[str, Any] = {
+            "kind": kind,
+            "clientMessageId": client_message_id or uuid4().hex,
+        }
+        for name, value in (("body", body), ("fileMeta", file_meta), ("cardText", card_text)):
+            if value is not None:
+                content[name] = dict(value) if isinstance(value, Mapping) else value
+        path = f"/api/chats/{chat_id}/messages"
+        for attempt in range(1, attempts):
+            try:
+                return _parse(MessageSent, await self._call("POST", path, json=content))
+            except (httpx.TransportError, RestError) as exc:
+                if isinstance(exc, RestError) and exc.status < 500:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)
+        return _parse(MessageSent, await self._call("POST", path, json=content))
 
-    async def edit_message(self, chat_id: UUID, message_id: UUID, body: str) -> datetime:
-        data = await self._call(
-            "PATCH", f"/api/chats/{chat_id}/messages/{message_id}", json={"body": body}
-        )
+    async def edit_message(
+        self,
+        chat_id: UUID,
+        message_id: UUID,
+        body: str | None = None,
+        *,
+        card_text: str | None = None,
+    ) -> datetime:
+        """A Text message takes a new ``body``, a Card message a new ``card_text``."""
+        change = {"body": body} if card_text is None else {"cardText": card_text}
+        data = await self._call("PATCH", f"/api/chats/{chat_id}/messages/{message_id}", json=change)
         return _parse(MessageEdited, data).edited_at
 
     async def delete_message(self, chat_id: UUID, message_id: UUID) -> None:

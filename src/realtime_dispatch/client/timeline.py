@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
+from typing import Any
 from uuid import UUID
 
 
@@ -26,6 +27,10 @@ class TimelineMessage:
     sent_at: datetime
     edited_at: datetime | None = None
     deleted_at: datetime | None = None
+    kind: str = "Text"
+    """``Text``, ``File`` (``file_meta``, ``body`` a caption) or ``Card`` (``card_text``)."""
+    file_meta: dict[str, Any] | None = None
+    card_text: str | None = None
 
     @property
     def deleted(self) -> bool:
@@ -33,17 +38,18 @@ class TimelineMessage:
 
 
 def merge(current: TimelineMessage, incoming: TimelineMessage) -> TimelineMessage:
-    """Two views of one message, newest state wins: a deletion sticks (and drops the body);
-    otherwise the view with the later ``edited_at`` (unedited counts as oldest) gives the body."""
+    """Two views of one message, newest state wins: a deletion sticks (and drops the content);
+    otherwise the view with the later ``edited_at`` (unedited counts as oldest) gives the body
+    and card text."""
     deleted_at = current.deleted_at or incoming.deleted_at
     if deleted_at is not None:
-        return replace(current, body=None, deleted_at=deleted_at)
+        return replace(current, body=None, file_meta=None, card_text=None, deleted_at=deleted_at)
     newer = incoming
     if current.edited_at is not None and (
         incoming.edited_at is None or incoming.edited_at < current.edited_at
     ):
         newer = current
-    return replace(current, body=newer.body, edited_at=newer.edited_at)
+    return replace(current, body=newer.body, card_text=newer.card_text, edited_at=newer.edited_at)
 
 
 class Change(Enum):
@@ -114,11 +120,25 @@ class Timeline:
             self._contiguous += 1
         return Change.ADDED
 
-    def edit(self, message_id: UUID, seq: int, body: str | None, edited_at: datetime) -> Change:
-        return self._change(message_id, seq, body=body, edited_at=edited_at, deleted_at=None)
+    def edit(
+        self,
+        message_id: UUID,
+        seq: int,
+        body: str | None,
+        edited_at: datetime,
+        card_text: str | None = None,
+    ) -> Change:
+        current = self.get(message_id)
+        if current is not None and current.kind == "Card" and card_text is None:
+            card_text = current.card_text  # a server without cardText in message_edited
+        return self._change(
+            message_id, seq, body=body, card_text=card_text, edited_at=edited_at, deleted_at=None
+        )
 
     def delete(self, message_id: UUID, seq: int, deleted_at: datetime) -> Change:
-        return self._change(message_id, seq, body=None, edited_at=None, deleted_at=deleted_at)
+        return self._change(
+            message_id, seq, body=None, card_text=None, edited_at=None, deleted_at=deleted_at
+        )
 
     def _change(
         self,
@@ -126,6 +146,7 @@ class Timeline:
         seq: int,
         *,
         body: str | None,
+        card_text: str | None,
         edited_at: datetime | None,
         deleted_at: datetime | None,
     ) -> Change:
@@ -135,7 +156,9 @@ class Timeline:
             # returns the message in its current, edited or deleted, state).
             self._highest = max(self._highest, seq)
             return Change.UNKNOWN
-        view = replace(current, body=body, edited_at=edited_at, deleted_at=deleted_at)
+        view = replace(
+            current, body=body, card_text=card_text, edited_at=edited_at, deleted_at=deleted_at
+        )
         merged = merge(current, view)
         if merged == current:
             return Change.DUPLICATE

@@ -37,6 +37,7 @@ class MessageEdited(Contract):
     seq: int
     edited_at: datetime
     body: str | None = None
+    card_text: str | None = None
 
 
 class MessageDeleted(Contract):
@@ -113,8 +114,16 @@ def _shape(kind: RealtimeDispatchKind, r: asyncpg.Record) -> JsonObject:
     if kind is RealtimeDispatchKind.MESSAGE_EDITED:
         if r["edited_at"] is None:
             raise PayloadBuildError("message was never edited", code="NotEdited")
-        body = None if r["deleted_at"] is not None else r["body"]
-        return wire(MessageEdited, {**common, "edited_at": r["edited_at"], "body": body})
+        deleted = r["deleted_at"] is not None
+        return wire(
+            MessageEdited,
+            {
+                **common,
+                "edited_at": r["edited_at"],
+                "body": None if deleted else r["body"],
+                "card_text": None if deleted else r["card_text"],
+            },
+        )
     if r["deleted_at"] is None:
         raise PayloadBuildError("message is not deleted", code="NotDeleted")
     return wire(MessageDeleted, {**common, "deleted_at": r["deleted_at"]})

@@ -150,14 +150,13 @@ async def end_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
     )
 
 
-async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallView:
-    r = await conn.fetchrow(
-        "SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
-        " ended_at FROM messenger.call_sessions WHERE id = $1",
-        call_id,
-    )
-    if r is None or viewer not in (r["caller_user_id"], r["callee_user_id"]):
-        raise NotFound("call not found")
+_CALL_COLUMNS = (
+    "id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at, ended_at"
+)
+LIVE_STATUSES = ("Ringing", "Active")
+
+
+def _view(r: asyncpg.Record) -> CallView:
     return CallView(
         call_id=r["id"],
         caller_user_id=r["caller_user_id"],
@@ -168,3 +167,26 @@ async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallVi
         answered_at=r["answered_at"],
         ended_at=r["ended_at"],
     )
+
+
+async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallView:
+    r = await conn.fetchrow(
+        f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions WHERE id = $1", call_id
+    )
+    if r is None or viewer not in (r["caller_user_id"], r["callee_user_id"]):
+        raise NotFound("call not found")
+    return _view(r)
+
+
+async def list_calls(
+    conn: DbConnection, *, user: UUID, statuses: tuple[str, ...] = LIVE_STATUSES
+) -> list[CallView]:
+    """``user``'s calls (as caller or callee) in one of ``statuses``, newest first."""
+    rows = await conn.fetch(
+        f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions"
+        " WHERE (caller_user_id = $1 OR callee_user_id = $1) AND status = ANY($2::varchar[])"
+        " ORDER BY created_at DESC, id DESC LIMIT 100",
+        user,
+        list(statuses),
+    )
+    return [_view(r) for r in rows]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
@@ -33,6 +34,7 @@ class ChatEventKind(StrEnum):
 class ParticipantView:
     user_id: UUID
     active: bool
+    read_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,15 @@ class ChatView:
     title: str
     participants: tuple[ParticipantView, ...]
     last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSummary:
+    chat_id: UUID
+    title: str
+    last_seq: int
+    read_seq: int
+    updated_at: datetime
 
 
 _ACTIVATE_SQL = """
@@ -189,7 +200,8 @@ async def rename_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID, title: 
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
         changed = await conn.fetchval(
-            "UPDATE messenger.chats SET title = $2 WHERE id = $1 AND title <> $2 RETURNING id",
+            "UPDATE messenger.chats SET title = $2, updated_at = now()"
+            " WHERE id = $1 AND title <> $2 RETURNING id",
             chat_id,
             title,
         )
@@ -208,13 +220,49 @@ async def get_chat(conn: DbConnection, *, chat_id: UUID, viewer: UUID) -> ChatVi
         )
         assert chat is not None
         rows = await conn.fetch(
-            "SELECT user_id, active FROM messenger.participants WHERE chat_id = $1"
+            "SELECT user_id, active, last_read_seq FROM messenger.participants WHERE chat_id = $1"
             " ORDER BY joined_at, user_id",
             chat_id,
         )
     return ChatView(
         chat_id=chat_id,
         title=str(chat["title"]),
-        participants=tuple(ParticipantView(r["user_id"], bool(r["active"])) for r in rows),
+        participants=tuple(
+            ParticipantView(r["user_id"], bool(r["active"]), int(r["last_read_seq"])) for r in rows
+        ),
         last_seq=int(chat["last_seq"]),
     )
+
+
+# The caller's active chats, most recently active first; (updated_at, id) is the keyset cursor.
+_MY_CHATS_SQL = """
+SELECT c.id, c.title, c.last_seq, p.last_read_seq, c.updated_at
+FROM messenger.participants p JOIN messenger.chats c ON c.id = p.chat_id
+WHERE p.user_id = $1 AND p.active
+  AND ($2::timestamptz IS NULL OR (c.updated_at, c.id) < ($2::timestamptz, $3::uuid))
+ORDER BY c.updated_at DESC, c.id DESC
+LIMIT $4
+"""
+
+
+async def list_chats(
+    conn: DbConnection,
+    *,
+    user: UUID,
+    limit: int = 50,
+    after: tuple[datetime, UUID] | None = None,
+) -> list[ChatSummary]:
+    """The chats where ``user`` is an active member, most recently active first (a send or a
+    title change moves a chat up); ``after`` = the last item of the previous page."""
+    at, chat_id = after if after is not None else (None, None)
+    rows = await conn.fetch(_MY_CHATS_SQL, user, at, chat_id, limit)
+    return [
+        ChatSummary(
+            chat_id=r["id"],
+            title=r["title"],
+            last_seq=int(r["last_seq"]),
+            read_seq=int(r["last_read_seq"]),
+            updated_at=r["updated_at"],
+        )
+        for r in rows
+    ]

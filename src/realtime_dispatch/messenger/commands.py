@@ -15,12 +15,14 @@ from realtime_dispatch.messenger.calls import (
     decline_call,
     end_call,
     get_call,
+    list_calls,
     start_call,
 )
 from realtime_dispatch.messenger.chats import (
     add_participant,
     create_chat,
     get_chat,
+    list_chats,
     remove_participant,
     rename_chat,
     set_participant,
@@ -31,11 +33,14 @@ from realtime_dispatch.messenger.conferences import (
     invite_to_conference,
     join_conference,
     leave_conference,
+    live_conference,
     start_conference,
 )
 from realtime_dispatch.messenger.contacts import (
     accept_contact,
+    decline_contact,
     list_contacts,
+    list_requests,
     remove_contact,
     request_contact,
 )
@@ -49,6 +54,8 @@ from realtime_dispatch.messenger.errors import (
 from realtime_dispatch.messenger.membership import MEMBERSHIP_CHANNEL, notify_membership
 from realtime_dispatch.messenger.messages import (
     EDIT_WINDOW_SECONDS,
+    MessageContent,
+    MessageKind,
     SentMessage,
     delete_message,
     edit_message,
@@ -58,12 +65,17 @@ from realtime_dispatch.messenger.messages import (
 from realtime_dispatch.messenger.reads import mark_read
 from realtime_dispatch.messenger.reaper import reap_unanswered_calls
 from realtime_dispatch.messenger.recordings import (
+    get_recording,
     mark_recording_available,
     mark_recording_failed,
     start_recording,
     stop_recording,
 )
-from realtime_dispatch.messenger.screenshare import start_screen_share, stop_screen_share
+from realtime_dispatch.messenger.screenshare import (
+    get_screen_share,
+    start_screen_share,
+    stop_screen_share,
+)
 
 __all__ = [
     "EDIT_WINDOW_SECONDS",
@@ -72,6 +84,8 @@ __all__ = [
     "DomainError",
     "Forbidden",
     "InvalidInput",
+    "MessageContent",
+    "MessageKind",
     "NotFound",
     "SentMessage",
     "accept_contact",
@@ -81,6 +95,7 @@ __all__ = [
     "cancel_call",
     "create_chat",
     "decline_call",
+    "decline_contact",
     "delete_message",
     "edit_message",
     "end_call",
@@ -88,12 +103,18 @@ __all__ = [
     "get_call",
     "get_chat",
     "get_conference",
+    "get_recording",
+    "get_screen_share",
     "invite_to_conference",
     "join_conference",
     "leave_conference",
     "list_blocked",
+    "list_calls",
+    "list_chats",
     "list_contacts",
     "list_messages",
+    "list_requests",
+    "live_conference",
     "mark_read",
     "mark_recording_available",
     "mark_recording_failed",

@@ -209,23 +209,20 @@ async def end_conference(conn: DbConnection, *, conference_id: UUID, actor: UUID
         await enqueue(conn, _to_chat(K.CONFERENCE_ENDED, conference["chat_id"], conference_id))
 
 
-async def get_conference(
-    conn: DbConnection, *, conference_id: UUID, viewer: UUID
-) -> ConferenceView:
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        r = await conn.fetchrow(
-            "SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
-            " FROM messenger.conference_sessions WHERE id = $1",
-            conference_id,
-        )
-        if r is None:
-            raise NotFound("conference not found")
-        await require_active_member(conn, r["chat_id"], viewer)
-        roster = await conn.fetch(
-            "SELECT user_id, status FROM messenger.conference_participants"
-            " WHERE conference_id = $1 ORDER BY id",
-            conference_id,
-        )
+_CONFERENCE_COLUMNS = "id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
+
+
+async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> ConferenceView:
+    """The conference with its roster, for an active member of its chat (inside a read
+    transaction)."""
+    if r is None:
+        raise NotFound("conference not found")
+    await require_active_member(conn, r["chat_id"], viewer)
+    roster = await conn.fetch(
+        "SELECT user_id, status FROM messenger.conference_participants"
+        " WHERE conference_id = $1 ORDER BY id",
+        r["id"],
+    )
     return ConferenceView(
         conference_id=r["id"],
         chat_id=r["chat_id"],
@@ -236,3 +233,28 @@ async def get_conference(
         ended_at=r["ended_at"],
         roster=tuple(RosterEntry(e["user_id"], e["status"]) for e in roster),
     )
+
+
+async def get_conference(
+    conn: DbConnection, *, conference_id: UUID, viewer: UUID
+) -> ConferenceView:
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        r = await conn.fetchrow(
+            f"SELECT {_CONFERENCE_COLUMNS} FROM messenger.conference_sessions WHERE id = $1",
+            conference_id,
+        )
+        return await _view(conn, r, viewer)
+
+
+async def live_conference(conn: DbConnection, *, chat_id: UUID, viewer: UUID) -> ConferenceView:
+    """The chat's running conference; NotFound when there is none."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await require_active_member(conn, chat_id, viewer)
+        r = await conn.fetchrow(
+            f"SELECT {_CONFERENCE_COLUMNS} FROM messenger.conference_sessions"
+            " WHERE chat_id = $1 AND status = 'Active'",
+            chat_id,
+        )
+        if r is None:
+            raise NotFound("no conference is running in this chat")
+        return await _view(conn, r, viewer)

@@ -74,24 +74,29 @@ async def request_contact(conn: DbConnection, *, requester: UUID, addressee: UUI
     return request_id
 
 
+async def _pending_request(conn: DbConnection, request_id: UUID, actor: UUID, verb: str) -> UUID:
+    """Lock a pending request addressed to ``actor``; its requester."""
+    request = await conn.fetchrow(
+        "SELECT requester_user_id, addressee_user_id, status FROM messenger.contact_requests"
+        " WHERE id = $1 FOR UPDATE",
+        request_id,
+    )
+    if request is None or actor not in (
+        request["requester_user_id"],
+        request["addressee_user_id"],
+    ):
+        raise NotFound("contact request not found")
+    if actor != request["addressee_user_id"]:
+        raise Forbidden(f"only the addressee may {verb} a request")
+    if request["status"] != "Pending":
+        raise Conflict("the request is no longer pending")
+    return request["requester_user_id"]  # type: ignore[no-any-return]
+
+
 async def accept_contact(conn: DbConnection, *, request_id: UUID, actor: UUID) -> UUID:
     """The addressee accepts a pending request; returns the new contact id."""
     async with conn.transaction():
-        request = await conn.fetchrow(
-            "SELECT requester_user_id, addressee_user_id, status FROM messenger.contact_requests"
-            " WHERE id = $1 FOR UPDATE",
-            request_id,
-        )
-        if request is None or actor not in (
-            request["requester_user_id"],
-            request["addressee_user_id"],
-        ):
-            raise NotFound("contact request not found")
-        if actor != request["addressee_user_id"]:
-            raise Forbidden("only the addressee may accept a request")
-        if request["status"] != "Pending":
-            raise Conflict("the request is no longer pending")
-        requester = request["requester_user_id"]
+        requester = await _pending_request(conn, request_id, actor, "accept")
         await conn.execute(
             "UPDATE messenger.contact_requests SET status = 'Accepted', responded_at = now()"
             " WHERE id = $1",
@@ -140,3 +145,38 @@ async def list_contacts(conn: DbConnection, *, user: UUID) -> list[ContactView]:
         user,
     )
     return [ContactView(r["id"], r["other"], r["created_at"]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class ContactRequestView:
+    request_id: UUID
+    from_user_id: UUID
+    to_user_id: UUID
+    created_at: datetime
+
+
+async def list_requests(conn: DbConnection, *, user: UUID) -> list[ContactRequestView]:
+    """Pending requests to and from ``user``, oldest first."""
+    rows = await conn.fetch(
+        "SELECT id, requester_user_id, addressee_user_id, created_at"
+        " FROM messenger.contact_requests"
+        " WHERE (requester_user_id = $1 OR addressee_user_id = $1) AND status = 'Pending'"
+        " ORDER BY created_at, id",
+        user,
+    )
+    return [
+        ContactRequestView(r["id"], r["requester_user_id"], r["addressee_user_id"], r["created_at"])
+        for r in rows
+    ]
+
+
+async def decline_contact(conn: DbConnection, *, request_id: UUID, actor: UUID) -> None:
+    """The addressee declines a pending request. No push: the spec has no kind for it; the
+    requester sees it leave ``GET /api/contacts/requests``."""
+    async with conn.transaction():
+        await _pending_request(conn, request_id, actor, "decline")
+        await conn.execute(
+            "UPDATE messenger.contact_requests SET status = 'Declined', responded_at = now()"
+            " WHERE id = $1",
+            request_id,
+        )

@@ -8,7 +8,8 @@
         ├── InvalidInput     400  the request cannot be valid (seq beyond the chat, self-call, …)
         ├── Forbidden        403  the actor may not do this (not a member, blocked, not the sender)
         ├── NotFound         404  no such record, or not visible to the actor
-        └── Conflict         409  the record is not in a state that allows it (window passed, …)
+        ├── Conflict         409  the record is not in a state that allows it (window passed, …)
+        └── MediaUnavailable 503  join credentials asked for, but no media secret is configured
 """
 
 from __future__ import annotations
@@ -36,3 +37,7 @@ class Forbidden(DomainError):
 
 class Conflict(DomainError):
     code = "Conflict"
+
+
+class MediaUnavailable(DomainError):
+    code = "MediaUnavailable"

@@ -1,4 +1,5 @@
-"""Messages: send (gap-free per-chat seq), edit (sender, within 60 s), delete, list.
+"""Messages: send (gap-free per-chat seq; Text, File or Card; idempotent under a
+``clientMessageId``), edit (sender, within 60 s, Text and Card), delete, list both ways.
 
 The seq comes from ``chats.last_seq``, incremented under the chat row's lock by the sending
 statement (one statement takes the seq and writes the message and its push intent): concurrent
@@ -8,20 +9,69 @@ its increment back too).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 import asyncpg
+import orjson
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import require_active_member
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
 EDIT_WINDOW_SECONDS = 60
+
+
+class MessageKind(StrEnum):
+    TEXT = "Text"
+    FILE = "File"
+    CARD = "Card"
+
+
+# Each kind's required field, and the optional ones it also allows (wire names).
+_REQUIRED = {MessageKind.TEXT: "body", MessageKind.FILE: "fileMeta", MessageKind.CARD: "cardText"}
+_OPTIONAL = {MessageKind.TEXT: (), MessageKind.FILE: ("body",), MessageKind.CARD: ()}
+CONTENT_FIELDS = ("body", "fileMeta", "cardText")
+
+
+def content_problems(kind: MessageKind, given: set[str]) -> list[tuple[str, str]]:
+    """``(field, "missing" | "not_allowed")`` for content fields that do not fit ``kind``."""
+    required = _REQUIRED[kind]
+    problems = [] if required in given else [(required, "missing")]
+    allowed = {required, *_OPTIONAL[kind]}
+    return problems + [(f, "not_allowed") for f in CONTENT_FIELDS if f in given - allowed]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContent:
+    """What a sender sends: Text has a body; File has ``file_meta`` and may have a body (a
+    caption); Card has ``card_text`` only."""
+
+    kind: MessageKind = MessageKind.TEXT
+    body: str | None = None
+    file_meta: dict[str, Any] | None = None
+    card_text: str | None = None
+
+    def check(self) -> None:
+        """InvalidInput naming the field when the content does not fit its kind."""
+        values = {"body": self.body, "fileMeta": self.file_meta, "cardText": self.card_text}
+        given = {name for name, value in values.items() if value is not None}
+        for field, problem in content_problems(self.kind, given):
+            if problem == "missing":
+                raise InvalidInput(f"{field} is required for a {self.kind} message")
+            raise InvalidInput(f"{field} is not allowed in a {self.kind} message")
+
+    def fingerprint(self) -> bytes:
+        """Tells a retry of this send (same content) from a reused ``clientMessageId``."""
+        canonical = [self.kind.value, self.body, self.file_meta, self.card_text]
+        return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +80,10 @@ class SentMessage:
     chat_id: UUID
     seq: int
     sent_at: datetime
-    outbox_id: UUID
+    outbox_id: UUID | None
+    """None for a repeat: nothing was written."""
+    repeated: bool = False
+    """The ``clientMessageId`` was sent before: this is the first send's answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +95,9 @@ class MessageView:
     sent_at: datetime
     edited_at: datetime | None
     deleted_at: datetime | None
+    kind: str = MessageKind.TEXT.value
+    file_meta: dict[str, Any] | None = None
+    card_text: str | None = None
 
 
 # The sender's membership, how many other active members the chat has, and whether one of them
@@ -71,7 +127,12 @@ WHERE p.chat_id = $1 AND p.user_id = $2
 # The outbox id is made by the server once the chat row lock is granted (migration 0007): the
 # dispatcher claims in id order, and an id made before waiting for the lock could sort before the
 # id of a send with a smaller seq. The message id needs no such order (messages go by seq).
-# $1 chat, $2 sender, $3 body, $4 message id, $5 kind, $6 target kind.
+# With a clientMessageId the statement first claims (chat, sender, clientMessageId) in
+# messenger.message_client_ids (migration 0008): a concurrent repeat waits on that key until the
+# first send commits, then inserts nothing, and without a claim there is no bump, no message and
+# no outbox row. The claim comes before the chat row lock, so the two waits cannot cross.
+# $1 chat, $2 sender, $3 body, $4 message id, $5 kind, $6 target kind, $7 message kind,
+# $8 file meta (json), $9 card text, $10 client message id, $11 fingerprint.
 _SEND_OUTBOX_SQL = enqueue_select_sql(
     {
         "id": "messenger.realtime_new_id()",
@@ -85,53 +146,103 @@ _SEND_OUTBOX_SQL = enqueue_select_sql(
 )
 _SEND_SQL = f"""
 WITH sender AS ({_SENDER_SQL}),
+allowed AS (SELECT 1 FROM sender WHERE active AND NOT (blocked AND others = 1)),
+claim AS (
+    INSERT INTO messenger.message_client_ids
+        (chat_id, sender_user_id, client_message_id, message_id, fingerprint)
+    SELECT $1, $2, $10::varchar, $4::uuid, $11::bytea
+    WHERE $10::varchar IS NOT NULL AND EXISTS (SELECT 1 FROM allowed)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+),
 bump AS (
-    UPDATE messenger.chats SET last_seq = last_seq + 1
+    UPDATE messenger.chats SET last_seq = last_seq + 1, updated_at = now()
     WHERE id = $1
-      AND EXISTS (SELECT 1 FROM sender WHERE active AND NOT (blocked AND others = 1))
+      AND EXISTS (SELECT 1 FROM allowed)
+      AND ($10::varchar IS NULL OR EXISTS (SELECT 1 FROM claim))
     RETURNING last_seq
 ),
 msg AS (
-    INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)
-    SELECT $4::uuid, $1, last_seq, $2, $3::text FROM bump
+    INSERT INTO messenger.messages
+        (id, chat_id, seq, sender_user_id, kind, body, file_meta, card_text)
+    SELECT $4::uuid, $1, last_seq, $2, $7::varchar, $3::text, $8::jsonb, $9::text FROM bump
     RETURNING seq, sent_at
 ),
 outbox AS ({_SEND_OUTBOX_SQL} RETURNING id)
-SELECT s.active, s.others, s.blocked, m.seq, m.sent_at, o.id AS outbox_id
+SELECT s.active, s.others, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
+       EXISTS (SELECT 1 FROM claim) AS claimed
 FROM sender s LEFT JOIN msg m ON true LEFT JOIN outbox o ON true
+"""
+_FIRST_SEND_SQL = """
+SELECT d.fingerprint, m.id, m.seq, m.sent_at
+FROM messenger.message_client_ids d JOIN messenger.messages m ON m.id = d.message_id
+WHERE d.chat_id = $1 AND d.sender_user_id = $2 AND d.client_message_id = $3
 """
 
 
 async def send_message(
-    conn: DbConnection, *, chat_id: UUID, sender: UUID, body: str
+    conn: DbConnection,
+    *,
+    chat_id: UUID,
+    sender: UUID,
+    body: str | None = None,
+    content: MessageContent | None = None,
+    client_message_id: str | None = None,
 ) -> SentMessage:
     """Allocate the next per-chat seq under the chat row lock, insert, enqueue the push: one
-    statement, atomic on its own or part of the caller's open transaction."""
+    statement, atomic on its own or part of the caller's open transaction. ``body`` alone is a
+    Text message. A repeat of ``client_message_id`` by the same sender in the same chat writes
+    nothing and returns the first send (``repeated``); with other content it is a Conflict."""
+    content = content if content is not None else MessageContent(body=body)
+    content.check()
+    if client_message_id is not None and not 1 <= len(client_message_id) <= 64:
+        raise InvalidInput("clientMessageId must be 1-64 characters")
     message_id = new_id()
+    fingerprint = content.fingerprint()
     row = await conn.fetchrow(
         _SEND_SQL,
         chat_id,
         sender,
-        body,
+        content.body,
         message_id,
         RealtimeDispatchKind.MESSAGE_RECEIVED.value,
         RealtimeTargetKind.CHAT_GROUP.value,
+        content.kind.value,
+        None if content.file_meta is None else orjson.dumps(content.file_meta).decode(),
+        content.card_text,
+        client_message_id,
+        fingerprint,
     )
     if row is None or not row["active"]:
         await require_active_member(conn, chat_id, sender)  # raises NotFound / Forbidden
         raise Forbidden("not an active member")
     if row["blocked"] and row["others"] == 1:
         raise Forbidden("the user has blocked you")
+    if client_message_id is not None and not row["claimed"]:
+        return await _first_send(conn, chat_id, sender, client_message_id, fingerprint)
     if row["seq"] is None:  # only if the chat row was deleted under this send
         raise NotFound("chat not found")
     return SentMessage(message_id, chat_id, int(row["seq"]), row["sent_at"], row["outbox_id"])
+
+
+async def _first_send(
+    conn: DbConnection, chat_id: UUID, sender: UUID, client_message_id: str, fingerprint: bytes
+) -> SentMessage:
+    first = await conn.fetchrow(_FIRST_SEND_SQL, chat_id, sender, client_message_id)
+    if first is None:  # the first send's chat was deleted meanwhile
+        raise NotFound("chat not found")
+    if bytes(first["fingerprint"]) != fingerprint:
+        raise Conflict("clientMessageId was already used for another message")
+    return SentMessage(
+        first["id"], chat_id, int(first["seq"]), first["sent_at"], None, repeated=True
+    )
 
 
 async def _message_for_change(
     conn: DbConnection, chat_id: UUID, message_id: UUID
 ) -> asyncpg.Record:
     row = await conn.fetchrow(
-        "SELECT seq, sender_user_id, sent_at, deleted_at FROM messenger.messages"
+        "SELECT seq, sender_user_id, kind, sent_at, deleted_at FROM messenger.messages"
         " WHERE id = $1 AND chat_id = $2 FOR UPDATE",
         message_id,
         chat_id,
@@ -142,9 +253,18 @@ async def _message_for_change(
 
 
 async def edit_message(
-    conn: DbConnection, *, chat_id: UUID, message_id: UUID, editor: UUID, body: str
+    conn: DbConnection,
+    *,
+    chat_id: UUID,
+    message_id: UUID,
+    editor: UUID,
+    body: str | None = None,
+    card_text: str | None = None,
 ) -> datetime:
-    """Only the sender, only within :data:`EDIT_WINDOW_SECONDS` of sending."""
+    """Only the sender, only within :data:`EDIT_WINDOW_SECONDS` of sending. A Text message
+    takes a new ``body``, a Card message a new ``card_text``; a File message cannot be edited."""
+    if (body is None) == (card_text is None):
+        raise InvalidInput("give exactly one of body and cardText")
     async with conn.transaction():
         await require_active_member(conn, chat_id, editor)
         row = await _message_for_change(conn, chat_id, message_id)
@@ -152,13 +272,21 @@ async def edit_message(
             raise Forbidden("only the sender may edit a message")
         if row["deleted_at"] is not None:
             raise Conflict("message was deleted")
+        kind = row["kind"]
+        if kind not in (MessageKind.TEXT, MessageKind.CARD):
+            raise Conflict(f"a {kind} message cannot be edited")
+        if (kind == MessageKind.CARD) != (card_text is not None):
+            field = "cardText" if kind == MessageKind.CARD else "body"
+            raise InvalidInput(f"a {kind} message is edited with {field}")
         edited_at = await conn.fetchval(
-            "UPDATE messenger.messages SET body = $2, edited_at = now()"
+            "UPDATE messenger.messages SET body = coalesce($2, body),"
+            " card_text = coalesce($4, card_text), edited_at = now()"
             " WHERE id = $1 AND now() - sent_at <= make_interval(secs => $3)"
             " RETURNING edited_at",
             message_id,
             body,
             float(EDIT_WINDOW_SECONDS),
+            card_text,
         )
         if edited_at is None:
             raise Conflict(f"the edit window of {EDIT_WINDOW_SECONDS} s has passed")
@@ -203,19 +331,39 @@ async def delete_message(
         )
 
 
+_LIST_COLUMNS = (
+    "id, seq, sender_user_id, kind, body, file_meta, card_text, sent_at, edited_at, deleted_at"
+)
+_AFTER_SQL = f"""
+SELECT {_LIST_COLUMNS} FROM messenger.messages
+WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+"""
+# The page just below beforeSeq, walked backwards on uq_messages_chat_seq, returned ascending.
+_BEFORE_SQL = f"""
+SELECT * FROM (
+    SELECT {_LIST_COLUMNS} FROM messenger.messages
+    WHERE chat_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
+) AS page ORDER BY seq
+"""
+
+
 async def list_messages(
-    conn: DbConnection, *, chat_id: UUID, viewer: UUID, after_seq: int = 0, limit: int = 50
+    conn: DbConnection,
+    *,
+    chat_id: UUID,
+    viewer: UUID,
+    after_seq: int = 0,
+    limit: int = 50,
+    before_seq: int | None = None,
 ) -> list[MessageView]:
-    """Messages with ``seq > after_seq`` in seq order (deleted ones without a body)."""
+    """Messages with ``seq > after_seq`` in seq order, or (``before_seq``) the ``limit``
+    messages just below it, also in seq order. Deleted ones come without content."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         await require_active_member(conn, chat_id, viewer)
-        rows = await conn.fetch(
-            "SELECT id, seq, sender_user_id, body, sent_at, edited_at, deleted_at"
-            " FROM messenger.messages WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            chat_id,
-            after_seq,
-            limit,
-        )
+        if before_seq is None:
+            rows = await conn.fetch(_AFTER_SQL, chat_id, after_seq, limit)
+        else:
+            rows = await conn.fetch(_BEFORE_SQL, chat_id, before_seq, limit)
     return [
         MessageView(
             message_id=r["id"],
@@ -225,6 +373,9 @@ async def list_messages(
             sent_at=r["sent_at"],
             edited_at=r["edited_at"],
             deleted_at=r["deleted_at"],
+            kind=r["kind"],
+            file_meta=None if r["file_meta"] is None else orjson.loads(r["file_meta"]),
+            card_text=r["card_text"],
         )
         for r in rows
     ]

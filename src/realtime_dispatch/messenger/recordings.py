@@ -8,6 +8,8 @@ its own service identity)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -15,7 +17,11 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
-from realtime_dispatch.messenger.sessions import MediaSession, load_session
+from realtime_dispatch.messenger.sessions import (
+    MediaSession,
+    load_session,
+    visible_session_record,
+)
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -127,3 +133,31 @@ async def mark_recording_failed(
         " stopped_at = coalesce(stopped_at, now()), failure_code = $2 WHERE id = $1",
         args=(code,),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingView:
+    recording_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    started_by_user_id: UUID
+    status: str
+    started_at: datetime
+    stopped_at: datetime | None
+    available_at: datetime | None
+    failed_at: datetime | None
+    failure_code: str | None
+
+
+async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingView:
+    row = await visible_session_record(
+        conn,
+        "SELECT id AS recording_id, session_kind, call_id, conference_id, started_by_user_id,"
+        " status, started_at, stopped_at, available_at, failed_at, failure_code"
+        " FROM messenger.call_recordings WHERE id = $1",
+        recording_id,
+        viewer,
+        "recording",
+    )
+    return RecordingView(**dict(row))

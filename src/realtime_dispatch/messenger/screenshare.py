@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -10,7 +12,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
-from realtime_dispatch.messenger.sessions import load_session
+from realtime_dispatch.messenger.sessions import load_session, visible_session_record
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -65,3 +67,26 @@ async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) 
             "UPDATE messenger.screen_shares SET stopped_at = now() WHERE id = $1", share_id
         )
         await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STOPPED, share_id))
+
+
+@dataclass(frozen=True, slots=True)
+class ScreenShareView:
+    screen_share_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    user_id: UUID
+    started_at: datetime
+    stopped_at: datetime | None
+
+
+async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) -> ScreenShareView:
+    row = await visible_session_record(
+        conn,
+        "SELECT id AS screen_share_id, session_kind, call_id, conference_id, user_id,"
+        " started_at, stopped_at FROM messenger.screen_shares WHERE id = $1",
+        share_id,
+        viewer,
+        "screen share",
+    )
+    return ScreenShareView(**dict(row))

@@ -8,6 +8,8 @@ import secrets
 from dataclasses import dataclass
 from uuid import UUID
 
+import asyncpg
+
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import require_active_member
 from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
@@ -116,3 +118,19 @@ async def load_session(
     if require_live and not session.live:
         raise Conflict("the call or conference is not in progress")
     return session
+
+
+async def visible_session_record(
+    conn: DbConnection, sql: str, record_id: UUID, viewer: UUID, what: str
+) -> asyncpg.Record:
+    """A recording or screen share (``sql`` selects it by id, with ``call_id`` and
+    ``conference_id``), for whoever could start one in its session: a party of the call, an
+    active member of the conference's chat."""
+    async with conn.transaction():
+        row = await conn.fetchrow(sql, record_id)
+        if row is None:
+            raise NotFound(f"{what} not found")
+        await load_session(
+            conn, actor=viewer, call_id=row["call_id"], conference_id=row["conference_id"]
+        )
+    return row

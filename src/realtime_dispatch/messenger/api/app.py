@@ -16,6 +16,7 @@ import asyncpg
 from fastapi import FastAPI
 from starlette.routing import BaseRoute
 
+from realtime_dispatch.contracts.media import MediaMinter
 from realtime_dispatch.hub.auth import TokenVerifier
 from realtime_dispatch.messenger.api import chats, media, social
 from realtime_dispatch.messenger.api.errors import install_error_handlers
@@ -24,7 +25,8 @@ from realtime_dispatch.settings import Settings
 DESCRIPTION = """The reference messenger owner service. Every command writes its domain change
 and its realtime push intent in one transaction; the dispatcher delivers the push to the hub
 groups `chat:{chatId}` / `user:{userId}`. Bearer JWT (`sub` = user id), camelCase JSON.
-Errors: `{"error": code, "message": text}` with 400 / 401 / 403 / 404 / 409 / 422."""
+Errors: `{"error": code, "message": text}` with 400 / 401 / 403 / 404 / 409 / 422, and 503
+when join credentials are asked for on a server without a media secret."""
 
 
 def create_api(
@@ -39,6 +41,8 @@ def create_api(
     secret = settings.hub_jwt_secret
     app.state.verifier = TokenVerifier(secret.get_secret_value() if secret is not None else None)
     app.state.pool = pool
+    # The same minting as at delivery, for join credentials asked for over REST.
+    app.state.minter = MediaMinter(settings.media_options())
     install_error_handlers(app)
     for router in (chats.router, social.router, media.router):
         app.include_router(router)

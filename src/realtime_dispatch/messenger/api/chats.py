@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
 
 from realtime_dispatch.messenger import chats, messages, reads
 from realtime_dispatch.messenger.api.deps import Conn, User
 from realtime_dispatch.messenger.api.schemas import (
     ChatCreated,
     ChatOut,
+    ChatPage,
+    ChatSummaryOut,
     CreateChat,
-    MessageBody,
+    EditMessage,
     MessageEdited,
     MessageOut,
     MessagePage,
@@ -21,6 +27,7 @@ from realtime_dispatch.messenger.api.schemas import (
     ParticipantOut,
     ReadMark,
     RenameChat,
+    SendMessage,
     UserRef,
 )
 
@@ -39,6 +46,43 @@ async def create_chat(body: CreateChat, user: User, conn: Conn) -> ChatCreated:
     return ChatCreated(chat_id=chat_id)
 
 
+def _invalid_query(name: str, message: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ("query", name), "msg": message, "type": "value_error"}])
+
+
+def _encode_cursor(chat: chats.ChatSummary) -> str:
+    raw = f"{chat.updated_at.isoformat()}|{chat.chat_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, chat_id = raw.split("|")
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError("naive time")
+        return parsed, UUID(chat_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise _invalid_query("cursor", "not a cursor from a previous page") from exc
+
+
+@router.get("", summary="The caller's active chats, most recently active first")
+async def list_chats(
+    user: User,
+    conn: Conn,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> ChatPage:
+    after = None if cursor is None else _decode_cursor(cursor)
+    found = await chats.list_chats(conn, user=user, limit=limit + 1, after=after)
+    page = found[:limit]
+    return ChatPage(
+        items=[ChatSummaryOut.model_validate(c, from_attributes=True) for c in page],
+        next_cursor=_encode_cursor(page[-1]) if len(found) > limit else None,
+    )
+
+
 @router.get("/{chatId}", summary="A chat with its participants (members only)")
 async def get_chat(chat_id: ChatId, user: User, conn: Conn) -> ChatOut:
     view = await chats.get_chat(conn, chat_id=chat_id, viewer=user)
@@ -46,7 +90,8 @@ async def get_chat(chat_id: ChatId, user: User, conn: Conn) -> ChatOut:
         chat_id=view.chat_id,
         title=view.title,
         participants=[
-            ParticipantOut(user_id=p.user_id, active=p.active) for p in view.participants
+            ParticipantOut(user_id=p.user_id, active=p.active, read_seq=p.read_seq)
+            for p in view.participants
         ],
         last_seq=view.last_seq,
     )
@@ -82,48 +127,72 @@ async def remove_participant(chat_id: ChatId, user_id: UserId, user: User, conn:
     await chats.remove_participant(conn, chat_id=chat_id, actor=user, user_id=user_id)
 
 
-@router.post("/{chatId}/messages", status_code=201, summary="Send a message")
-async def send_message(chat_id: ChatId, body: MessageBody, user: User, conn: Conn) -> MessageSent:
-    sent = await messages.send_message(conn, chat_id=chat_id, sender=user, body=body.body)
+@router.post(
+    "/{chatId}/messages",
+    status_code=201,
+    summary="Send a Text, File or Card message",
+    responses={
+        200: {
+            "model": MessageSent,
+            "description": "A repeat of `clientMessageId`: the"
+            " first send's answer, nothing new written",
+        }
+    },
+)
+async def send_message(
+    chat_id: ChatId, body: SendMessage, user: User, conn: Conn, response: Response
+) -> MessageSent:
+    sent = await messages.send_message(
+        conn,
+        chat_id=chat_id,
+        sender=user,
+        content=body.content(),
+        client_message_id=body.client_message_id,
+    )
+    if sent.repeated:
+        response.status_code = 200
     return MessageSent(message_id=sent.message_id, seq=sent.seq, sent_at=sent.sent_at)
 
 
-@router.get("/{chatId}/messages", summary="Messages after a seq, in seq order")
-async def list_messages(
+@router.get(
+    "/{chatId}/messages",
+    summary="Messages after a seq, or the page just below beforeSeq; always in seq order",
+)
+async def list_messages(  # noqa: PLR0917 (FastAPI passes parameters by name)
     chat_id: ChatId,
     user: User,
     conn: Conn,
-    after_seq: Annotated[int, Query(alias="afterSeq", ge=0)] = 0,
+    after_seq: Annotated[int | None, Query(alias="afterSeq", ge=0)] = None,
+    before_seq: Annotated[int | None, Query(alias="beforeSeq", ge=1)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> MessagePage:
+    if after_seq is not None and before_seq is not None:
+        raise _invalid_query("beforeSeq", "give afterSeq or beforeSeq, not both")
     items = await messages.list_messages(
-        conn, chat_id=chat_id, viewer=user, after_seq=after_seq, limit=limit
+        conn,
+        chat_id=chat_id,
+        viewer=user,
+        after_seq=after_seq or 0,
+        before_seq=before_seq,
+        limit=limit,
     )
-    return MessagePage(
-        items=[
-            MessageOut(
-                message_id=m.message_id,
-                seq=m.seq,
-                sender_user_id=m.sender_user_id,
-                body=m.body,
-                sent_at=m.sent_at,
-                edited_at=m.edited_at,
-                deleted_at=m.deleted_at,
-            )
-            for m in items
-        ]
-    )
+    return MessagePage(items=[MessageOut.model_validate(m, from_attributes=True) for m in items])
 
 
 @router.patch(
     "/{chatId}/messages/{messageId}",
-    summary="Edit (the sender, within 60 s of sending; else 403 / 409)",
+    summary="Edit a Text (body) or Card (cardText) message: the sender, within 60 s",
 )
 async def edit_message(
-    chat_id: ChatId, message_id: MessageId, body: MessageBody, user: User, conn: Conn
+    chat_id: ChatId, message_id: MessageId, body: EditMessage, user: User, conn: Conn
 ) -> MessageEdited:
     edited_at = await messages.edit_message(
-        conn, chat_id=chat_id, message_id=message_id, editor=user, body=body.body
+        conn,
+        chat_id=chat_id,
+        message_id=message_id,
+        editor=user,
+        body=body.body,
+        card_text=body.card_text,
     )
     return MessageEdited(message_id=message_id, edited_at=edited_at)
 

@@ -21,6 +21,7 @@ from realtime_dispatch.messenger.errors import (
     DomainError,
     Forbidden,
     InvalidInput,
+    MediaUnavailable,
     NotFound,
 )
 
@@ -31,6 +32,7 @@ DOMAIN_STATUS: dict[type[DomainError], int] = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    MediaUnavailable: 503,
 }
 
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from realtime_dispatch.messenger import calls, conferences, recordings, screenshare
+from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.messenger import calls, conferences, media_join, recordings, screenshare
 from realtime_dispatch.messenger.api.deps import Conn, User
 from realtime_dispatch.messenger.api.schemas import (
     CallCreated,
+    CallList,
     CallOut,
     ConferenceCreated,
     ConferenceOut,
     RecordingCreated,
     RecordingFailure,
+    RecordingOut,
     RosterOut,
     ScreenShareCreated,
+    ScreenShareOut,
     SessionRef,
     StartCall,
     UserRef,
@@ -41,19 +45,45 @@ async def start_call(body: StartCall, user: User, conn: Conn) -> CallCreated:
     return CallCreated(call_id=call_id)
 
 
+def _minter(request: Request) -> MediaMinter:
+    minter: MediaMinter = request.app.state.minter
+    return minter
+
+
+_MEDIA_RESPONSES: dict[int | str, dict[str, object]] = {
+    503: {"description": "No media secret is configured: nothing can be minted"}
+}
+
+
+def _call_out(view: calls.CallView) -> CallOut:
+    return CallOut.model_validate(view, from_attributes=True)
+
+
+@router.get("/calls", tags=["calls"], summary="The caller's calls in a status, newest first")
+async def list_calls(
+    user: User,
+    conn: Conn,
+    status: Annotated[list[Literal["Ringing", "Active"]] | None, Query()] = None,
+) -> CallList:
+    statuses = tuple(dict.fromkeys(status)) if status else calls.LIVE_STATUSES
+    return CallList(
+        items=[_call_out(v) for v in await calls.list_calls(conn, user=user, statuses=statuses)]
+    )
+
+
 @router.get("/calls/{callId}", tags=["calls"], summary="A call (its parties only)")
 async def get_call(call_id: CallId, user: User, conn: Conn) -> CallOut:
-    v = await calls.get_call(conn, call_id=call_id, viewer=user)
-    return CallOut(
-        call_id=v.call_id,
-        caller_user_id=v.caller_user_id,
-        callee_user_id=v.callee_user_id,
-        room_name=v.room_name,
-        status=v.status,
-        created_at=v.created_at,
-        answered_at=v.answered_at,
-        ended_at=v.ended_at,
-    )
+    return _call_out(await calls.get_call(conn, call_id=call_id, viewer=user))
+
+
+@router.post(
+    "/calls/{callId}/media",
+    tags=["calls"],
+    summary="Join credentials for a party of a ringing or active call, minted now",
+    responses=_MEDIA_RESPONSES,
+)
+async def call_media(call_id: CallId, user: User, conn: Conn, request: Request) -> MediaJoin:
+    return await media_join.call_media(conn, _minter(request), call_id=call_id, user=user)
 
 
 @router.post(
@@ -114,11 +144,7 @@ async def start_conference(chat_id: ChatId, user: User, conn: Conn) -> Conferenc
     return ConferenceCreated(conference_id=conference_id)
 
 
-@router.get(
-    "/conferences/{conferenceId}", tags=["conferences"], summary="A conference and its roster"
-)
-async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) -> ConferenceOut:
-    v = await conferences.get_conference(conn, conference_id=conference_id, viewer=user)
+def _conference_out(v: conferences.ConferenceView) -> ConferenceOut:
     return ConferenceOut(
         conference_id=v.conference_id,
         chat_id=v.chat_id,
@@ -128,6 +154,38 @@ async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) ->
         started_at=v.started_at,
         ended_at=v.ended_at,
         roster=[RosterOut(user_id=e.user_id, status=e.status) for e in v.roster],
+    )
+
+
+@router.get(
+    "/conferences/{conferenceId}", tags=["conferences"], summary="A conference and its roster"
+)
+async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) -> ConferenceOut:
+    view = await conferences.get_conference(conn, conference_id=conference_id, viewer=user)
+    return _conference_out(view)
+
+
+@router.get(
+    "/chats/{chatId}/conference",
+    tags=["conferences"],
+    summary="The chat's live conference with its roster, or 404",
+)
+async def live_conference(chat_id: ChatId, user: User, conn: Conn) -> ConferenceOut:
+    view = await conferences.live_conference(conn, chat_id=chat_id, viewer=user)
+    return _conference_out(view)
+
+
+@router.post(
+    "/conferences/{conferenceId}/media",
+    tags=["conferences"],
+    summary="Join credentials for an active member of a live conference's chat, minted now",
+    responses=_MEDIA_RESPONSES,
+)
+async def conference_media(
+    conference_id: ConferenceId, user: User, conn: Conn, request: Request
+) -> MediaJoin:
+    return await media_join.conference_media(
+        conn, _minter(request), conference_id=conference_id, user=user
     )
 
 
@@ -188,6 +246,16 @@ async def start_recording(body: SessionRef, user: User, conn: Conn) -> Recording
     return RecordingCreated(recording_id=recording_id)
 
 
+@router.get(
+    "/recordings/{recordingId}",
+    tags=["recordings"],
+    summary="A recording (a party of its call, a member of its conference's chat)",
+)
+async def get_recording(recording_id: RecordingId, user: User, conn: Conn) -> RecordingOut:
+    view = await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
+    return RecordingOut.model_validate(view, from_attributes=True)
+
+
 @router.post(
     "/recordings/{recordingId}/stop", status_code=204, response_class=Response, tags=["recordings"]
 )
@@ -227,6 +295,16 @@ async def start_screen_share(body: SessionRef, user: User, conn: Conn) -> Screen
         conn, actor=user, call_id=body.call_id, conference_id=body.conference_id
     )
     return ScreenShareCreated(screen_share_id=share_id)
+
+
+@router.get(
+    "/screen-shares/{screenShareId}",
+    tags=["screen share"],
+    summary="A screen share (a party of its call, a member of its conference's chat)",
+)
+async def get_screen_share(share_id: ShareId, user: User, conn: Conn) -> ScreenShareOut:
+    view = await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
+    return ScreenShareOut.model_validate(view, from_attributes=True)
 
 
 @router.post(

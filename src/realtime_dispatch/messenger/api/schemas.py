@@ -4,15 +4,37 @@ text trimmed and bounded."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from realtime_dispatch.messenger.messages import (
+    CONTENT_FIELDS,
+    MessageContent,
+    MessageKind,
+    content_problems,
+)
 
 Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Body = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 FailureCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+CardText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+ShortText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
+ClientMessageId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+ContentType = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,127}$")
+]
 
 
 class ApiModel(BaseModel):
@@ -35,8 +57,80 @@ class UserRef(ApiModel):
     user_id: UUID
 
 
-class MessageBody(ApiModel):
-    body: Body
+class FileMeta(ApiModel):
+    """A file stored elsewhere (this service stores only its description)."""
+
+    file_id: ShortText
+    name: ShortText
+    size: int = Field(ge=0, le=2**53)
+    content_type: ContentType
+
+
+class SendMessage(ApiModel):
+    """Text: ``{"body"}``; File: ``{"kind":"File","fileMeta","body"?}``; Card:
+    ``{"kind":"Card","cardText"}``. ``clientMessageId`` makes the send idempotent."""
+
+    kind: Literal["Text", "File", "Card"] = "Text"
+    body: Body | None = None
+    file_meta: FileMeta | None = None
+    card_text: CardText | None = None
+    client_message_id: ClientMessageId | None = None
+
+    def content(self) -> MessageContent:
+        meta = None if self.file_meta is None else self.file_meta.model_dump(by_alias=True)
+        return MessageContent(MessageKind(self.kind), self.body, meta, self.card_text)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fits_kind(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SendMessage:
+        """Field errors and the kind's rules reported together, each at its field."""
+        errors: list[InitErrorDetails] = []
+        try:
+            model: SendMessage = handler(data)
+        except ValidationError as exc:
+            errors = [_details(e) for e in exc.errors()]
+        raw_kind = data.get("kind", "Text") if isinstance(data, dict) else None
+        if isinstance(data, dict) and isinstance(raw_kind, str) and raw_kind in _KIND_VALUES:
+            kind = MessageKind(raw_kind)
+            given = {f for f in CONTENT_FIELDS if data.get(f) is not None}
+            for field, problem in content_problems(kind, given):
+                error = (
+                    PydanticCustomError(
+                        "missing", "Field required for a {kind} message", {"kind": kind.value}
+                    )
+                    if problem == "missing"
+                    else PydanticCustomError(
+                        "not_allowed", "Not allowed in a {kind} message", {"kind": kind.value}
+                    )
+                )
+                if not any(e["loc"][:1] == (field,) for e in errors):
+                    errors.append(InitErrorDetails(type=error, loc=(field,), input=data))
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return model
+
+
+_KIND_VALUES = frozenset(k.value for k in MessageKind)
+
+
+def _details(error: Any) -> InitErrorDetails:
+    details = InitErrorDetails(type=error["type"], loc=error["loc"], input=error["input"])
+    if "ctx" in error:
+        details["ctx"] = error["ctx"]
+    return details
+
+
+class EditMessage(ApiModel):
+    """A Text message takes ``body``, a Card message ``cardText``."""
+
+    body: Body | None = None
+    card_text: CardText | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EditMessage:
+        if (self.body is None) == (self.card_text is None):
+            raise ValueError("give exactly one of body and cardText")
+        return self
 
 
 class ReadMark(ApiModel):
@@ -74,6 +168,7 @@ class ChatCreated(ApiModel):
 class ParticipantOut(ApiModel):
     user_id: UUID
     active: bool
+    read_seq: int = 0
 
 
 class ChatOut(ApiModel):
@@ -102,10 +197,28 @@ class MessageOut(ApiModel):
     sent_at: datetime
     edited_at: datetime | None
     deleted_at: datetime | None
+    kind: str = "Text"
+    file_meta: dict[str, Any] | None = None
+    card_text: str | None = None
 
 
 class MessagePage(ApiModel):
     items: list[MessageOut]
+
+
+class ChatSummaryOut(ApiModel):
+    chat_id: UUID
+    title: str
+    last_seq: int
+    read_seq: int
+    updated_at: datetime
+
+
+class ChatPage(ApiModel):
+    items: list[ChatSummaryOut]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class ContactRequestCreated(ApiModel):
@@ -124,6 +237,17 @@ class ContactOut(ApiModel):
 
 class ContactList(ApiModel):
     items: list[ContactOut]
+
+
+class ContactRequestOut(ApiModel):
+    request_id: UUID
+    from_user_id: UUID
+    to_user_id: UUID
+    created_at: datetime
+
+
+class ContactRequestList(ApiModel):
+    items: list[ContactRequestOut]
 
 
 class BlockCreated(ApiModel):
@@ -155,6 +279,10 @@ class CallOut(ApiModel):
     ended_at: datetime | None
 
 
+class CallList(ApiModel):
+    items: list[CallOut]
+
+
 class ConferenceCreated(ApiModel):
     conference_id: UUID
 
@@ -181,3 +309,27 @@ class RecordingCreated(ApiModel):
 
 class ScreenShareCreated(ApiModel):
     screen_share_id: UUID
+
+
+class RecordingOut(ApiModel):
+    recording_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    started_by_user_id: UUID
+    status: str
+    started_at: datetime
+    stopped_at: datetime | None
+    available_at: datetime | None
+    failed_at: datetime | None
+    failure_code: str | None
+
+
+class ScreenShareOut(ApiModel):
+    screen_share_id: UUID
+    session_kind: str
+    call_id: UUID | None
+    conference_id: UUID | None
+    user_id: UUID
+    started_at: datetime
+    stopped_at: datetime | None

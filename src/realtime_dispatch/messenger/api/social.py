@@ -17,6 +17,8 @@ from realtime_dispatch.messenger.api.schemas import (
     ContactList,
     ContactOut,
     ContactRequestCreated,
+    ContactRequestList,
+    ContactRequestOut,
     UserRef,
 )
 
@@ -34,6 +36,14 @@ async def list_contacts(user: User, conn: Conn) -> ContactList:
     )
 
 
+@router.get("/contacts/requests", summary="Pending contact requests, incoming and outgoing")
+async def list_contact_requests(user: User, conn: Conn) -> ContactRequestList:
+    items = await contacts.list_requests(conn, user=user)
+    return ContactRequestList(
+        items=[ContactRequestOut.model_validate(r, from_attributes=True) for r in items]
+    )
+
+
 @router.post("/contacts/requests", status_code=201, summary="Ask a user to become a contact")
 async def request_contact(body: UserRef, user: User, conn: Conn) -> ContactRequestCreated:
     request_id = await contacts.request_contact(conn, requester=user, addressee=body.user_id)
@@ -46,6 +56,16 @@ async def request_contact(body: UserRef, user: User, conn: Conn) -> ContactReque
 async def accept_contact(request_id: RequestId, user: User, conn: Conn) -> ContactCreated:
     contact_id = await contacts.accept_contact(conn, request_id=request_id, actor=user)
     return ContactCreated(contact_id=contact_id)
+
+
+@router.post(
+    "/contacts/requests/{requestId}/decline",
+    status_code=204,
+    response_class=Response,
+    summary="Decline (the addressee)",
+)
+async def decline_contact(request_id: RequestId, user: User, conn: Conn) -> None:
+    await contacts.decline_contact(conn, request_id=request_id, actor=user)
 
 
 @router.delete(

@@ -1,0 +1,53 @@
+"""Join credentials on request: a party of a ringing or active call, or an active member of
+the chat of a live conference, gets a :class:`~realtime_dispatch.contracts.media.MediaJoin`
+minted now for them alone, with the same minter the dispatcher uses at delivery. Nothing is
+stored: a lost push or an expired token is recovered by asking again."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.calls import LIVE_STATUSES
+from realtime_dispatch.messenger.errors import Conflict, MediaUnavailable, NotFound
+
+
+def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
+    media = minter.mint(room_name, **subject)
+    if media is None:
+        raise MediaUnavailable("media credentials are not configured on this server")
+    return media
+
+
+async def call_media(
+    conn: DbConnection, minter: MediaMinter, *, call_id: UUID, user: UUID
+) -> MediaJoin:
+    r = await conn.fetchrow(
+        "SELECT caller_user_id, callee_user_id, room_name, status"
+        " FROM messenger.call_sessions WHERE id = $1",
+        call_id,
+    )
+    if r is None or user not in (r["caller_user_id"], r["callee_user_id"]):
+        raise NotFound("call not found")
+    if r["status"] not in LIVE_STATUSES:
+        raise Conflict(f"the call is {r['status']}")
+    return _mint(minter, r["room_name"], user_id=user)
+
+
+async def conference_media(
+    conn: DbConnection, minter: MediaMinter, *, conference_id: UUID, user: UUID
+) -> MediaJoin:
+    """For the caller alone (``context.user`` and the TURN username name the user), unlike the
+    chat-scoped token in ``conference_started`` / ``conference_invited``."""
+    r = await conn.fetchrow(
+        "SELECT chat_id, room_name, status FROM messenger.conference_sessions WHERE id = $1",
+        conference_id,
+    )
+    if r is None:
+        raise NotFound("conference not found")
+    await require_active_member(conn, r["chat_id"], user)
+    if r["status"] != "Active":
+        raise Conflict("the conference has ended")
+    return _mint(minter, r["room_name"], user_id=user, chat_id=r["chat_id"])
