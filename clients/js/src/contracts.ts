@@ -11,10 +11,13 @@ export interface Contracts {
   CallDeclined?: CallDeclined;
   CallEnded?: CallEnded;
   CallInvited?: CallInvited;
+  CallList?: CallList;
   CallMissed?: CallMissed;
   CallOut?: CallOut;
   ChatCreated?: ChatCreated;
   ChatOut?: ChatOut;
+  ChatPage?: ChatPage;
+  ChatSummaryOut?: ChatSummaryOut;
   ChatUpdated?: ChatUpdated;
   ConferenceCreated?: ConferenceCreated;
   ConferenceEnded?: ConferenceEnded;
@@ -29,12 +32,15 @@ export interface Contracts {
   ContactRemoved?: ContactRemoved;
   ContactRequestAccepted?: ContactRequestAccepted;
   ContactRequestCreated?: ContactRequestCreated;
+  ContactRequestList?: ContactRequestList;
+  ContactRequestOut?: ContactRequestOut;
   ContactRequestReceived?: ContactRequestReceived;
   CreateChat?: CreateChat;
+  EditMessage?: EditMessage;
+  FileMeta?: FileMeta;
   HubEvents?: HubEvents;
   IceServer?: IceServer;
   MediaJoin?: MediaJoin;
-  MessageBody?: MessageBody;
   MessageDeleted?: MessageDeleted;
   MessageEdited?: MessageEdited;
   MessageEditedReply?: MessageEditedReply;
@@ -49,13 +55,16 @@ export interface Contracts {
   RecordingCreated?: RecordingCreated;
   RecordingFailed?: RecordingFailed;
   RecordingFailure?: RecordingFailure;
+  RecordingOut?: RecordingOut;
   RecordingStarted?: RecordingStarted;
   RecordingStopped?: RecordingStopped;
   RenameChat?: RenameChat;
   RosterOut?: RosterOut;
   ScreenShareCreated?: ScreenShareCreated;
+  ScreenShareOut?: ScreenShareOut;
   ScreenShareStarted?: ScreenShareStarted;
   ScreenShareStopped?: ScreenShareStopped;
+  SendMessage?: SendMessage;
   SessionRef?: SessionRef;
   StartCall?: StartCall;
   UserRef?: UserRef;
@@ -124,11 +133,8 @@ export interface IceServer {
   username: string;
   credential: string;
 }
-export interface CallMissed {
-  callId: string;
-  callerUserId: string;
-  calleeUserId: string;
-  missedAt: string;
+export interface CallList {
+  items: CallOut[];
 }
 export interface CallOut {
   callId: string;
@@ -139,6 +145,12 @@ export interface CallOut {
   createdAt: string;
   answeredAt: string | null;
   endedAt: string | null;
+}
+export interface CallMissed {
+  callId: string;
+  callerUserId: string;
+  calleeUserId: string;
+  missedAt: string;
 }
 export interface ChatCreated {
   chatId: string;
@@ -152,6 +164,21 @@ export interface ChatOut {
 export interface ParticipantOut {
   userId: string;
   active: boolean;
+  readSeq?: number;
+}
+export interface ChatPage {
+  items: ChatSummaryOut[];
+  /**
+   * Pass as `cursor` for the next page; null on the last page.
+   */
+  nextCursor?: string | null;
+}
+export interface ChatSummaryOut {
+  chatId: string;
+  title: string;
+  lastSeq: number;
+  readSeq: number;
+  updatedAt: string;
 }
 export interface ChatUpdated {
   chatId: string;
@@ -238,6 +265,15 @@ export interface ContactRequestAccepted {
 export interface ContactRequestCreated {
   requestId: string;
 }
+export interface ContactRequestList {
+  items: ContactRequestOut[];
+}
+export interface ContactRequestOut {
+  requestId: string;
+  fromUserId: string;
+  toUserId: string;
+  createdAt: string;
+}
 export interface ContactRequestReceived {
   requestId: string;
   fromUserId: string;
@@ -251,6 +287,22 @@ export interface CreateChat {
    * @maxItems 200
    */
   memberUserIds?: string[];
+}
+/**
+ * A Text message takes ``body``, a Card message ``cardText``.
+ */
+export interface EditMessage {
+  body?: string | null;
+  cardText?: string | null;
+}
+/**
+ * A file stored elsewhere (this service stores only its description).
+ */
+export interface FileMeta {
+  fileId: string;
+  name: string;
+  size: number;
+  contentType: string;
 }
 /**
  * Hub event name → its payload.
@@ -295,6 +347,7 @@ export interface MessageEdited {
   seq: number;
   editedAt: string;
   body?: string | null;
+  cardText?: string | null;
 }
 export interface MessageReceived {
   chatId: string;
@@ -370,9 +423,6 @@ export interface ScreenShareStopped {
   userId: string;
   stoppedAt: string;
 }
-export interface MessageBody {
-  body: string;
-}
 export interface MessageEditedReply {
   messageId: string;
   editedAt: string;
@@ -385,6 +435,11 @@ export interface MessageOut {
   sentAt: string;
   editedAt: string | null;
   deletedAt: string | null;
+  kind?: string;
+  fileMeta?: {
+    [k: string]: unknown;
+  } | null;
+  cardText?: string | null;
 }
 export interface MessagePage {
   items: MessageOut[];
@@ -403,11 +458,44 @@ export interface RecordingCreated {
 export interface RecordingFailure {
   code: string;
 }
+export interface RecordingOut {
+  recordingId: string;
+  sessionKind: string;
+  callId: string | null;
+  conferenceId: string | null;
+  startedByUserId: string;
+  status: string;
+  startedAt: string;
+  stoppedAt: string | null;
+  availableAt: string | null;
+  failedAt: string | null;
+  failureCode: string | null;
+}
 export interface RenameChat {
   title: string;
 }
 export interface ScreenShareCreated {
   screenShareId: string;
+}
+export interface ScreenShareOut {
+  screenShareId: string;
+  sessionKind: string;
+  callId: string | null;
+  conferenceId: string | null;
+  userId: string;
+  startedAt: string;
+  stoppedAt: string | null;
+}
+/**
+ * Text: ``{"body"}``; File: ``{"kind":"File","fileMeta","body"?}``; Card:
+ * ``{"kind":"Card","cardText"}``. ``clientMessageId`` makes the send idempotent.
+ */
+export interface SendMessage {
+  kind?: "Text" | "File" | "Card";
+  body?: string | null;
+  fileMeta?: FileMeta | null;
+  cardText?: string | null;
+  clientMessageId?: string | null;
 }
 /**
  * A 1:1 call or a conference: exactly one of the two.

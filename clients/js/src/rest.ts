@@ -1,7 +1,16 @@
 // The messenger REST API as the SDK uses it (fetch): history pages, the chat list, commands.
 // Bodies are the server's own types (contracts.ts, generated from its pydantic models).
 
-import type { ChatCreated, ChatOut, MessageOut, MessagePage, MessageSent } from "./contracts.js";
+import type {
+  ChatCreated,
+  ChatOut,
+  ChatPage,
+  ChatSummaryOut,
+  MessageOut,
+  MessagePage,
+  MessageSent,
+  SendMessage,
+} from "./contracts.js";
 import type { TimelineMessage } from "./timeline.js";
 
 export const PAGE_LIMIT = 200; // the API's maximum page
@@ -17,40 +26,31 @@ export class RestError extends Error {
   }
 }
 
-/** One chat of GET /api/chats (the fields the SDK relies on). */
-export interface ChatSummary {
-  chatId: string;
-  title?: string;
-  lastSeq?: number;
-  readSeq?: number;
-}
+/** One chat of GET /api/chats. */
+export type ChatSummary = ChatSummaryOut;
 
-export interface SendOptions {
-  kind?: "Text" | "File" | "Card";
-  fileMeta?: { fileId: string; name: string; size: number; contentType: string };
-  cardText?: string;
-  /** Makes a retry safe: a repeat with the same id returns the first result. */
-  clientMessageId?: string;
-}
+/** What a message carries besides its body (kind File/Card, clientMessageId). */
+export type SendOptions = Omit<SendMessage, "body">;
 
 export function toTimeline(chatId: string, item: MessageOut): TimelineMessage {
-  const extra = item as MessageOut & { kind?: string; fileMeta?: Record<string, unknown> | null; cardText?: string | null };
   return {
     chatId,
     messageId: item.messageId,
     seq: item.seq,
     senderUserId: item.senderUserId,
-    kind: extra.kind ?? "Text",
+    kind: item.kind ?? "Text",
     body: item.body,
     sentAt: item.sentAt,
     editedAt: item.editedAt,
     deletedAt: item.deletedAt,
-    fileMeta: extra.fileMeta ?? null,
-    cardText: extra.cardText ?? null,
+    fileMeta: item.fileMeta ?? null,
+    cardText: item.cardText ?? null,
   };
 }
 
 export class MessengerRest {
+  private clientIdsSupported = true;
+
   constructor(
     private readonly baseUrl: string,
     private readonly token: () => Promise<string>,
@@ -95,7 +95,7 @@ export class MessengerRest {
     const found: ChatSummary[] = [];
     let cursor: string | null = null;
     do {
-      let page: { items: ChatSummary[]; nextCursor?: string | null };
+      let page: ChatPage;
       try {
         const query: string = cursor === null ? "" : `?cursor=${encodeURIComponent(cursor)}`;
         page = await this.call("GET", `/api/chats${query}`);
@@ -117,10 +117,21 @@ export class MessengerRest {
     return this.call("GET", `/api/chats/${chatId}`);
   }
 
-  sendMessage(chatId: string, body: string | null, options: SendOptions = {}): Promise<MessageSent> {
-    const request: Record<string, unknown> = { ...options };
+  /** Sends a message; a server that predates clientMessageId (it answers 422 naming the field)
+   *  gets the request again without it, and never sees the field after that. */
+  async sendMessage(chatId: string, body: string | null, options: SendOptions = {}): Promise<MessageSent> {
+    const request: SendMessage = { ...options };
     if (body !== null) request.body = body;
-    return this.call("POST", `/api/chats/${chatId}/messages`, request);
+    if (!this.clientIdsSupported) delete request.clientMessageId;
+    try {
+      return await this.call("POST", `/api/chats/${chatId}/messages`, request);
+    } catch (error) {
+      const refused = error instanceof RestError && error.status === 422 && error.message.includes("clientMessageId");
+      if (!refused || request.clientMessageId === undefined) throw error;
+      this.clientIdsSupported = false;
+      delete request.clientMessageId;
+      return this.call("POST", `/api/chats/${chatId}/messages`, request);
+    }
   }
 
   editMessage(chatId: string, messageId: string, body: string): Promise<unknown> {
