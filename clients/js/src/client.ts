@@ -38,6 +38,8 @@ export interface ClientOptions {
   inspect?: (event: EventName, payload: unknown) => boolean;
   logLevel?: LogLevel;
   fetch?: typeof fetch;
+  /** A WebSocket constructor for the hub connection (the SignalR client's own option). */
+  webSocket?: unknown;
 }
 
 export interface ClientStats {
@@ -76,6 +78,7 @@ export class MessengerClient {
       .withUrl(this.baseUrl.replace(/\/$/, "") + HUB_PATH, {
         accessTokenFactory: () => this.currentToken(),
         transport: HttpTransportType.WebSockets,
+        ...(options.webSocket === undefined ? {} : { WebSocket: options.webSocket }),
       })
       .withAutomaticReconnect({
         nextRetryDelayInMilliseconds: (ctx) => delays[Math.min(ctx.previousRetryCount, delays.length - 1)],
