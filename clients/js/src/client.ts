@@ -259,7 +259,7 @@ export class MessengerClient {
       } else if (event === "message_edited") {
         const m = payload as HubEvents["message_edited"];
         seq = m.seq;
-        change = timeline.edit(m.messageId, m.seq, m.body ?? null, m.editedAt);
+        change = timeline.edit(m.messageId, m.seq, m.body ?? null, m.editedAt, m.cardText);
       } else if (event === "message_deleted") {
         const m = payload as HubEvents["message_deleted"];
         seq = m.seq;

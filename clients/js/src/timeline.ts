@@ -29,11 +29,12 @@ export function merge(current: TimelineMessage, incoming: Partial<TimelineMessag
     current.editedAt !== null &&
     (incoming.editedAt == null || Date.parse(incoming.editedAt) < Date.parse(current.editedAt));
   const newer = keep ? current : incoming;
-  return { ...current, body: newer.body ?? null, editedAt: newer.editedAt ?? null };
+  const cardText = newer.cardText === undefined ? current.cardText : newer.cardText;
+  return { ...current, body: newer.body ?? null, editedAt: newer.editedAt ?? null, cardText };
 }
 
 const same = (a: TimelineMessage, b: TimelineMessage): boolean =>
-  a.body === b.body && a.editedAt === b.editedAt && a.deletedAt === b.deletedAt;
+  a.body === b.body && a.editedAt === b.editedAt && a.deletedAt === b.deletedAt && a.cardText === b.cardText;
 
 export class Timeline {
   readonly readMarks = new Map<string, number>();
@@ -89,8 +90,9 @@ export class Timeline {
     return "added";
   }
 
-  edit(messageId: string, seq: number, body: string | null, editedAt: string): Change {
-    return this.change(messageId, seq, { body, editedAt });
+  /** An edit: the new body, or a card's new text. */
+  edit(messageId: string, seq: number, body: string | null, editedAt: string, cardText?: string | null): Change {
+    return this.change(messageId, seq, cardText === undefined ? { body, editedAt } : { body, editedAt, cardText });
   }
 
   delete(messageId: string, seq: number, deletedAt: string): Change {
