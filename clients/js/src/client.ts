@@ -99,12 +99,7 @@ export class MessengerClient {
   /** Connect (refreshing the token once if the hub refuses it) and resync what is tracked. */
   async start(): Promise<void> {
     this.stopped = false;
-    try {
-      await this.hub.start();
-    } catch (error) {
-      if (!(await this.refreshAfter(error))) throw error;
-      await this.hub.start();
-    }
+    await this.connect();
     await this.connected(false);
   }
 
@@ -201,17 +196,22 @@ export class MessengerClient {
     return true;
   }
 
+  /** Start the hub connection; a refused token is refreshed once and the start tried again. */
+  private async connect(): Promise<void> {
+    try {
+      await this.hub.start();
+    } catch (error) {
+      if (!(await this.refreshAfter(error))) throw error;
+      await this.hub.start();
+    }
+  }
+
   private async restart(): Promise<void> {
     while (!this.stopped) {
       await sleep(1000);
       if (this.stopped || this.hub.state !== HubConnectionState.Disconnected) return;
       try {
-        try {
-          await this.hub.start();
-        } catch (error) {
-          if (!(await this.refreshAfter(error))) throw error;
-          await this.hub.start();
-        }
+        await this.connect();
         await this.connected(true);
         return;
       } catch {
