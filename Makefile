@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test check lint format typecheck bench clean
+.PHONY: serve test check lint format typecheck bench clean js
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ format: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## js: regenerate the TypeScript SDK's types and rebuild its dist/ and committed browser bundle
+js: $(STAMP) node_modules/.package-lock.json
+	$(BIN)/python scripts/gen_js_types.py
+	node clients/js/scripts/build.mjs
 
 bench: $(STAMP)
 	$(BIN)/python bench/drain.py

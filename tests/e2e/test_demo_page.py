@@ -1,6 +1,7 @@
 """The demo page at ``/`` of a real ``serve`` process, in headless Chromium: two browser contexts
 as two demo users chat live (send, reply, edit, read receipts), and the page shows a dropped
-duplicate and a refetch after a lost push. Demo tokens exist only on development secrets."""
+duplicate, a refetch after a lost push, a file message and a cut connection resynced — all through
+the TypeScript SDK's browser bundle. Demo tokens exist only on development secrets."""
 
 from __future__ import annotations
 
@@ -116,6 +117,22 @@ async def test_two_users_chat_live_in_the_browser(database_url: str, tmp_path: P
                 ["Hi Bob, ramen at noon?", "Yes! See you there", "Shall I book?", "Booked for two"]
             )
             await expect(bob.locator("#log")).to_contain_text("gap filled over REST: 1 missed")
+
+            # A file message (name and size only): Bob's page shows it as a file.
+            await alice.locator("#file").set_input_files(
+                {"name": "menu.pdf", "mimeType": "application/pdf", "buffer": b"x" * 2048}
+            )
+            await expect(bob.locator("#messages .body.kind-file")).to_have_text(
+                "📎 menu.pdf (2.0 KB)"
+            )
+
+            # Cut the connection: the SDK reconnects and resyncs every chat over REST.
+            await bob.locator("#fault-cut").click()
+            await expect(bob.locator("#log")).to_contain_text("resynced after reconnect")
+            await expect(bob.locator("#conn")).to_have_text("live")
+            await alice.locator("#body").fill("Still there?")
+            await alice.locator("#body").press("Enter")
+            await expect(bob.locator("#messages .body").last).to_have_text("Still there?")
             if SCREENSHOT_DIR:
                 await alice.screenshot(path=f"{SCREENSHOT_DIR}/demo-alice.png")
                 await bob.screenshot(path=f"{SCREENSHOT_DIR}/demo-bob.png")

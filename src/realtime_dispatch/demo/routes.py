@@ -23,7 +23,11 @@ from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
 from realtime_dispatch.hub.auth import AuthError, TokenVerifier, bearer
 
 TOKEN_TTL_SECONDS = 12 * 3600
-_STATIC = {"demo.js": "text/javascript", "demo.css": "text/css"}
+_STATIC = {
+    "demo.js": "text/javascript",
+    "demo.css": "text/css",
+    "messenger-client.js": "text/javascript",  # the TypeScript SDK's bundle (clients/js)
+}
 
 # The caller's active chats, newest first, each with every participant's read mark.
 CHATS_SQL = """

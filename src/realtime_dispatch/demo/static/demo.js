@@ -1,118 +1,26 @@
-// The demo page: a small client of the SignalR JSON hub protocol over a WebSocket, per-chat
-// timelines deduplicated by (chatId, seq) and resynced over REST on gaps and reconnects.
-const RS = "\x1e";
+// The demo page, on the TypeScript SDK (clients/js, bundled into messenger-client.js): the
+// official SignalR client underneath, per-chat timelines deduplicated by (chatId, seq), gaps and
+// reconnects resynced over REST. The page only renders and misbehaves on request.
+import { EVENT_NAMES, MessengerClient } from "/demo/static/messenger-client.js";
+
 const EDIT_WINDOW_MS = 60_000;
-const PAGE = 200;
 const $ = (id) => document.getElementById(id);
 
-// --- hub connection --------------------------------------------------------------------------
-
-class HubClient {
-  constructor(token, handlers) {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    this.url = `${scheme}://${location.host}/hubs/messenger?access_token=${encodeURIComponent(token)}`;
-    this.handlers = handlers;
-    this.attempt = 0;
-    this.connects = 0;
-    this.stopped = false;
-  }
-
-  start() { this.connect(); }
-
-  stop() { this.stopped = true; this.ws?.close(); }
-
-  cut() { this.ws?.close(4000, "cut"); }
-
-  connect() {
-    const ws = new WebSocket(this.url);
-    this.ws = ws;
-    let buffer = "";
-    let open = false;
-    let ping = null;
-    ws.onopen = () => ws.send(JSON.stringify({ protocol: "json", version: 1 }) + RS);
-    ws.onmessage = (event) => {
-      const records = (buffer + event.data).split(RS);
-      buffer = records.pop();
-      for (const record of records) {
-        if (!record) continue;
-        const message = JSON.parse(record);
-        if (!open) {
-          if (message.error) { this.handlers.onRefused(message.error); ws.close(); return; }
-          open = true;
-          this.attempt = 0;
-          ping = setInterval(() => ws.send('{"type":6}' + RS), 15_000);
-          this.handlers.onConnected(this.connects++ > 0);
-        } else if (message.type === 1) {
-          this.handlers.onEvent(message.target, message.arguments[0]);
-        } else if (message.type === 7) {
-          ws.close();
-        }
-      }
-    };
-    ws.onclose = () => {
-      clearInterval(ping);
-      if (open) this.handlers.onDisconnected();
-      if (this.stopped) return;
-      this.attempt += 1;
-      const delay = Math.min(5000, 250 * 2 ** (this.attempt - 1)) * (1 - Math.random() * 0.5);
-      setTimeout(() => this.connect(), delay);
-    };
+// Every WebSocket the hub connection opens, so that "cut" can drop the live one.
+const sockets = new Set();
+class TrackedWebSocket extends WebSocket {
+  constructor(...args) {
+    super(...args);
+    sockets.add(this);
+    this.addEventListener("close", () => sockets.delete(this));
   }
 }
-
-// --- timeline (dedupe, seq order, gaps) ------------------------------------------------------
-
-class Timeline {
-  constructor() { this.bySeq = new Map(); this.seqOf = new Map(); this.contiguous = 0; this.highest = 0; }
-
-  get hasGap() { return this.highest > this.contiguous; }
-
-  messages() { return [...this.bySeq.values()].sort((a, b) => a.seq - b.seq); }
-
-  // "added" | "duplicate" | "updated"
-  add(m) {
-    const seq = this.seqOf.get(m.messageId) ?? m.seq;
-    const current = this.bySeq.get(seq);
-    if (current) {
-      const merged = merge(current, m);
-      if (same(merged, current)) return "duplicate";
-      this.bySeq.set(seq, merged);
-      return "updated";
-    }
-    this.bySeq.set(m.seq, m);
-    this.seqOf.set(m.messageId, m.seq);
-    this.highest = Math.max(this.highest, m.seq);
-    while (this.bySeq.has(this.contiguous + 1)) this.contiguous += 1;
-    return "added";
-  }
-
-  // An edit or deletion: "updated" | "duplicate" | "unknown" (the message is not here: a gap)
-  change(messageId, seq, fields) {
-    const seqHere = this.seqOf.get(messageId);
-    if (seqHere === undefined) { this.highest = Math.max(this.highest, seq); return "unknown"; }
-    const current = this.bySeq.get(seqHere);
-    const merged = merge(current, { ...current, ...fields });
-    if (same(merged, current)) return "duplicate";
-    this.bySeq.set(seqHere, merged);
-    return "updated";
-  }
-}
-
-function merge(current, incoming) {
-  const deletedAt = current.deletedAt || incoming.deletedAt || null;
-  if (deletedAt) return { ...current, body: null, deletedAt };
-  const keep = current.editedAt && (!incoming.editedAt || incoming.editedAt < current.editedAt);
-  const newer = keep ? current : incoming;
-  return { ...current, body: newer.body ?? null, editedAt: newer.editedAt ?? null };
-}
-
-const same = (a, b) => a.body === b.body && a.editedAt === b.editedAt && a.deletedAt === b.deletedAt;
 
 // --- state -----------------------------------------------------------------------------------
 
 const state = {
-  users: [], me: null, token: null, hub: null,
-  chats: new Map(), current: null, syncing: new Map(),
+  users: [], me: null, token: null, client: null,
+  chats: new Map(), current: null, gaps: new Set(), reconnected: false,
   counts: { events: 0, dupes: 0, refetch: 0 },
   loseNext: false, lastPush: null, readSent: new Map(), shown: new Set(),
 };
@@ -137,7 +45,8 @@ async function api(method, path, body) {
 function chatOf(chatId) {
   let chat = state.chats.get(chatId);
   if (!chat) {
-    chat = { chatId, title: "…", participants: [], timeline: new Timeline(), unread: 0 };
+    chat = { chatId, title: "…", participants: [], unread: 0 };
+    Object.defineProperty(chat, "timeline", { get: () => state.client.timeline(chatId) });
     state.chats.set(chatId, chat);
   }
   return chat;
@@ -172,96 +81,57 @@ function toast(text) {
   toast.timer = setTimeout(() => el.classList.add("hidden"), 3500);
 }
 
-// --- REST resync -----------------------------------------------------------------------------
+// --- what the SDK reports ------------------------------------------------------------------
 
-// One fetch per chat at a time; requests meanwhile are folded into one more round.
-function resync(chatId, reason, overlap = 0) {
-  const running = state.syncing.get(chatId);
-  if (running) { running.again = { reason, overlap: Math.max(overlap, running.again?.overlap ?? 0) }; return; }
-  const job = { again: null };
-  state.syncing.set(chatId, job);
-  (async () => {
-    let next = { reason, overlap };
-    try {
-      while (next) {
-        await fetchHistory(chatId, next.reason, next.overlap);
-        next = job.again;
-        job.again = null;
-      }
-    } catch (error) {
-      log("error", `history refetch failed (${error.message}); it runs again on reconnect`);
-    } finally {
-      state.syncing.delete(chatId);
-    }
-  })();
-}
-
-async function fetchHistory(chatId, reason, overlap) {
+function onResync(chatId, recovered) {
   const chat = chatOf(chatId);
-  const timeline = chat.timeline;
-  const from = Math.max(0, timeline.contiguous - overlap);
-  let after = from;
-  let added = 0;
-  for (;;) {
-    const page = await api("GET", `/api/chats/${chatId}/messages?afterSeq=${after}&limit=${PAGE}`);
-    for (const item of page.items) if (timeline.add({ ...item, chatId }) === "added") added += 1;
-    if (page.items.length < PAGE) break;
-    after = page.items[page.items.length - 1].seq;
-  }
   bump("refetch");
-  const where = `“${chat.title}”, afterSeq=${from}`;
-  if (reason === "gap") log("refetch", `gap filled over REST: ${added} missed message(s) in ${where}`);
-  else if (reason === "reconnect") log("refetch", `resynced after reconnect: ${added} new in ${where}`);
+  const where = `“${chat.title}”, up to seq ${chat.timeline.contiguousSeq}`;
+  const added = recovered.length;
+  if (state.gaps.delete(chatId)) log("refetch", `gap filled over REST: ${added} missed message(s) in ${where}`);
+  else if (state.reconnected) log("refetch", `resynced after reconnect: ${added} new in ${where}`);
   else log("refetch", `history loaded over REST: ${added} message(s) in ${where}`);
   if (chatId !== state.current) chat.unread += added;
   render();
 }
 
-// --- hub events ------------------------------------------------------------------------------
+function onDuplicate(chatId, seq) {
+  bump("dupes");
+  log("duplicate", `duplicate push dropped: seq ${seq} of “${chatOf(chatId).title}” is already here`);
+  render();
+}
 
-function onEvent(target, payload, replayed = false) {
-  if (state.loseNext && target === "message_received" && !replayed) {
+// Every push the SDK lets through, before it applies it: the "lose next push" fault and the
+// event log live here.
+function inspect(target, payload) {
+  if (state.loseNext && target === "message_received" && !state.replaying) {
     state.loseNext = false;
     $("fault-drop").classList.remove("armed");
     log("lost", `push of seq ${payload.seq} lost on the way (simulated)`);
-    return;
+    return false;
   }
-  if (!replayed) state.lastPush = { target, payload };
+  if (!state.replaying) state.lastPush = { target, payload };
   bump("events");
-  const known = state.chats.has(payload.chatId);
-  if (payload.chatId && !known) loadChats();
+  if (payload.chatId && !state.chats.has(payload.chatId)) loadChats();
+  return true;
+}
+
+function onEvent(target, payload) {
+  const chat = payload.chatId ? chatOf(payload.chatId) : null;
   switch (target) {
-    case "message_received": {
-      const chat = chatOf(payload.chatId);
-      const result = chat.timeline.add({
-        messageId: payload.messageId, seq: payload.seq, senderUserId: payload.senderUserId ?? null,
-        body: payload.body ?? null, sentAt: payload.sentAt, editedAt: null, deletedAt: null,
-      });
-      afterChange(chat, result, `message seq ${payload.seq}`, target);
-      if (result === "added" && payload.chatId !== state.current) chat.unread += 1;
+    case "message_received":
+      log("event", `${target}: message seq ${payload.seq}`);
+      if (payload.chatId !== state.current) chat.unread += 1;
       break;
-    }
     case "message_edited":
-    case "message_deleted": {
-      const chat = chatOf(payload.chatId);
-      const fields = target === "message_edited"
-        ? { body: payload.body ?? null, editedAt: payload.editedAt }
-        : { deletedAt: payload.deletedAt };
-      const result = chat.timeline.change(payload.messageId, payload.seq, fields);
-      afterChange(chat, result, `${target === "message_edited" ? "edit" : "deletion"} of seq ${payload.seq}`, target);
+    case "message_deleted":
+      log("event", `${target}: seq ${payload.seq}`);
       break;
-    }
     case "read_receipt_updated": {
-      const chat = chatOf(payload.chatId);
       const person = chat.participants.find((p) => p.userId === payload.userId);
-      if (person && person.lastReadSeq >= payload.lastReadSeq) {
-        bump("dupes");
-        log("duplicate", `read receipt dropped: ${nameOf(payload.userId)} already read up to ${person.lastReadSeq}`);
-      } else {
-        if (person) person.lastReadSeq = payload.lastReadSeq;
-        else chat.participants.push({ userId: payload.userId, active: true, lastReadSeq: payload.lastReadSeq });
-        log("event", `${target}: ${nameOf(payload.userId)} read up to seq ${payload.lastReadSeq}`);
-      }
+      if (person) person.lastReadSeq = Math.max(person.lastReadSeq ?? 0, payload.lastReadSeq);
+      else chat.participants.push({ userId: payload.userId, active: true, lastReadSeq: payload.lastReadSeq });
+      log("event", `${target}: ${nameOf(payload.userId)} read up to seq ${payload.lastReadSeq}`);
       break;
     }
     case "chat_updated":
@@ -271,20 +141,11 @@ function onEvent(target, payload, replayed = false) {
     default:
       log("event", target);
   }
+  if (chat && chat.timeline.hasGap && !state.gaps.has(chat.chatId)) {
+    state.gaps.add(chat.chatId);
+    log("gap", `gap: have up to seq ${chat.timeline.contiguousSeq}, heard of ${chat.timeline.highestSeq}`);
+  }
   render();
-}
-
-function afterChange(chat, result, what, target) {
-  if (result === "duplicate") {
-    bump("dupes");
-    log("duplicate", `duplicate push dropped: ${what} of “${chat.title}” is already here`);
-  } else {
-    log("event", `${target}: ${what}${result === "unknown" ? " (message not here yet)" : ""}`);
-  }
-  if (chat.timeline.hasGap) {
-    log("gap", `gap: have up to seq ${chat.timeline.contiguous}, heard of ${chat.timeline.highest}`);
-    resync(chat.chatId, "gap");
-  }
 }
 
 async function loadChats() {
@@ -293,7 +154,7 @@ async function loadChats() {
     const chat = chatOf(item.chatId);
     chat.title = item.title;
     chat.participants = item.participants;
-    if (chat.timeline.contiguous < item.lastSeq && !state.syncing.has(item.chatId)) resync(item.chatId, "load");
+    if (chat.timeline.contiguousSeq < item.lastSeq) state.client.resync(item.chatId).catch((e) => log("error", e.message));
   }
   if (!state.current && data.items.length) state.current = data.items[0].chatId;
   render();
@@ -334,7 +195,7 @@ function renderChats() {
     const last = chat.timeline.messages().at(-1);
     const preview = document.createElement("span");
     preview.className = "preview";
-    preview.textContent = last ? (last.deletedAt ? "message deleted" : `${nameOf(last.senderUserId)}: ${last.body}`) : "no messages yet";
+    preview.textContent = last ? (last.deletedAt ? "message deleted" : `${nameOf(last.senderUserId)}: ${contentText(last)}`) : "no messages yet";
     item.append(faces, title, preview);
     if (chat.unread) {
       const badge = document.createElement("span");
@@ -347,6 +208,22 @@ function renderChats() {
   }
 }
 
+function sizeText(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// What a message shows: its text, a file's name and size, or a card's text.
+function contentText(m) {
+  if (m.kind === "File" && m.fileMeta) {
+    const caption = m.body ? ` — ${m.body}` : "";
+    return `📎 ${m.fileMeta.name} (${sizeText(m.fileMeta.size)})${caption}`;
+  }
+  if (m.kind === "Card") return m.cardText ?? "";
+  return m.body ?? "";
+}
+
 function receiptText(chat, message) {
   const readers = chat.participants.filter((p) => p.userId !== state.me.userId && p.lastReadSeq >= message.seq);
   if (readers.length) return `✓✓ read by ${readers.map((p) => nameOf(p.userId)).join(", ")}`;
@@ -355,7 +232,7 @@ function receiptText(chat, message) {
 
 function renderConversation() {
   const chat = state.chats.get(state.current);
-  $("body").disabled = $("send").disabled = !chat;
+  $("body").disabled = $("send").disabled = $("attach").disabled = !chat;
   const list = $("messages");
   if (!chat) { list.replaceChildren(); return; }
   $("conv-title").textContent = chat.title;
@@ -377,8 +254,8 @@ function renderConversation() {
     meta.className = "meta";
     meta.textContent = `${mine ? "You" : sender?.name ?? "someone"} · #${m.seq} · ${new Date(m.sentAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
     const body = document.createElement("div");
-    body.className = m.deletedAt ? "body deleted" : "body";
-    body.textContent = m.deletedAt ? "message deleted" : m.body;
+    body.className = m.deletedAt ? "body deleted" : `body kind-${(m.kind ?? "Text").toLowerCase()}`;
+    body.textContent = m.deletedAt ? "message deleted" : contentText(m);
     bubble.append(meta, body);
     if (m.editedAt && !m.deletedAt) {
       const tag = document.createElement("span");
@@ -429,21 +306,21 @@ function tick() {
 async function markRead() {
   const chat = state.chats.get(state.current);
   if (!chat || document.hidden) return;
-  const seq = chat.timeline.contiguous;
+  const seq = chat.timeline.contiguousSeq;
   const me = chat.participants.find((p) => p.userId === state.me.userId);
   if (!seq || (me && me.lastReadSeq >= seq) || (state.readSent.get(chat.chatId) ?? 0) >= seq) return;
   state.readSent.set(chat.chatId, seq);
-  try { await api("POST", `/api/chats/${chat.chatId}/read`, { seq }); } catch (error) { toast(error.message); }
+  try { await state.client.rest.markRead(chat.chatId, seq); } catch (error) { toast(error.message); }
 }
 
 async function editMessage(chat, message) {
   const text = prompt("Edit your message", message.body);
   if (text === null || !text.trim() || text === message.body) return;
-  try { await api("PATCH", `/api/chats/${chat.chatId}/messages/${message.messageId}`, { body: text }); } catch (error) { toast(error.message); }
+  try { await state.client.rest.editMessage(chat.chatId, message.messageId, text); } catch (error) { toast(error.message); }
 }
 
 async function deleteMessage(chat, message) {
-  try { await api("DELETE", `/api/chats/${chat.chatId}/messages/${message.messageId}`); } catch (error) { toast(error.message); }
+  try { await state.client.rest.deleteMessage(chat.chatId, message.messageId); } catch (error) { toast(error.message); }
 }
 
 async function send(event) {
@@ -451,7 +328,18 @@ async function send(event) {
   const text = $("body").value.trim();
   if (!text || !state.current) return;
   $("body").value = "";
-  try { await api("POST", `/api/chats/${state.current}/messages`, { body: text }); } catch (error) { toast(error.message); $("body").value = text; }
+  try { await state.client.send(state.current, text); } catch (error) { toast(error.message); $("body").value = text; }
+}
+
+// A file message: name, size and type only (this demo has no upload service).
+async function sendFile() {
+  const file = $("file").files[0];
+  $("file").value = "";
+  if (!file || !state.current) return;
+  const fileMeta = {
+    fileId: crypto.randomUUID(), name: file.name, size: file.size, contentType: file.type || "application/octet-stream",
+  };
+  try { await state.client.send(state.current, null, { kind: "File", fileMeta }); } catch (error) { toast(error.message); }
 }
 
 async function createChat(event) {
@@ -459,7 +347,7 @@ async function createChat(event) {
   const members = [...document.querySelectorAll("#chat-members input:checked")].map((i) => i.value);
   if (!members.length) { toast("Pick at least one person to chat with"); return; }
   try {
-    const created = await api("POST", "/api/chats", { title: $("chat-title").value, memberUserIds: members });
+    const created = await state.client.rest.createChat($("chat-title").value, members);
     state.current = created.chatId;
     $("new-chat-form").classList.add("hidden");
     $("chat-title").value = "";
@@ -505,18 +393,26 @@ function start(user, token) {
     label.append(box, avatar(other, true), other.name);
     members.append(label);
   }
-  state.hub = new HubClient(token, {
-    onConnected(reconnect) {
-      setConnection(true);
+  const client = new MessengerClient(location.origin, {
+    token: () => state.token,
+    inspect,
+    webSocket: TrackedWebSocket,
+  });
+  state.client = client;
+  client.onDuplicate(onDuplicate);
+  client.onResync(onResync);
+  client.onConnection((up, reconnect) => {
+    setConnection(up);
+    if (up) {
+      state.reconnected = reconnect;
       log("connect", reconnect ? "reconnected: resyncing every chat over REST" : "connected to /hubs/messenger");
       loadChats().catch((error) => log("error", error.message));
-      if (reconnect) for (const chatId of state.chats.keys()) resync(chatId, "reconnect", 20);
-    },
-    onDisconnected() { setConnection(false); log("disconnect", "connection lost: reconnecting…"); },
-    onRefused(error) { log("error", `hub refused: ${error}`); },
-    onEvent: (target, payload) => onEvent(target, payload),
+    } else if (reconnect) {
+      log("disconnect", "connection lost: reconnecting…");
+    }
   });
-  state.hub.start();
+  for (const name of EVENT_NAMES) client.on(name, (payload) => onEvent(name, payload));
+  client.start().catch((error) => log("error", `hub refused: ${error.message}`));
 }
 
 function setConnection(up) {
@@ -552,14 +448,20 @@ async function boot() {
   $("fault-replay").onclick = () => {
     if (!state.lastPush) { toast("Nothing pushed yet"); return; }
     log("replay", `delivering ${state.lastPush.target} again (simulated)`);
-    onEvent(state.lastPush.target, state.lastPush.payload, true);
+    state.replaying = true;
+    try { state.client.receive(state.lastPush.target, state.lastPush.payload); } finally { state.replaying = false; }
   };
   $("fault-drop").onclick = () => {
     state.loseNext = true;
     $("fault-drop").classList.add("armed");
     log("lost", "the next message push will be lost (simulated)");
   };
-  $("fault-cut").onclick = () => { log("disconnect", "cutting the WebSocket (simulated)"); state.hub?.cut(); };
+  $("fault-cut").onclick = () => {
+    log("disconnect", "cutting the WebSocket (simulated)");
+    for (const socket of sockets) socket.close(4000, "cut");
+  };
+  $("attach").onclick = () => $("file").click();
+  $("file").onchange = sendFile;
   document.addEventListener("visibilitychange", markRead);
   setInterval(tick, 1000);
   const saved = sessionStorage.getItem("demo-session");

@@ -1,0 +1,320 @@
+// MessengerClient: the official SignalR client (HubConnectionBuilder, withAutomaticReconnect,
+// accessTokenFactory), the REST API and one Timeline per chat, with the Python SDK's guarantees:
+// duplicates dropped, a seq gap refetched over REST (afterSeq), every chat resynced on every
+// (re)connect, one resync per chat at a time (requests meanwhile folded into one more round).
+
+import {
+  HubConnection,
+  HubConnectionBuilder,
+  HubConnectionState,
+  HttpTransportType,
+  LogLevel,
+} from "@microsoft/signalr";
+import type { HubEvents, MessageReceived } from "./contracts.js";
+import { type ChatSummary, MessengerRest, RestError, type SendOptions } from "./rest.js";
+import { type Change, Timeline, type TimelineMessage } from "./timeline.js";
+
+export const HUB_PATH = "/hubs/messenger";
+export type EventName = keyof HubEvents;
+export const EVENT_NAMES: readonly EventName[] = [
+  "message_received", "message_edited", "message_deleted", "read_receipt_updated", "chat_updated",
+  "contact_request_received", "contact_request_accepted", "contact_removed", "call_invited",
+  "call_answered", "call_declined", "call_missed", "call_cancelled", "call_ended",
+  "conference_invited", "conference_started", "conference_ended", "conference_participant_joined",
+  "conference_participant_left", "recording_started", "recording_stopped", "recording_available",
+  "recording_failed", "screen_share_started", "screen_share_stopped", "blacklist_changed",
+];
+
+export interface ClientOptions {
+  /** Returns the current JWT; called for every connect and REST call. */
+  token: () => string | Promise<string>;
+  /** Called when the server refused the token (401): return a fresh one. */
+  refreshToken?: () => string | Promise<string>;
+  /** Refetch this many seqs before the last contiguous one on reconnect (edits made meanwhile). */
+  resyncOverlap?: number;
+  /** Delays (ms) of the automatic reconnect; the last one repeats for ever. */
+  reconnectDelays?: number[];
+  /** Seen before any processing: return false to drop a push (for tests and demos). */
+  inspect?: (event: EventName, payload: unknown) => boolean;
+  logLevel?: LogLevel;
+  fetch?: typeof fetch;
+  /** A WebSocket constructor for the hub connection (the SignalR client's own option). */
+  webSocket?: unknown;
+}
+
+export interface ClientStats {
+  duplicatesDropped: number;
+  refetches: number;
+  recovered: number;
+  connects: number;
+  tokenRefreshes: number;
+}
+
+type Handler<K extends EventName> = (payload: HubEvents[K]) => void;
+
+export class MessengerClient {
+  readonly stats: ClientStats = { duplicatesDropped: 0, refetches: 0, recovered: 0, connects: 0, tokenRefreshes: 0 };
+  readonly rest: MessengerRest;
+  readonly hub: HubConnection;
+  private readonly timelines = new Map<string, Timeline>();
+  private readonly handlers = new Map<string, Array<(payload: never) => void>>();
+  private readonly duplicateHandlers: Array<(chatId: string, seq: number) => void> = [];
+  private readonly resyncHandlers: Array<(chatId: string, recovered: TimelineMessage[]) => void> = [];
+  private readonly connectionHandlers: Array<(up: boolean, reconnect: boolean) => void> = [];
+  private readonly wanted = new Map<string, number>();
+  private readonly syncing = new Map<string, Promise<void>>();
+  private readonly overlap: number;
+  private token: string | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly baseUrl: string,
+    private readonly options: ClientOptions,
+  ) {
+    this.overlap = options.resyncOverlap ?? 20;
+    this.rest = new MessengerRest(baseUrl.replace(/\/$/, ""), () => this.currentToken(), options.fetch);
+    const delays = options.reconnectDelays ?? [0, 250, 1000, 2000, 5000];
+    this.hub = new HubConnectionBuilder()
+      .withUrl(this.baseUrl.replace(/\/$/, "") + HUB_PATH, {
+        accessTokenFactory: () => this.currentToken(),
+        transport: HttpTransportType.WebSockets,
+        ...(options.webSocket === undefined ? {} : { WebSocket: options.webSocket }),
+      })
+      .withAutomaticReconnect({
+        nextRetryDelayInMilliseconds: (ctx) => delays[Math.min(ctx.previousRetryCount, delays.length - 1)],
+      })
+      .configureLogging(options.logLevel ?? LogLevel.Error)
+      .build();
+    for (const name of EVENT_NAMES) this.hub.on(name, (payload: unknown) => this.receive(name, payload));
+    this.hub.onreconnecting(() => this.emitConnection(false, true));
+    this.hub.onreconnected(() => this.connected(true));
+    this.hub.onclose(() => {
+      this.emitConnection(false, false);
+      if (!this.stopped) void this.restart(); // reconnect attempts ran out: keep trying
+    });
+  }
+
+  // --- lifecycle --------------------------------------------------------------------------
+
+  /** Connect (refreshing the token once if the hub refuses it) and resync what is tracked. */
+  async start(): Promise<void> {
+    this.stopped = false;
+    await this.connect();
+    await this.connected(false);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.hub.stop();
+    await this.settled();
+  }
+
+  get isConnected(): boolean {
+    return this.hub.state === HubConnectionState.Connected;
+  }
+
+  // --- public API -------------------------------------------------------------------------
+
+  /** A typed handler for one of the 26 events; duplicates never reach it. */
+  on<K extends EventName>(event: K, handler: Handler<K>): void {
+    const list = this.handlers.get(event) ?? [];
+    list.push(handler as (payload: never) => void);
+    this.handlers.set(event, list);
+  }
+
+  onDuplicate(handler: (chatId: string, seq: number) => void): void {
+    this.duplicateHandlers.push(handler);
+  }
+
+  onResync(handler: (chatId: string, recovered: TimelineMessage[]) => void): void {
+    this.resyncHandlers.push(handler);
+  }
+
+  onConnection(handler: (up: boolean, reconnect: boolean) => void): void {
+    this.connectionHandlers.push(handler);
+  }
+
+  timeline(chatId: string): Timeline {
+    let timeline = this.timelines.get(chatId);
+    if (timeline === undefined) {
+      timeline = new Timeline(chatId);
+      this.timelines.set(chatId, timeline);
+    }
+    return timeline;
+  }
+
+  chats(): string[] {
+    return [...this.timelines.keys()];
+  }
+
+  /** Follow a chat: its history now, and a resync on every reconnect. */
+  async track(chatId: string): Promise<Timeline> {
+    await this.resync(chatId);
+    return this.timeline(chatId);
+  }
+
+  /** Fetch what the chat's timeline misses, and wait for it. */
+  async resync(chatId: string, overlap = 0): Promise<void> {
+    this.timeline(chatId);
+    this.requestSync(chatId, overlap);
+    await this.syncing.get(chatId);
+  }
+
+  /** Wait until no resync runs. */
+  async settled(): Promise<void> {
+    while (this.syncing.size) await Promise.all(this.syncing.values());
+  }
+
+  /** Send a message with a client message id, retrying a failed attempt safely: the server
+   *  answers a repeat with the first result (where it supports clientMessageId). */
+  async send(chatId: string, body: string | null, options: SendOptions = {}, attempts = 3) {
+    const request = { ...options, clientMessageId: options.clientMessageId ?? newClientMessageId() };
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await this.rest.sendMessage(chatId, body, request);
+      } catch (error) {
+        const transient = !(error instanceof RestError) || error.status >= 500;
+        if (!transient || attempt >= attempts) throw error;
+        await sleep(200 * attempt);
+      }
+    }
+  }
+
+  // --- inside -----------------------------------------------------------------------------
+
+  private async currentToken(): Promise<string> {
+    this.token ??= await this.options.token();
+    return this.token;
+  }
+
+  private async refreshAfter(error: unknown): Promise<boolean> {
+    const status = (error as { statusCode?: number }).statusCode;
+    const refused = status === 401 || /401|Unauthorized/.test(String(error));
+    if (!refused || this.options.refreshToken === undefined) return false;
+    this.token = await this.options.refreshToken();
+    this.stats.tokenRefreshes += 1;
+    return true;
+  }
+
+  /** Start the hub connection; a refused token is refreshed once and the start tried again. */
+  private async connect(): Promise<void> {
+    try {
+      await this.hub.start();
+    } catch (error) {
+      if (!(await this.refreshAfter(error))) throw error;
+      await this.hub.start();
+    }
+  }
+
+  private async restart(): Promise<void> {
+    while (!this.stopped) {
+      await sleep(1000);
+      if (this.stopped || this.hub.state !== HubConnectionState.Disconnected) return;
+      try {
+        await this.connect();
+        await this.connected(true);
+        return;
+      } catch {
+        // still down: try again
+      }
+    }
+  }
+
+  private async connected(reconnect: boolean): Promise<void> {
+    this.stats.connects += 1;
+    this.emitConnection(true, reconnect);
+    let listed: ChatSummary[] | null = null;
+    try {
+      listed = await this.rest.listChats();
+    } catch {
+      listed = null; // the chat list is a bonus: resync still covers the tracked chats
+    }
+    for (const chat of listed ?? []) {
+      if (this.timelines.has(chat.chatId) || (chat.lastSeq ?? 0) > 0) this.timeline(chat.chatId);
+    }
+    for (const chatId of this.timelines.keys()) this.requestSync(chatId, reconnect ? this.overlap : 0);
+  }
+
+  private emitConnection(up: boolean, reconnect: boolean): void {
+    for (const handler of this.connectionHandlers) handler(up, reconnect);
+  }
+
+  /** One push from the hub (also usable to replay one, as a duplicate would arrive). */
+  receive(event: EventName, payload: unknown): void {
+    if (this.options.inspect !== undefined && !this.options.inspect(event, payload)) return;
+    const data = payload as Record<string, unknown>;
+    const chatId = typeof data.chatId === "string" ? data.chatId : null;
+    let change: Change | null = null;
+    let seq = 0;
+    if (chatId !== null) {
+      const timeline = this.timeline(chatId);
+      if (event === "message_received") {
+        const m = payload as MessageReceived;
+        seq = m.seq;
+        change = timeline.add({
+          chatId, messageId: m.messageId, seq: m.seq, senderUserId: m.senderUserId ?? null,
+          kind: m.kind, body: m.body ?? null, sentAt: m.sentAt, editedAt: null, deletedAt: null,
+          fileMeta: m.fileMeta ?? null, cardText: m.cardText ?? null,
+        });
+      } else if (event === "message_edited") {
+        const m = payload as HubEvents["message_edited"];
+        seq = m.seq;
+        change = timeline.edit(m.messageId, m.seq, m.body ?? null, m.editedAt, m.cardText);
+      } else if (event === "message_deleted") {
+        const m = payload as HubEvents["message_deleted"];
+        seq = m.seq;
+        change = timeline.delete(m.messageId, m.seq, m.deletedAt);
+      } else if (event === "read_receipt_updated") {
+        const r = payload as HubEvents["read_receipt_updated"];
+        seq = r.lastReadSeq;
+        change = timeline.read(r.userId, r.lastReadSeq) ? "updated" : "duplicate";
+      }
+    }
+    if (change === "duplicate") {
+      this.stats.duplicatesDropped += 1;
+      for (const handler of this.duplicateHandlers) handler(chatId as string, seq);
+    } else {
+      for (const handler of this.handlers.get(event) ?? []) (handler as (p: unknown) => void)(payload);
+    }
+    if (chatId !== null && change !== null && this.timeline(chatId).hasGap) this.requestSync(chatId, 0);
+  }
+
+  private requestSync(chatId: string, overlap: number): void {
+    this.wanted.set(chatId, Math.max(this.wanted.get(chatId) ?? 0, overlap));
+    if (this.syncing.has(chatId)) return;
+    const run = this.syncLoop(chatId).finally(() => this.syncing.delete(chatId));
+    this.syncing.set(chatId, run);
+  }
+
+  private async syncLoop(chatId: string): Promise<void> {
+    let delay = 250;
+    while (this.wanted.has(chatId) && !this.stopped) {
+      const overlap = this.wanted.get(chatId) ?? 0;
+      this.wanted.delete(chatId);
+      try {
+        const timeline = this.timeline(chatId);
+        const after = Math.max(0, timeline.contiguousSeq - overlap);
+        const recovered = timeline.addHistory(await this.rest.historyAfter(chatId, after));
+        this.stats.refetches += 1;
+        this.stats.recovered += recovered.length;
+        delay = 250;
+        for (const handler of this.resyncHandlers) handler(chatId, recovered);
+      } catch (error) {
+        if (error instanceof RestError && error.status === 401 && (await this.refreshAfter(error))) {
+          this.wanted.set(chatId, Math.max(this.wanted.get(chatId) ?? 0, overlap));
+          continue;
+        }
+        if (error instanceof RestError && error.status < 500) return; // no longer a member
+        this.wanted.set(chatId, Math.max(this.wanted.get(chatId) ?? 0, overlap));
+        await sleep(delay);
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+  }
+}
+
+function newClientMessageId(): string {
+  return globalThis.crypto.randomUUID();
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
