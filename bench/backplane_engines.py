@@ -98,14 +98,7 @@ async def run_redis(url: str, groups: list[str], plan: list[int], counters: Coun
             for index in chunk:
                 pipe.publish(channel, groups[index].encode() + b"\n" + FRAME)
             await pipe.execute()
-    await asyncio.wait_for(counters.done.wait(), 120)
-    elapsed = time.perf_counter() - started
-    for task in readers:
-        task.cancel()
-    await asyncio.gather(*readers, return_exceptions=True)
-    for client in [publisher, *subscribers]:
-        await client.aclose()
-    return elapsed
+    return await _finish(counters, started, readers, [publisher, *subscribers])
 
 
 async def _read_redis(pubsub: Any, replica: int, counters: Counters) -> None:
@@ -141,14 +134,7 @@ async def run_redis_cluster(
             for index in chunk:
                 pipe.spublish(shard_channel(groups[index]), FRAME)
             await pipe.execute()
-    await asyncio.wait_for(counters.done.wait(), 120)
-    elapsed = time.perf_counter() - started
-    for task in readers:
-        task.cancel()
-    await asyncio.gather(*readers, return_exceptions=True)
-    for cluster in [publisher, *clusters]:
-        await cluster.aclose()
-    return elapsed
+    return await _finish(counters, started, readers, [publisher, *clusters])
 
 
 async def run_nats(
@@ -179,6 +165,20 @@ async def run_nats(
     elapsed = time.perf_counter() - started
     for nc in [publisher, *subscribers]:
         await nc.close()
+    return elapsed
+
+
+async def _finish(
+    counters: Counters, started: float, readers: list[asyncio.Task[None]], clients: list[Any]
+) -> float:
+    """Wait for every expected delivery; the seconds since ``started``. Then clean up."""
+    await asyncio.wait_for(counters.done.wait(), 120)
+    elapsed = time.perf_counter() - started
+    for task in readers:
+        task.cancel()
+    await asyncio.gather(*readers, return_exceptions=True)
+    for client in clients:
+        await client.aclose()
     return elapsed
 
 

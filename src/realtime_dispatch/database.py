@@ -3,6 +3,7 @@ settings, and the embedded server used when no database URL is configured."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -168,6 +169,17 @@ def default_data_dir() -> Path:
 # SQLSTATE classes that mean "the server or the connection went away": 08 connection exception,
 # 57 operator intervention (admin shutdown, cannot connect now), 53 insufficient resources.
 _UNAVAILABLE_CLASSES = ("08", "57", "53")
+
+
+async def close_quietly(conn: Any, within: float = 2.0) -> None:
+    """Close a dedicated connection (a LISTEN session, say); terminate it if closing fails or
+    takes longer than ``within`` seconds. Never raises for a connection already gone."""
+    if conn is None or conn.is_closed():
+        return
+    try:
+        await asyncio.wait_for(conn.close(), within)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        conn.terminate()
 
 
 def is_unavailable(exc: BaseException) -> bool:

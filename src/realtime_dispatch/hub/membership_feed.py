@@ -21,6 +21,7 @@ from uuid import UUID
 import asyncpg
 import structlog
 
+from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
 from realtime_dispatch.messenger.commands import MEMBERSHIP_CHANNEL
 
@@ -169,11 +170,7 @@ class MembershipFeed:
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), 2.0)
-            except DB_ERRORS:
-                conn.terminate()
+        await close_quietly(conn)
 
     async def barrier(self, within: float) -> bool:
         """Wait until every membership change committed before now has been applied.

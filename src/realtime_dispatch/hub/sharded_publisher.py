@@ -21,6 +21,7 @@ import orjson
 import structlog
 from redis.asyncio.cluster import RedisCluster
 
+from realtime_dispatch.database import close_quietly
 from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.membership import parse_barrier
@@ -124,11 +125,7 @@ class MembershipBarrier:
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), 2.0)
-            except DB_ERRORS:
-                conn.terminate()
+        await close_quietly(conn)
 
 
 class ShardedRedisHubPublisher:
