@@ -38,6 +38,15 @@ FROM unnest($1::uuid[], $2::int[]) AS t(id, row_version)
 WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
 RETURNING o.id, extract(epoch FROM clock_timestamp() - o.created_at)::float8 AS lag;
 
+-- name: mark_gone
+-- Done without a push, the target being gone ($3 reasons): no lag is observed for these.
+UPDATE messenger.realtime_outbox AS o
+SET status = 'Done', last_error = t.last_error, updated_at = now(),
+    row_version = o.row_version + 1
+FROM unnest($1::uuid[], $2::int[], $3::text[]) AS t(id, row_version, last_error)
+WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
+RETURNING o.id;
+
 -- name: mark_retry
 -- Keep Pending (the backoff was set at claim); record why ($3 errors).
 UPDATE messenger.realtime_outbox AS o

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -39,6 +39,7 @@ class Outcomes:
     done: Sequence[tuple[UUID, int]] = ()
     retry: Sequence[tuple[UUID, int, str]] = ()
     quarantine: Sequence[tuple[UUID, int, str]] = ()
+    gone: Sequence[tuple[UUID, int, str]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class WrittenOutcomes:
     done_lags: Sequence[float]
     retried: int
     quarantined: set[UUID]
+    gone: set[UUID] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ class OutboxStore:
                 return await self._write_outcomes(pooled, outcomes)
 
     async def _write_outcomes(self, conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
-        parts = sum(map(bool, (outcomes.done, outcomes.retry, outcomes.quarantine)))
+        parts = sum(map(bool, (outcomes.done, outcomes.retry, outcomes.quarantine, outcomes.gone)))
         if parts > 1:
             async with conn.transaction():
                 return await self._outcome_statements(conn, outcomes)
@@ -132,7 +134,14 @@ class OutboxStore:
                 QUERIES["mark_quarantined"], list(ids), list(versions), list(errors)
             )
             quarantined = {r["id"] for r in records}
-        return WrittenOutcomes(lags, retried, quarantined)
+        gone: set[UUID] = set()
+        if outcomes.gone:
+            ids, versions, errors = zip(*outcomes.gone, strict=True)
+            records = await conn.fetch(
+                QUERIES["mark_gone"], list(ids), list(versions), list(errors)
+            )
+            gone = {r["id"] for r in records}
+        return WrittenOutcomes(lags, retried, quarantined, gone)
 
     async def release(self, rows: Sequence[ClaimedRow], *, conn: DbConnection | None = None) -> int:
         if not rows:
