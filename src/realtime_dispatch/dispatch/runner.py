@@ -27,6 +27,7 @@ import structlog
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.retention import RetentionPolicy
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import translate_errors
@@ -34,9 +35,7 @@ from realtime_dispatch.outbox.store import translate_errors
 _log = structlog.get_logger(__name__)
 
 CHANNEL = "realtime_outbox"
-RETENTION_EVERY = 60.0  # seconds between retention sweeps
-RETENTION_BATCH = 1000
-RETENTION_MAX_BATCHES = 20
+RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up
 PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 
 Connect = Callable[[], Awaitable[Any]]
@@ -64,7 +63,7 @@ class DispatchRunner:
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._flag_idle: bool | None = None  # what we last wrote to the idle flag
-        self._last_retention = 0.0
+        self.retention = RetentionPolicy(every=RETENTION_EVERY)
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
@@ -197,18 +196,29 @@ class DispatchRunner:
         self._metrics.pending.set(await self._dispatcher.store.pending_count())
 
     async def _maybe_retention(self) -> None:
-        now = time.monotonic()
-        if now - self._last_retention < RETENTION_EVERY:
+        """Delete old Done rows in adaptive batches, within the policy's time budget."""
+        policy = self.retention
+        started = time.monotonic()
+        if not policy.due(started):
             return
-        self._last_retention = now
+        deadline = started + policy.budget(started)
         total = 0
-        for _ in range(RETENTION_MAX_BATCHES):
+        caught_up = False
+        while not self._stop.is_set():
+            limit = policy.batch
+            t0 = time.monotonic()
             deleted = await self._dispatcher.store.purge_done(
-                older_than=self._options.retention_done, limit=RETENTION_BATCH
+                older_than=self._options.retention_done, limit=limit
             )
+            now = time.monotonic()
+            policy.observe(limit, deleted, now - t0)
             total += deleted
-            if deleted < RETENTION_BATCH or self._stop.is_set():
+            if deleted < limit:
+                caught_up = True
                 break
+            if now >= deadline:
+                break
+        policy.finish(time.monotonic(), caught_up=caught_up)
         if total:
             self._metrics.purged.inc(total)
             _log.info("retention_purged", rows=total)
