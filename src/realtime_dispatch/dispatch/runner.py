@@ -35,7 +35,7 @@ from realtime_dispatch.outbox.store import translate_errors
 _log = structlog.get_logger(__name__)
 
 CHANNEL = "realtime_outbox"
-RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up
+RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up (at most)
 PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 
 Connect = Callable[[], Awaitable[Any]]
@@ -63,7 +63,9 @@ class DispatchRunner:
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._flag_idle: bool | None = None  # what we last wrote to the idle flag
-        self.retention = RetentionPolicy(every=RETENTION_EVERY)
+        # A short retention is swept more often, so the table holds at most ~1.25 × its rows.
+        every = min(RETENTION_EVERY, max(1.0, self._options.retention_done / 4))
+        self.retention = RetentionPolicy(every=every)
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
