@@ -28,3 +28,11 @@ def test_caught_up_waits_the_interval_behind_sweeps_again_with_a_duty_share() ->
     assert p.budget(104.0) == 1.0  # a quarter of the 4 s since the last sweep
     assert p.budget(100.01) == 0.05
     assert p.budget(200.0) == 2.0
+
+
+def test_vacuum_only_when_dead_versions_outnumber_live_ones_and_are_many() -> None:
+    p = RetentionPolicy(vacuum_min_dead=50_000)
+    assert not p.needs_vacuum(live=10_000, dead=40_000)  # too few to be worth a scan
+    assert not p.needs_vacuum(live=200_000, dead=100_000)  # autovacuum's business
+    assert p.needs_vacuum(live=10_000, dead=60_000)
+    assert p.needs_vacuum(live=0, dead=50_000)

@@ -12,8 +12,10 @@ behind any faster insert rate, so the quota adapts instead:
   next pass) sweeps again, with a budget of ``duty`` × the time since the last sweep, so
   retention takes at most that share of the runner's time while dispatch keeps the rest.
 
-Deleting the oldest ids first, in small batches, lets autovacuum reuse the space at the front
-of the table: the table stays bounded instead of bloating.
+Deleting the oldest ids first, in small batches, lets VACUUM reuse the space at the front of the
+table: the table stays bounded instead of bloating. Autovacuum normally does that; when dead row
+versions outnumber the live ones after a sweep (autovacuum off or behind), the runner starts a
+plain ``VACUUM`` of the outbox itself, in the background, one at a time.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ class RetentionPolicy:
     min_batch: int = 500
     max_batch: int = 50_000
     batch: int = 1000
+    vacuum_min_dead: int = 50_000  # dead row versions below which a VACUUM is not worth it
     behind: bool = False
     last_sweep_end: float | None = None
+
+    def needs_vacuum(self, live: int, dead: int) -> bool:
+        """Dead row versions outnumber the live ones (and are many): autovacuum is off or
+        behind, and the table would grow with every purge; a plain VACUUM makes the space
+        reusable."""
+        return dead >= max(self.vacuum_min_dead, live)
 
     def due(self, now: float) -> bool:
         """Sweep now? At once when behind (or never swept), else every ``every`` seconds."""

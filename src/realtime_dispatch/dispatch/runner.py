@@ -66,6 +66,8 @@ class DispatchRunner:
         # A short retention is swept more often, so the table holds at most ~1.25 × its rows.
         every = min(RETENTION_EVERY, max(1.0, self._options.retention_done / 4))
         self.retention = RetentionPolicy(every=every)
+        self.vacuums = 0
+        self._vacuum: asyncio.Task[None] | None = None
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
@@ -95,6 +97,10 @@ class DispatchRunner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._options.polling_interval)
         finally:
+            if self._vacuum is not None:
+                self._vacuum.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._vacuum
             await self._close_connection()
             _log.info("dispatcher_stopped")
 
@@ -224,6 +230,29 @@ class DispatchRunner:
         if total:
             self._metrics.purged.inc(total)
             _log.info("retention_purged", rows=total)
+        # The statistics may show this sweep's dead versions only by the next sweep.
+        await self._maybe_vacuum()
+
+    async def _maybe_vacuum(self) -> None:
+        """Start a background VACUUM of the outbox when the purges left more dead row versions
+        than live ones (never two at once; dispatch goes on meanwhile)."""
+        if self._vacuum is not None and not self._vacuum.done():
+            return
+        live, dead = await self._dispatcher.store.dead_tuples()
+        if self.retention.needs_vacuum(live, dead):
+            self._vacuum = asyncio.create_task(self._vacuum_outbox(dead))
+
+    async def _vacuum_outbox(self, dead: int) -> None:
+        started = time.monotonic()
+        try:
+            await self._dispatcher.store.vacuum()
+        except Exception as exc:
+            _log.warning("outbox_vacuum_failed", error=type(exc).__name__)
+            return
+        self.vacuums += 1
+        _log.info(
+            "outbox_vacuumed", dead=dead, duration_ms=round((time.monotonic() - started) * 1000)
+        )
 
     def _on_notify(self, *_: object) -> None:
         self._wake.set()

@@ -104,6 +104,15 @@ WHERE id IN (
     LIMIT $2
 );
 
+-- name: dead_tuples
+-- Live and dead row versions as the statistics see them (kept with autovacuum off too).
+SELECT coalesce(n_live_tup, 0) AS live, coalesce(n_dead_tup, 0) AS dead
+FROM pg_stat_user_tables WHERE relid = 'messenger.realtime_outbox'::regclass;
+
+-- name: vacuum
+-- Plain VACUUM: takes no lock that blocks reads or writes; makes the purged space reusable.
+VACUUM messenger.realtime_outbox;
+
 -- name: pending_count
 SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Pending';
 

@@ -179,6 +179,16 @@ class OutboxStore:
             status = await self._pool.execute(QUERIES["purge_done"], id_floor(cutoff), limit)
         return int(status.rsplit(" ", 1)[1])
 
+    async def dead_tuples(self) -> tuple[int, int]:
+        """(live, dead) row versions of the outbox, from the statistics."""
+        async with translate_errors():
+            record = await self._pool.fetchrow(QUERIES["dead_tuples"])
+        return (0, 0) if record is None else (int(record["live"]), int(record["dead"]))
+
+    async def vacuum(self) -> None:
+        async with translate_errors():
+            await self._pool.execute(QUERIES["vacuum"])
+
     async def pending_count(self) -> int:
         async with translate_errors():
             return int(await self._pool.fetchval(QUERIES["pending_count"]))
