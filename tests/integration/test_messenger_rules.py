@@ -324,6 +324,26 @@ async def test_read_marks_only_move_forward(pool: asyncpg.Pool) -> None:
         assert await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=3)
 
 
+async def reaper_turns(
+    pool: asyncpg.Pool, reaper: CallTimeoutReaper, call: UUID, status: str
+) -> None:
+    """The periodic task, left to itself, brings ``call`` to ``status``."""
+    task = asyncio.create_task(reaper.run())
+    try:
+        for _ in range(100):
+            now = await pool.fetchval(
+                "SELECT status FROM messenger.call_sessions WHERE id = $1", call
+            )
+            if now == status:
+                break
+            await asyncio.sleep(0.02)
+        assert now == status
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.Pool) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
@@ -353,20 +373,7 @@ async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.P
         "UPDATE messenger.call_sessions SET created_at = now() - interval '1 hour' WHERE id = $1",
         fresh,
     )
-    task = asyncio.create_task(reaper.run())
-    try:
-        for _ in range(100):
-            status = await pool.fetchval(
-                "SELECT status FROM messenger.call_sessions WHERE id = $1", fresh
-            )
-            if status == "Missed":
-                break
-            await asyncio.sleep(0.02)
-        assert status == "Missed"
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await reaper_turns(pool, reaper, fresh, "Missed")
 
 
 async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
@@ -408,20 +415,7 @@ async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
         "UPDATE messenger.call_sessions SET answered_at = now() - interval '2 hours' WHERE id = $1",
         live,
     )
-    task = asyncio.create_task(reaper.run())
-    try:
-        for _ in range(100):
-            status = await pool.fetchval(
-                "SELECT status FROM messenger.call_sessions WHERE id = $1", live
-            )
-            if status == "Ended":
-                break
-            await asyncio.sleep(0.02)
-        assert status == "Ended"
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await reaper_turns(pool, reaper, live, "Ended")
 
 
 async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.Pool) -> None:

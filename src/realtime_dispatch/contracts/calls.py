@@ -18,6 +18,7 @@ import asyncpg
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.builder import BuildResults, RowIntent
+from realtime_dispatch.contracts.conferences import ConferencePayloadBuilder
 from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
 from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_session
 from realtime_dispatch.database import DbConnection
@@ -94,12 +95,8 @@ class GroupCallPayloadBuilder(RefProjectionBuilder):
     conference, pushed to its chat."""
 
     kinds = frozenset({K.CALL_INVITED, K.CALL_ENDED})
-    entity = "Conference"
-    sql = """
-    SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at,
-           ended_by_user_id
-    FROM messenger.conference_sessions WHERE id = ANY($1::uuid[])
-    """
+    entity = ConferencePayloadBuilder.entity
+    sql = ConferencePayloadBuilder.sql  # the same projection of the conference
 
     def __init__(self, minter: MediaMinter) -> None:
         self.minter = minter
