@@ -5,6 +5,8 @@
     RealtimeDispatchError
     ├── ConfigurationError            invalid settings; the process stops with one line
     ├── IntentError                   an owner asked to enqueue an intent that cannot be valid
+    ├── TargetGone                    the row's target no longer exists (its chat was deleted):
+    │                                 nothing to deliver and nothing wrong; Done with the reason
     ├── TransientError                worth retrying after backoff; the row stays Pending
     │   ├── HubUnavailable            hub / backplane / HTTP push target down, 5xx, timeout
     │   └── DatabaseUnavailable       PostgreSQL connection lost or refused
@@ -48,6 +50,13 @@ class IntentError(RealtimeDispatchError, ValueError):
     """An outbox intent is malformed (wrong ids for its kind, bad target)."""
 
     code = "InvalidIntent"
+
+
+class TargetGone(RealtimeDispatchError):
+    """The row's audience is gone (a deleted chat took its messages and sessions with it): not
+    poison, so no quarantine and no alert; the row is Done with this as its recorded reason."""
+
+    code = "TargetGone"
 
 
 class TransientError(RealtimeDispatchError):

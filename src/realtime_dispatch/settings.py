@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     media_turn_secret: SecretStr | None = None
     media_token_ttl: float = Field(default=120.0, gt=0)
 
+    # The call-timeout reaper (``serve``): a ringing call becomes Missed after the ring timeout;
+    # an answered call still Active after the maximum duration becomes Ended.
+    call_ring_timeout: float = Field(default=45.0, gt=0, allow_inf_nan=False)
+    call_max_duration: float = Field(default=4 * 3600.0, gt=0, allow_inf_nan=False)
+
     @model_validator(mode="before")
     @classmethod
     def _csv_lists(cls, data: Any) -> Any:
@@ -142,6 +147,8 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("log_level: must be one of debug, info, warning, error")
+        if self.call_max_duration <= self.call_ring_timeout:
+            raise ValueError("call_max_duration: must be above REALTIME_CALL_RING_TIMEOUT")
         if self.backplane_enabled and self.backplane == "none":
             raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
         if self.backplane_mode != "none" and self.redis_url is None:

@@ -23,6 +23,8 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_DISPATCH_POLLING_INTERVAL", "soon", "worker"),
         ("REALTIME_DISPATCH_MAX_RUN_DURATION", "45", "worker"),
         ("REALTIME_DISPATCH_BACKOFF_FACTOR", "0.1", "migrate"),
+        ("REALTIME_CALL_RING_TIMEOUT", "0", "serve"),
+        ("REALTIME_CALL_MAX_DURATION", "forever", "serve"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from realtime_dispatch.messenger import commands
+from realtime_dispatch.messenger import commands, conferences
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_due, make_stack, new_chat, row, send
 
@@ -140,6 +140,42 @@ async def test_missing_reference_is_quarantined_at_once(pool: asyncpg.Pool) -> N
     assert (r["status"], r["attempts"]) == ("Quarantined", 1)
     assert r["last_error"] == "PayloadBuildError:MessageNotFound: referenced message does not exist"
     assert len(stack.alerts.events) == 1
+
+
+async def test_rows_of_a_deleted_chat_are_done_with_a_reason_and_no_alert(
+    pool: asyncpg.Pool,
+) -> None:
+    chat, sender = await new_chat(pool)
+    kept_chat, kept_sender = await new_chat(pool)
+    gone = [await send(pool, chat, sender, f"m{i}") for i in range(3)]
+    async with pool.acquire() as conn:
+        conference = await conferences.start_conference(conn, chat_id=chat, actor=sender)
+    kept = await send(pool, kept_chat, kept_sender)
+    # Deleting the chat cascades its messages and conference away; the rows stay Pending.
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", chat)
+    stack = make_stack(pool)
+
+    report = await stack.dispatcher.run_pass()
+
+    assert (report.dispatched, report.target_gone, report.quarantined) == (1, 4, 0)
+    assert [p.group for p in stack.publisher.pushes] == [f"chat:{kept_chat}"]
+    for sent in gone:
+        r = await row(pool, sent.outbox_id)
+        assert (r["status"], r["last_error"]) == (
+            "Done",
+            "TargetGone:ChatGone: the target chat no longer exists",
+        )
+    started = await pool.fetchrow(
+        "SELECT status, last_error FROM messenger.realtime_outbox WHERE ref_id = $1", conference
+    )
+    assert started["status"] == "Done"
+    assert "ChatGone" in started["last_error"]
+    assert (await row(pool, kept.outbox_id))["status"] == "Done"
+    assert stack.alerts.events == []
+    assert stack.counter("messenger_realtime_target_gone") == 3
+    assert stack.counter("messenger_realtime_target_gone", "ConferenceStarted") == 1
+    assert stack.counter("messenger_realtime_quarantined") == 0
+    assert stack.counter("messenger_realtime_dispatched") == 1
 
 
 async def test_a_failing_row_never_affects_its_neighbours(pool: asyncpg.Pool) -> None:

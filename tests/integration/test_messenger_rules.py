@@ -21,7 +21,11 @@ from realtime_dispatch.messenger import (
     recordings,
 )
 from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
-from realtime_dispatch.messenger.reaper import CallTimeoutReaper, reap_unanswered_calls
+from realtime_dispatch.messenger.reaper import (
+    CallTimeoutReaper,
+    reap_overlong_calls,
+    reap_unanswered_calls,
+)
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.support import make_stack
 
@@ -320,6 +324,26 @@ async def test_read_marks_only_move_forward(pool: asyncpg.Pool) -> None:
         assert await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=3)
 
 
+async def reaper_turns(
+    pool: asyncpg.Pool, reaper: CallTimeoutReaper, call: UUID, status: str
+) -> None:
+    """The periodic task, left to itself, brings ``call`` to ``status``."""
+    task = asyncio.create_task(reaper.run())
+    try:
+        for _ in range(100):
+            now = await pool.fetchval(
+                "SELECT status FROM messenger.call_sessions WHERE id = $1", call
+            )
+            if now == status:
+                break
+            await asyncio.sleep(0.02)
+        assert now == status
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.Pool) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
@@ -349,20 +373,49 @@ async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.P
         "UPDATE messenger.call_sessions SET created_at = now() - interval '1 hour' WHERE id = $1",
         fresh,
     )
-    task = asyncio.create_task(reaper.run())
-    try:
-        for _ in range(100):
-            status = await pool.fetchval(
-                "SELECT status FROM messenger.call_sessions WHERE id = $1", fresh
-            )
-            if status == "Missed":
-                break
-            await asyncio.sleep(0.02)
-        assert status == "Missed"
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await reaper_turns(pool, reaper, fresh, "Missed")
+
+
+async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
+    pool: asyncpg.Pool,
+) -> None:
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        stale = await calls.start_call(conn, caller=alice, callee=bob)
+        await calls.answer_call(conn, call_id=stale, actor=bob)
+        await conn.execute(
+            "UPDATE messenger.call_sessions SET created_at = now() - interval '2 hours',"
+            " answered_at = now() - interval '2 hours'"
+        )
+        live = await calls.start_call(conn, caller=carol, callee=bob)
+        await calls.answer_call(conn, call_id=live, actor=bob)
+        ringing = await calls.start_call(conn, caller=carol, callee=alice)
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    reaper = CallTimeoutReaper(pool, ring_timeout=45, max_duration=3600, interval=0.05)
+    assert await reaper.sweep_overlong() == [stale]
+    statuses = dict(await pool.fetch("SELECT id, status FROM messenger.call_sessions"))
+    assert statuses == {stale: "Ended", live: "Active", ringing: "Ringing"}
+    ended = await pool.fetch(
+        "SELECT target_user_id FROM messenger.realtime_outbox WHERE kind = 'CallEnded'"
+    )
+    assert {r["target_user_id"] for r in ended} == {alice, bob}
+    # The CallEnded rows are delivered to both parties: ended by nobody.
+    stack = make_stack(pool)
+    assert (await stack.dispatcher.run_pass()).dispatched == 2
+    assert {p.group for p in stack.publisher.pushes} == {f"user:{alice}", f"user:{bob}"}
+    for push in stack.publisher.pushes:
+        assert push.target == "call_ended"
+        assert "endedByUserId" not in push.payload
+    async with pool.acquire() as conn:
+        assert await reap_overlong_calls(conn, max_duration=3600) == []
+        with pytest.raises(Conflict):  # an ended call cannot be ended again
+            await calls.end_call(conn, call_id=stale, actor=alice)
+    # The periodic task ends them on its own too.
+    await pool.execute(
+        "UPDATE messenger.call_sessions SET answered_at = now() - interval '2 hours' WHERE id = $1",
+        live,
+    )
+    await reaper_turns(pool, reaper, live, "Ended")
 
 
 async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.Pool) -> None:

@@ -246,3 +246,42 @@ async def send_with_retry(pool: asyncpg.Pool, chat, sender) -> None:  # type: ig
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+async def test_retention_keeps_up_beyond_the_old_fixed_quota(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """30,000 expired Done rows: the old quota (20 × 1,000 per minute) left 10,000 for the next
+    minute; the adaptive sweep removes them all within seconds, and leaves young Done rows and
+    Pending ones alone."""
+    await pool.execute(
+        "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id,"
+        " status) SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User',"
+        " gen_random_uuid(), gen_random_uuid(), 'Done' FROM generate_series(1, 30000)"
+    )
+    await asyncio.sleep(1.2)  # older than the retention below
+    chat, sender = await new_chat(pool)
+    pending = await send(pool, chat, sender)
+    await pool.execute(
+        "UPDATE messenger.realtime_outbox SET next_attempt_at = now() + interval '1 hour'"
+        " WHERE id = $1",
+        pending.outbox_id,
+    )
+    stack = make_stack(pool, retention_done=1.0, polling_interval=0.05)
+    started = time.monotonic()
+    async with running(stack, database_url) as runner:
+        runner.retention.vacuum_min_dead = 1000
+
+        async def purged() -> bool:
+            return await done_count(pool) == 0
+
+        await wait_until(purged, within=20)
+        elapsed = time.monotonic() - started
+        assert runner.retention.batch > 1000  # fast deletes grew the batch
+        # The purged versions outnumber the live ones: the runner vacuums (in the background).
+        await wait_until(lambda: runner.vacuums >= 1, within=20)
+    assert elapsed < 20  # the old quota needed a second sweep, 60 s later
+    purged_total = stack.metrics.registry.get_sample_value("messenger_realtime_purged_total")
+    assert (purged_total or 0) >= 30000
+    left = await pool.fetch("SELECT id, status FROM messenger.realtime_outbox")
+    assert [(r["id"], r["status"]) for r in left] == [(pending.outbox_id, "Pending")]

@@ -1,10 +1,17 @@
-from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
+from realtime_dispatch.dispatch.outcome import (
+    Decision,
+    Verdict,
+    decide,
+    exhausted_before_push,
+    verdict_label,
+)
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     HubUnavailable,
     PayloadBuildError,
     PushRejected,
     RealtimeDispatchError,
+    TargetGone,
 )
 
 
@@ -43,3 +50,9 @@ def test_last_error_fits_column() -> None:
 def test_exhausted_before_push() -> None:
     assert not exhausted_before_push(8, 8)
     assert exhausted_before_push(9, 8)
+
+
+def test_a_gone_target_is_done_with_its_reason_never_quarantined() -> None:
+    d = decide(TargetGone("chat deleted", code="ChatGone"), attempts=8, max_attempts=8)
+    assert d == Decision(Verdict.GONE, "TargetGone:ChatGone: chat deleted")
+    assert verdict_label(d.verdict) == "target_gone"

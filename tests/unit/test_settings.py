@@ -60,3 +60,19 @@ def test_secrets_are_masked_in_repr() -> None:
 def test_turn_urls_are_a_comma_list() -> None:
     s = load_settings(media_turn_urls="turn:a:3478, turns:b:5349")
     assert s.media_options().turn_urls == ("turn:a:3478", "turns:b:5349")
+
+
+def test_call_timeouts_default_and_validate() -> None:
+    s = load_settings(_env_file=None)
+    assert (s.call_ring_timeout, s.call_max_duration) == (45, 4 * 3600)
+    bad: list[tuple[dict[str, object], str]] = [
+        ({"call_ring_timeout": 0}, "REALTIME_CALL_RING_TIMEOUT"),
+        ({"call_ring_timeout": "soon"}, "REALTIME_CALL_RING_TIMEOUT"),
+        ({"call_ring_timeout": "inf"}, "REALTIME_CALL_RING_TIMEOUT"),
+        ({"call_max_duration": -1}, "REALTIME_CALL_MAX_DURATION"),
+        ({"call_max_duration": 30, "call_ring_timeout": 45}, "REALTIME_CALL_MAX_DURATION"),
+    ]
+    for overrides, variable in bad:
+        with pytest.raises(ConfigurationError) as info:
+            load_settings(**overrides)
+        assert info.value.variable == variable, overrides

@@ -55,11 +55,13 @@ async def _maybe_dispatcher(
 
 @contextlib.asynccontextmanager
 async def call_reaper(
-    pool: asyncpg.Pool, on_failure: Callable[[], None]
+    pool: asyncpg.Pool, on_failure: Callable[[], None], settings: Settings
 ) -> AsyncIterator[CallTimeoutReaper]:
     """Run the call-timeout reaper for the duration of the block; if it dies, log it and call
     ``on_failure`` (the server stops and exits non-zero) rather than limp on without it."""
-    reaper = CallTimeoutReaper(pool)
+    reaper = CallTimeoutReaper(
+        pool, ring_timeout=settings.call_ring_timeout, max_duration=settings.call_max_duration
+    )
     task = asyncio.create_task(reaper.run(), name="call-timeout-reaper")
 
     def done(t: asyncio.Task[None]) -> None:
@@ -107,7 +109,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                     reaper_failed = True
                     server.should_exit = True
 
-                async with call_reaper(pool, stop_on_reaper_failure):
+                async with call_reaper(pool, stop_on_reaper_failure, settings):
                     lines = [
                         f"realtime-dispatch: listening on http://{host}:{port}"
                         f" (demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"

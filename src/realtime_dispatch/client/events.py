@@ -21,6 +21,8 @@ from realtime_dispatch.contracts.calls import (
     CallEnded,
     CallInvited,
     CallMissed,
+    GroupCallEnded,
+    GroupCallInvited,
 )
 from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
 from realtime_dispatch.contracts.conferences import (
@@ -76,6 +78,11 @@ MODELS: Mapping[Kind, type[Contract]] = {
     Kind.SCREEN_SHARE_STOPPED: ScreenShareStopped,
     Kind.BLACKLIST_CHANGED: BlacklistChanged,
 }
+# The group (``session_kind = Conference``) shape of an event, tried when the 1:1 one fails.
+GROUP_MODELS: Mapping[str, type[Contract]] = {
+    Kind.CALL_INVITED.event_name: GroupCallInvited,
+    Kind.CALL_ENDED.event_name: GroupCallEnded,
+}
 BY_EVENT_NAME: Mapping[str, type[Contract]] = {k.event_name: m for k, m in MODELS.items()}
 EVENT_NAME: Mapping[type[Contract], str] = {m: k.event_name for k, m in MODELS.items()}
 
@@ -84,7 +91,7 @@ def _wire_names(model: type[Contract]) -> frozenset[str]:
     return frozenset(field.alias or name for name, field in model.model_fields.items())
 
 
-_KNOWN_FIELDS = {model: _wire_names(model) for model in MODELS.values()}
+_KNOWN_FIELDS = {model: _wire_names(model) for model in (*MODELS.values(), *GROUP_MODELS.values())}
 
 
 def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
@@ -94,6 +101,9 @@ def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
         return None
     if len(arguments) != 1 or not isinstance(arguments[0], dict):
         raise HubProtocolError(f"{target}: expected one object argument")
+    group = GROUP_MODELS.get(target)
+    if group is not None and "conferenceId" in arguments[0]:
+        model = group
     known = _KNOWN_FIELDS[model]
     payload = {k: v for k, v in arguments[0].items() if k in known}
     try:
@@ -122,6 +132,8 @@ __all__ = [
     "ContactRemoved",
     "ContactRequestAccepted",
     "ContactRequestReceived",
+    "GroupCallEnded",
+    "GroupCallInvited",
     "MessageDeleted",
     "MessageEdited",
     "MessageReceived",

@@ -15,7 +15,12 @@ from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.publisher import Push
-from realtime_dispatch.errors import IntentError, PayloadBuildError, RealtimeDispatchError
+from realtime_dispatch.errors import (
+    IntentError,
+    PayloadBuildError,
+    RealtimeDispatchError,
+    TargetGone,
+)
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
 
 BuildResults: TypeAlias = dict[UUID, Push | RealtimeDispatchError]
@@ -70,4 +75,32 @@ class CompositePayloadBuilder:
                 results[item.row.id] = built.get(
                     item.row.id, PayloadBuildError("builder returned nothing", code="NotBuilt")
                 )
+        await _mark_gone_targets(conn, rows, results)
         return results
+
+
+_CHATS_SQL = "SELECT id FROM messenger.chats WHERE id = ANY($1::uuid[])"
+
+
+async def _mark_gone_targets(
+    conn: DbConnection, rows: Sequence[ClaimedRow], results: BuildResults
+) -> None:
+    """A row whose entity is missing because its chat was deleted (the cascade took the entity)
+    is not a defect: turn its not-found error into :class:`TargetGone`. One query, and only
+    when some row of the batch is not found."""
+    missing: dict[UUID, UUID] = {}
+    for row in rows:
+        result = results.get(row.id)
+        if (
+            row.chat_id is not None
+            and isinstance(result, PayloadBuildError)
+            and result.code.endswith("NotFound")
+        ):
+            missing[row.id] = row.chat_id
+    if not missing:
+        return
+    chat_ids = list(set(missing.values()))
+    alive = {r["id"] for r in await conn.fetch(_CHATS_SQL, chat_ids)}
+    for row_id, chat_id in missing.items():
+        if chat_id not in alive:
+            results[row_id] = TargetGone("the target chat no longer exists", code="ChatGone")

@@ -1,16 +1,27 @@
-"""1:1 call payloads (``session_kind = Direct``, to ``user:{targetUserId}``, a party of the
-call). ``call_invited`` carries the media join minted for the receiving party."""
+"""Call payloads. The row's session kind picks the shape (spec: "SessionKind payload"):
+
+* ``Direct``: the 1:1 contract, to ``user:{targetUserId}`` (a party of the call); ``ref_id`` is
+  the call; ``call_invited`` carries the media join minted for the receiving party.
+* ``Conference``: the group contract, to ``chat:{chatId}``; ``ref_id`` is the conference the
+  group call runs in. Only ``call_invited`` and ``call_ended`` have this shape (answering,
+  declining, missing and cancelling are between two parties); ``call_invited`` carries the
+  media join minted for the chat.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
 from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.builder import BuildResults, RowIntent
+from realtime_dispatch.contracts.conferences import ConferencePayloadBuilder
 from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
 from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_session
+from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.publisher import JsonObject
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
 
@@ -50,6 +61,26 @@ class CallEnded(_CallEvent):
     ended_at: datetime
 
 
+class GroupCallInvited(Contract):
+    """``call_invited`` of a group call: one payload for every member of the chat."""
+
+    call_id: UUID
+    conference_id: UUID
+    chat_id: UUID
+    room_name: str
+    started_by_user_id: UUID
+    invited_at: datetime
+    media: MediaJoin | None = None
+
+
+class GroupCallEnded(Contract):
+    call_id: UUID
+    conference_id: UUID
+    chat_id: UUID
+    ended_by_user_id: UUID | None = None
+    ended_at: datetime
+
+
 # Terminal kinds: the status the call must be in, and the payload model.
 _TERMINAL: dict[RealtimeDispatchKind, tuple[str, type[_CallEvent], str]] = {
     K.CALL_DECLINED: ("Declined", CallDeclined, "declined_at"),
@@ -59,7 +90,43 @@ _TERMINAL: dict[RealtimeDispatchKind, tuple[str, type[_CallEvent], str]] = {
 _LIVE = frozenset({"Ringing", "Active"})
 
 
+class GroupCallPayloadBuilder(RefProjectionBuilder):
+    """The ``Conference`` shape of ``CallInvited`` / ``CallEnded``: ``ref_id`` = the
+    conference, pushed to its chat."""
+
+    kinds = frozenset({K.CALL_INVITED, K.CALL_ENDED})
+    entity = ConferencePayloadBuilder.entity
+    sql = ConferencePayloadBuilder.sql  # the same projection of the conference
+
+    def __init__(self, minter: MediaMinter) -> None:
+        self.minter = minter
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require(intent.kind in self.kinds, f"{intent.kind} is 1:1 only", "BadSessionKind")
+        require_session(intent, record, expected=SessionKind.CONFERENCE)
+        ids = {"call_id": record["id"], "conference_id": record["id"], "chat_id": record["chat_id"]}
+        if intent.kind is K.CALL_INVITED:
+            media = (
+                self.minter.mint(record["room_name"], chat_id=record["chat_id"])
+                if record["status"] == "Active"
+                else None
+            )
+            return GroupCallInvited(
+                **ids,
+                room_name=record["room_name"],
+                started_by_user_id=record["started_by_user_id"],
+                invited_at=record["started_at"],
+                media=media,
+            ).wire()
+        require(record["status"] == "Ended", "call has not ended", "NotEnded")
+        return GroupCallEnded(
+            **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
+        ).wire()
+
+
 class CallPayloadBuilder(RefProjectionBuilder):
+    """Every call kind; ``Conference`` rows are handed to :class:`GroupCallPayloadBuilder`."""
+
     kinds = frozenset(
         {
             K.CALL_INVITED,
@@ -79,6 +146,15 @@ class CallPayloadBuilder(RefProjectionBuilder):
 
     def __init__(self, minter: MediaMinter) -> None:
         self.minter = minter
+        self.group = GroupCallPayloadBuilder(minter)
+
+    async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        group = [i for i in items if i.intent.session_kind is SessionKind.CONFERENCE]
+        direct = [i for i in items if i.intent.session_kind is not SessionKind.CONFERENCE]
+        results = await super().build(conn, direct) if direct else {}
+        if group:
+            results.update(await self.group.build(conn, group))
+        return results
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
         require_session(intent, record, expected=SessionKind.DIRECT)

@@ -1,6 +1,9 @@
 """Conference payloads (``session_kind = Conference``, to ``chat:{chatId}`` of the conference's
 own chat). ``conference_started`` and ``conference_invited`` carry the media join, minted for
-the chat while the conference is live."""
+the chat while the conference is live.
+
+``conference_invited`` also has the ``Direct`` shape: a personal invitation to
+``user:{invitedUserId}`` (only the invited user), with the media join minted for that user."""
 
 from __future__ import annotations
 
@@ -11,7 +14,12 @@ import asyncpg
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
-from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_session
+from realtime_dispatch.contracts.projection import (
+    RefProjectionBuilder,
+    require,
+    require_session,
+    require_user,
+)
 from realtime_dispatch.dispatch.publisher import JsonObject
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
 
@@ -115,7 +123,11 @@ class RosterPayloadBuilder(RefProjectionBuilder):
         self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        require_session(intent, record, expected=SessionKind.CONFERENCE)
+        personal = intent.kind is K.CONFERENCE_INVITED and intent.session_kind is SessionKind.DIRECT
+        if personal:
+            require_user(intent, record["user_id"])  # the invited user only
+        else:
+            require_session(intent, record, expected=SessionKind.CONFERENCE)
         ids = {
             "conference_id": record["conference_id"],
             "chat_id": record["chat_id"],
@@ -123,15 +135,20 @@ class RosterPayloadBuilder(RefProjectionBuilder):
         if intent.kind is K.CONFERENCE_INVITED:
             require(record["invited_at"] is not None, "user was not invited", "NotInvited")
             live = record["conference_status"] == "Active"
+            media = None
+            if live:
+                media = (
+                    self.minter.mint(record["room_name"], user_id=record["user_id"])
+                    if personal
+                    else self.minter.mint(record["room_name"], chat_id=record["chat_id"])
+                )
             return ConferenceInvited(
                 **ids,
                 room_name=record["room_name"],
                 invited_user_id=record["user_id"],
                 invited_by_user_id=record["invited_by_user_id"],
                 invited_at=record["invited_at"],
-                media=self.minter.mint(record["room_name"], chat_id=record["chat_id"])
-                if live
-                else None,
+                media=media,
             ).wire()
         if intent.kind is K.CONFERENCE_PARTICIPANT_JOINED:
             require(record["joined_at"] is not None, "user never joined", "NotJoined")

@@ -75,6 +75,7 @@ class PassReport:
     dispatched: int = 0
     retried: int = 0
     quarantined: int = 0
+    target_gone: int = 0
     released: int = 0
     stopped: bool = False
     lost_lock: bool = False
@@ -374,6 +375,7 @@ class Dispatcher:
         done: list[tuple[UUID, int]] = []
         retry: list[tuple[UUID, int, str]] = []
         quarantine: list[tuple[UUID, int, str]] = []
+        gone: list[tuple[UUID, int, str]] = []
         by_id = {row.id: row for row in rows}
         debug = _log.is_enabled_for(logging.DEBUG)
         for row in rows:
@@ -407,10 +409,14 @@ class Dispatcher:
                     attempts=row.attempts,
                     error_code=errors[row.id].code,
                 )
+            elif decision.verdict is Verdict.GONE:
+                gone.append((row.id, row.row_version, decision.last_error or ""))
             else:
                 quarantine.append((row.id, row.row_version, decision.last_error or ""))
         # Runs as a task of InFlight: it completes even if the pass is stopped or cancelled.
-        written = await self._store.write_outcomes(Outcomes(done, retry, quarantine), conn=conn)
+        written = await self._store.write_outcomes(
+            Outcomes(done, retry, quarantine, gone), conn=conn
+        )
         flight.discard(rows)
         for kind, count in Counter(by_id[row_id].kind for row_id, _ in done).items():
             self._metrics.dispatched.labels(kind).inc(count)
@@ -422,6 +428,9 @@ class Dispatcher:
         report.dispatched += len(written.done_lags)
         report.retried += written.retried
         report.quarantined += len(written.quarantined)
+        report.target_gone += len(written.gone)
+        for kind, count in Counter(by_id[row_id].kind for row_id in written.gone).items():
+            self._metrics.target_gone.labels(kind).inc(count)
         for row_id in written.quarantined:
             row = by_id[row_id]
             self._metrics.quarantined.labels(row.kind).inc()

@@ -40,6 +40,12 @@ class DispatchMetrics:
             ["kind"],
             registry=registry,
         )
+        self.target_gone = Counter(
+            "messenger_realtime_target_gone",
+            "Rows marked Done without a push because their target no longer exists.",
+            ["kind"],
+            registry=registry,
+        )
         self.passes = Counter(
             "messenger_realtime_passes",
             "Dispatcher passes by result (ran, skipped_locked, failed).",

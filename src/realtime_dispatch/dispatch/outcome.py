@@ -6,13 +6,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import assert_never
 
-from realtime_dispatch.errors import PermanentError, RealtimeDispatchError, TransientError
+from realtime_dispatch.errors import (
+    PermanentError,
+    RealtimeDispatchError,
+    TargetGone,
+    TransientError,
+)
 
 
 class Verdict(Enum):
     DONE = "done"
     RETRY = "retry"
     QUARANTINE = "quarantine"
+    GONE = "gone"  # Done without a push: the target no longer exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,8 @@ def decide(error: RealtimeDispatchError | None, *, attempts: int, max_attempts: 
     if error is None:
         return Decision(Verdict.DONE, None)
     described = error.describe()
+    if isinstance(error, TargetGone):
+        return Decision(Verdict.GONE, described)
     if isinstance(error, PermanentError):
         return Decision(Verdict.QUARANTINE, described)
     if isinstance(error, TransientError):
@@ -52,5 +60,7 @@ def verdict_label(verdict: Verdict) -> str:
             return "retried"
         case Verdict.QUARANTINE:
             return "quarantined"
+        case Verdict.GONE:
+            return "target_gone"
         case _:
             assert_never(verdict)

@@ -27,6 +27,7 @@ import structlog
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.retention import RetentionPolicy
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import translate_errors
@@ -34,9 +35,7 @@ from realtime_dispatch.outbox.store import translate_errors
 _log = structlog.get_logger(__name__)
 
 CHANNEL = "realtime_outbox"
-RETENTION_EVERY = 60.0  # seconds between retention sweeps
-RETENTION_BATCH = 1000
-RETENTION_MAX_BATCHES = 20
+RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up (at most)
 PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 
 Connect = Callable[[], Awaitable[Any]]
@@ -60,7 +59,11 @@ class DispatchRunner:
         self._stop = asyncio.Event()
         self._flag_idle: bool | None = None  # what we last wrote to the idle flag
         self._partition = dispatcher.partition
-        self._last_retention = 0.0
+        # A short retention is swept more often, so the table holds at most ~1.25 × its rows.
+        every = min(RETENTION_EVERY, max(1.0, self._options.retention_done / 4))
+        self.retention = RetentionPolicy(every=every)
+        self.vacuums = 0
+        self._vacuum: asyncio.Task[None] | None = None
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
@@ -94,6 +97,10 @@ class DispatchRunner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._options.polling_interval)
         finally:
+            if self._vacuum is not None:
+                self._vacuum.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._vacuum
             await self._close_connection()
             _log.info("dispatcher_stopped")
 
@@ -203,21 +210,55 @@ class DispatchRunner:
         self._metrics.pending.set(await self._dispatcher.store.pending_count())
 
     async def _maybe_retention(self) -> None:
-        now = time.monotonic()
-        if now - self._last_retention < RETENTION_EVERY:
+        """Delete old Done rows in adaptive batches, within the policy's time budget."""
+        policy = self.retention
+        started = time.monotonic()
+        if not policy.due(started):
             return
-        self._last_retention = now
+        deadline = started + policy.budget(started)
         total = 0
-        for _ in range(RETENTION_MAX_BATCHES):
+        caught_up = False
+        while not self._stop.is_set():
+            limit = policy.batch
+            t0 = time.monotonic()
             deleted = await self._dispatcher.store.purge_done(
-                older_than=self._options.retention_done, limit=RETENTION_BATCH
+                older_than=self._options.retention_done, limit=limit
             )
+            now = time.monotonic()
+            policy.observe(limit, deleted, now - t0)
             total += deleted
-            if deleted < RETENTION_BATCH or self._stop.is_set():
+            if deleted < limit:
+                caught_up = True
                 break
+            if now >= deadline:
+                break
+        policy.finish(time.monotonic(), caught_up=caught_up)
         if total:
             self._metrics.purged.inc(total)
             _log.info("retention_purged", rows=total)
+        # The statistics may show this sweep's dead versions only by the next sweep.
+        await self._maybe_vacuum()
+
+    async def _maybe_vacuum(self) -> None:
+        """Start a background VACUUM of the outbox when the purges left more dead row versions
+        than live ones (never two at once; dispatch goes on meanwhile)."""
+        if self._vacuum is not None and not self._vacuum.done():
+            return
+        live, dead = await self._dispatcher.store.dead_tuples()
+        if self.retention.needs_vacuum(live, dead):
+            self._vacuum = asyncio.create_task(self._vacuum_outbox(dead))
+
+    async def _vacuum_outbox(self, dead: int) -> None:
+        started = time.monotonic()
+        try:
+            await self._dispatcher.store.vacuum()
+        except Exception as exc:
+            _log.warning("outbox_vacuum_failed", error=type(exc).__name__)
+            return
+        self.vacuums += 1
+        _log.info(
+            "outbox_vacuumed", dead=dead, duration_ms=round((time.monotonic() - started) * 1000)
+        )
 
     def _on_notify(self, *_: object) -> None:
         self._wake.set()

@@ -42,6 +42,15 @@ FROM unnest($1::uuid[], $2::int[]) AS t(id, row_version)
 WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
 RETURNING o.id, extract(epoch FROM clock_timestamp() - o.created_at)::float8 AS lag;
 
+-- name: mark_gone
+-- Done without a push, the target being gone ($3 reasons): no lag is observed for these.
+UPDATE messenger.realtime_outbox AS o
+SET status = 'Done', last_error = t.last_error, updated_at = now(),
+    row_version = o.row_version + 1
+FROM unnest($1::uuid[], $2::int[], $3::text[]) AS t(id, row_version, last_error)
+WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
+RETURNING o.id;
+
 -- name: mark_retry
 -- Keep Pending (the backoff was set at claim); record why ($3 errors).
 UPDATE messenger.realtime_outbox AS o
@@ -98,6 +107,15 @@ WHERE id IN (
     ORDER BY id
     LIMIT $2
 );
+
+-- name: dead_tuples
+-- Live and dead row versions as the statistics see them (kept with autovacuum off too).
+SELECT coalesce(n_live_tup, 0) AS live, coalesce(n_dead_tup, 0) AS dead
+FROM pg_stat_user_tables WHERE relid = 'messenger.realtime_outbox'::regclass;
+
+-- name: vacuum
+-- Plain VACUUM: takes no lock that blocks reads or writes; makes the purged space reusable.
+VACUUM messenger.realtime_outbox;
 
 -- name: pending_count
 SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Pending';

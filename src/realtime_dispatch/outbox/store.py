@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -40,6 +40,7 @@ class Outcomes:
     done: Sequence[tuple[UUID, int]] = ()
     retry: Sequence[tuple[UUID, int, str]] = ()
     quarantine: Sequence[tuple[UUID, int, str]] = ()
+    gone: Sequence[tuple[UUID, int, str]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class WrittenOutcomes:
     done_lags: Sequence[float]
     retried: int
     quarantined: set[UUID]
+    gone: set[UUID] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ class OutboxStore:
                 return await self._write_outcomes(pooled, outcomes)
 
     async def _write_outcomes(self, conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
-        parts = sum(map(bool, (outcomes.done, outcomes.retry, outcomes.quarantine)))
+        parts = sum(map(bool, (outcomes.done, outcomes.retry, outcomes.quarantine, outcomes.gone)))
         if parts > 1:
             async with conn.transaction():
                 return await self._outcome_statements(conn, outcomes)
@@ -146,7 +148,14 @@ class OutboxStore:
                 QUERIES["mark_quarantined"], list(ids), list(versions), list(errors)
             )
             quarantined = {r["id"] for r in records}
-        return WrittenOutcomes(lags, retried, quarantined)
+        gone: set[UUID] = set()
+        if outcomes.gone:
+            ids, versions, errors = zip(*outcomes.gone, strict=True)
+            records = await conn.fetch(
+                QUERIES["mark_gone"], list(ids), list(versions), list(errors)
+            )
+            gone = {r["id"] for r in records}
+        return WrittenOutcomes(lags, retried, quarantined, gone)
 
     async def release(self, rows: Sequence[ClaimedRow], *, conn: DbConnection | None = None) -> int:
         if not rows:
@@ -183,6 +192,16 @@ class OutboxStore:
         async with translate_errors():
             status = await self._pool.execute(QUERIES["purge_done"], id_floor(cutoff), limit)
         return int(status.rsplit(" ", 1)[1])
+
+    async def dead_tuples(self) -> tuple[int, int]:
+        """(live, dead) row versions of the outbox, from the statistics."""
+        async with translate_errors():
+            record = await self._pool.fetchrow(QUERIES["dead_tuples"])
+        return (0, 0) if record is None else (int(record["live"]), int(record["dead"]))
+
+    async def vacuum(self) -> None:
+        async with translate_errors():
+            await self._pool.execute(QUERIES["vacuum"])
 
     async def pending_count(self) -> int:
         async with translate_errors():
