@@ -4,15 +4,17 @@ idle flag, and recovery from lost connections."""
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 import asyncpg
 import pytest
 
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, connect
+from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from tests.conftest import wait_until
+from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send
 
 LOCK_KEY_SQL = "hashtextextended('job:scheduled:messenger-realtime-dispatch', 0)"
@@ -26,6 +28,8 @@ async def running(stack: Stack, dsn: str) -> AsyncIterator[DispatchRunner]:
         metrics=stack.metrics,
     )
     task = asyncio.create_task(runner.run())
+    runner.running = True  # type: ignore[attr-defined]
+    task.add_done_callback(lambda _: setattr(runner, "running", False))
     try:
         yield runner
     finally:
@@ -246,3 +250,52 @@ async def send_with_retry(pool: asyncpg.Pool, chat, sender) -> None:  # type: ig
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+class HungPublisher(RecordingPublisher):
+    """A push that does not return, not even when cancelled (a stuck hub client), until the
+    test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = asyncio.Event()
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        self.calls += 1
+        self.called.set()
+        while not self.let_go.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.let_go.wait()
+        return [None] * len(pushes)
+
+
+async def test_a_hung_pass_loses_its_lease_and_another_runner_delivers(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    chat, sender = await new_chat(pool)
+    options = {"lock_ttl": 2.0, "max_run_duration": 1.0, "polling_interval": 0.2}
+    stuck = HungPublisher()
+    hung = make_stack(pool, publisher=stuck, **options)
+    healthy = make_stack(pool, **options)
+    async with running(hung, database_url) as first:
+        try:
+            await send(pool, chat, sender)
+            await asyncio.wait_for(stuck.called.wait(), 5)
+            claimed = time.monotonic()
+            async with running(healthy, database_url):
+                await asyncio.wait_for(healthy.publisher.pushed.wait(), 10)
+                took = time.monotonic() - claimed
+                # Within lock_ttl + polling_interval of the hung pass's claim, plus a scheduling
+                # margin; without a lease the first runner would hold the lock for ever.
+                assert took < 2.0 + 0.2 + 0.5, took
+                assert first.running  # the first runner is alive, its push still hung
+                await wait_until(lambda: done_count(pool))
+            lease = hung.metrics.registry.get_sample_value(
+                "messenger_realtime_dispatch_errors_total", {"reason": "lease_expired"}
+            )
+            assert lease == 1
+        finally:
+            stuck.let_go.set()
+    # The hung push returning late changes nothing: its row was released and is Done.
+    await asyncio.sleep(0.1)
+    assert await done_count(pool) == 1

@@ -47,7 +47,13 @@ from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
 from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
-from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult, Push
+from realtime_dispatch.dispatch.publisher import (
+    PUSH_DEADLINE,
+    HubPublisher,
+    NotPushed,
+    PublishResult,
+    Push,
+)
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     PayloadBuildError,
@@ -65,6 +71,8 @@ PUSH_SLICE = 50  # rows handed to the publisher at once; a stop request is honou
 PIPELINE_MIN_BACKOFF = 0.5  # seconds; shortest first backoff for which the pass pipelines
 PIPELINE_LANES = 3  # connections a pipelined pass uses: claims, payload queries, outcomes
 OUTCOME_DELAY = 0.05  # seconds a pushed slice may wait for its outcome while later slices push
+PUSH_GRACE = 1.0  # seconds: the least time a pass's first slice gets; and how long past the
+# pass's end a publisher runs before it is cut (past MIN_PUSH_TIME, for one that ignores it)
 
 
 @dataclass
@@ -106,6 +114,7 @@ class Dispatcher:
         self._metrics = metrics
         self._alerts = alerts
         self._stop = asyncio.Event()
+        self._flight: InFlight | None = None  # the current pass's rows in flight
         self.on_first_claim = on_first_claim
         # Pipelining keeps a batch in flight for about two batch cycles instead of one. A row in
         # flight longer than its shortest backoff could be claimed by a second runner (if one
@@ -133,13 +142,24 @@ class Dispatcher:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    async def release_in_flight(self) -> int:
+        """After the runner gave up on a pass (its lease expired): give back the rows it claimed
+        and has no outcome for, due at once. An outcome the abandoned pass writes later is
+        ignored (the release moves the row_version on)."""
+        flight = self._flight
+        if flight is None or not flight.rows:
+            return 0
+        rows = list(flight.rows.values())
+        flight.discard(rows)
+        return await self._store.release(rows)
+
     async def run_pass(self, *, still_locked: Callable[[], bool] = lambda: True) -> PassReport:
         report = PassReport()
         started = time.monotonic()
         with _tracer.start_as_current_span("realtime_dispatch.pass") as span:
             async with translate_errors(), contextlib.AsyncExitStack() as stack:
                 lanes = Lanes(self._store.pool, stack)
-                flight = InFlight()
+                flight = self._flight = InFlight()
                 try:
                     await self._batches(report, started, still_locked, lanes, flight)
                     await flight.wait()
@@ -173,6 +193,7 @@ class Dispatcher:
         already runs on another connection (and the batch's outcome is written on a third while
         the next batch is built): the database and the payload work overlap."""
         size = self._options.batch_size
+        deadline = started + self._options.max_run_duration
         if not self._go_on(report, started, still_locked, first=True):
             return
         lane0 = await lanes.get(0)
@@ -204,7 +225,9 @@ class Dispatcher:
                 elif full and self._pipelining:
                     # This batch runs sequentially; pipelining starts once the lanes are in.
                     lanes.prepare(PIPELINE_LANES)
-                await self._handle_batch(lanes, rows, report, flight, pipelined=pipelined)
+                await self._handle_batch(
+                    lanes, rows, report, flight, pipelined=pipelined, deadline=deadline
+                )
                 if ahead is None:
                     # Under a steady stream batches are rarely full: claim again under the same
                     # lock (no unlock/lock round trips of a new pass), after a short linger so
@@ -259,6 +282,7 @@ class Dispatcher:
         flight: InFlight,
         *,
         pipelined: bool,
+        deadline: float,
     ) -> None:
         # Lane 0 is busy with the next claim when pipelined; outcomes then go on lane 2 in the
         # background, else they are written on lane 0 before the pass goes on.
@@ -288,18 +312,32 @@ class Dispatcher:
         unwritten_since: float | None = None
         offset = 0
         while True:
-            if self._stop.is_set() and offset < len(pushes):
+            until = deadline
+            if report.batches == 1 and offset == 0:
+                # The pass's first slice is always pushed, so that every pass makes progress.
+                until = max(deadline, time.monotonic() + PUSH_GRACE)
+            if (self._stop.is_set() or time.monotonic() >= until) and offset < len(pushes):
+                # Stopping, or the pass is out of time: the rest is due again at once.
+                report.more_waiting = report.more_waiting or not self._stop.is_set()
                 rest = [row for row, _ in pushes[offset:]]
                 report.released += await self._store.release(rest, conn=conn)
                 flight.discard(rest)
                 part: list[tuple[ClaimedRow, Push]] = []
             else:
                 part = pushes[offset : offset + PUSH_SLICE]
-            results = await self._publish(part)
+            results = await self._publish(part, deadline=until)
+            late: list[ClaimedRow] = []
             for (row, _), published in zip(part, results, strict=True):
+                if isinstance(published, NotPushed):
+                    late.append(row)
+                    continue
                 if published is not None:
                     errors[row.id] = published
-            unwritten.extend(row for row, _ in part)
+                unwritten.append(row)
+            if late:  # never sent, the pass being out of time: due again at once
+                report.more_waiting = report.more_waiting or not self._stop.is_set()
+                report.released += await self._store.release(late, conn=conn)
+                flight.discard(late)
             offset += len(part)
             last = not part or offset >= len(pushes)
             now = time.monotonic()
@@ -335,19 +373,30 @@ class Dispatcher:
             _log.error("payload_build_failed", error=error.describe(), rows=len(rows))
             return dict.fromkeys((row.id for row in rows), _as_retry(error))
 
-    async def _publish(self, part: Sequence[tuple[ClaimedRow, Push]]) -> Sequence[PublishResult]:
+    async def _publish(
+        self, part: Sequence[tuple[ClaimedRow, Push]], *, deadline: float
+    ) -> Sequence[PublishResult]:
+        """Push a slice within the pass's ``deadline`` (max_run_duration): the publisher is told
+        it (:data:`PUSH_DEADLINE`), and one that ignores it is cut :data:`PUSH_GRACE` later, its
+        pushes retried like a hub timeout (a cut push may have arrived: at least once)."""
         if not part:
             return []
+        timeout = asyncio.timeout_at(_loop_time(deadline + PUSH_GRACE))
+        token = PUSH_DEADLINE.set(deadline)
         try:
-            results = await self._publisher.publish([push for _, push in part])
+            async with timeout:
+                results = await self._publisher.publish([push for _, push in part])
         except Exception as exc:
-            error = (
-                exc
-                if isinstance(exc, TransientError)
-                else TransientError(type(exc).__name__, code="PublishFailed")
-            )
+            if timeout.expired():
+                error = TransientError("push ran past max_run_duration", code="PassTimeout")
+            elif isinstance(exc, TransientError):
+                error = exc
+            else:
+                error = TransientError(type(exc).__name__, code="PublishFailed")
             _log.error("publish_failed", error=error.describe(), rows=len(part))
             return [error] * len(part)
+        finally:
+            PUSH_DEADLINE.reset(token)
         if len(results) != len(part):
             error = TransientError("publisher returned a wrong result count", code="PublishFailed")
             return [error] * len(part)
@@ -433,6 +482,12 @@ class Dispatcher:
                 )
             except Exception as exc:
                 _log.error("alert_sink_failed", error=type(exc).__name__)
+
+
+def _loop_time(monotonic: float) -> float:
+    """A ``time.monotonic()`` instant on the event loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (monotonic - time.monotonic())
 
 
 def _as_retry(error: RealtimeDispatchError) -> RealtimeDispatchError:
