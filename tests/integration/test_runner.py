@@ -13,6 +13,7 @@ import pytest
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, connect
 from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.errors import PushRejected
 from tests.conftest import wait_until
 from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send
@@ -299,3 +300,26 @@ async def test_a_hung_pass_loses_its_lease_and_another_runner_delivers(
     # The hung push returning late changes nothing: its row was released and is Done.
     await asyncio.sleep(0.1)
     assert await done_count(pool) == 1
+
+
+async def test_quarantined_rows_gauge_stands_until_requeued(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    chat, sender = await new_chat(pool)
+    rejected: list[bool] = [True]
+    publisher = RecordingPublisher(fail=lambda _: PushRejected("no") if rejected[0] else None)
+    stack = make_stack(pool, publisher=publisher, polling_interval=0.1)
+
+    def gauge() -> float | None:
+        return stack.metrics.registry.get_sample_value("messenger_realtime_quarantined_rows")
+
+    async with running(stack, database_url):
+        await send(pool, chat, sender)
+        await send(pool, chat, sender)
+        await wait_until(lambda: gauge() == 2)
+        await asyncio.sleep(1.5)  # no new quarantines: the gauge stands, a counter rate would not
+        assert gauge() == 2
+        rejected[0] = False
+        assert await stack.store.requeue(everything=True) == 2
+        await wait_until(lambda: done_count(pool))
+        await wait_until(lambda: gauge() == 0, within=5)

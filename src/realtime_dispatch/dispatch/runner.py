@@ -104,9 +104,9 @@ class DispatchRunner:
         try:
             await self._ensure_connection()
             report = await self._locked_pass()
+            await self._refresh_pending()  # also when another runner holds the lock
             if report is None:
                 return False
-            await self._refresh_pending()
             await self._maybe_retention()
             if report.stopped or report.lost_lock:
                 return False
@@ -222,13 +222,14 @@ class DispatchRunner:
         self._flag_idle = idle
 
     async def _refresh_pending(self) -> None:
-        """The backlog gauge, at most once per :data:`PENDING_REFRESH_EVERY` (a count is not
-        free, and under load passes follow each other within milliseconds)."""
+        """The backlog and quarantine gauges, at most once per :data:`PENDING_REFRESH_EVERY` (a
+        count is not free, and under load passes follow each other within milliseconds)."""
         now = time.monotonic()
         if now - self._last_pending_refresh < PENDING_REFRESH_EVERY:
             return
         self._last_pending_refresh = now
         self._metrics.pending.set(await self._dispatcher.store.pending_count())
+        self._metrics.quarantined_rows.set(await self._dispatcher.store.quarantined_count())
 
     async def _maybe_retention(self) -> None:
         now = time.monotonic()

@@ -107,6 +107,9 @@ SELECT
         AS oldest_pending_age_seconds
 FROM messenger.realtime_outbox;
 
+-- name: quarantined_count
+SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Quarantined';
+
 -- name: try_lock
 -- The single-runner lock, exactly this key (operators and tests may hold it to pause dispatch).
 SELECT pg_try_advisory_lock(hashtextextended('job:scheduled:messenger-realtime-dispatch', 0));
