@@ -6,8 +6,10 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 1. claim up to ``batch_size`` due rows (one statement, SKIP LOCKED, attempts pre-incremented,
    backoff set) and commit;
 2. build every row's payload (one projection query per kind group);
-3. push outside any transaction, slice by slice, checking for a stop request between slices;
-   rows never pushed because of a stop are released (due again at once, attempt not counted);
+3. push outside any transaction, slice by slice, checking for a stop request and the end of
+   ``max_run_duration`` between slices; every push is bounded by the time left
+   (:data:`~realtime_dispatch.dispatch.publisher.PUSH_DEADLINE`); rows never pushed because of a
+   stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
    for its status), and at once on a stop;
