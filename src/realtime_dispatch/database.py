@@ -39,17 +39,27 @@ DISPATCHER_SERVER_SETTINGS: Mapping[str, str] = {
 }
 
 
-def lock_connection_settings(lock_ttl: float) -> dict[str, str]:
+def lock_connection_settings(
+    lock_ttl: float, polling_interval: float | None = None
+) -> dict[str, str]:
     """TCP keepalives so that the server drops a vanished runner (and its advisory lock)
-    within about ``lock_ttl`` seconds."""
+    within about ``lock_ttl`` seconds.
+
+    With ``polling_interval`` well below ``lock_ttl``, also ``idle_session_timeout``: a live
+    runner queries its lock connection at least every polling interval, and a pass leaves it
+    idle for less than ``lock_ttl``; a session idle longer belongs to a runner whose event loop
+    is stuck, and the server ends it (and its lock) where no timer in that process could."""
     idle = max(1, int(lock_ttl / 3))
-    return {
+    settings = {
         **DISPATCHER_SERVER_SETTINGS,
         "application_name": "realtime-dispatch-lock",
         "tcp_keepalives_idle": str(idle),
         "tcp_keepalives_interval": str(max(1, idle // 3)),
         "tcp_keepalives_count": "3",
     }
+    if polling_interval is not None and polling_interval * 2 <= lock_ttl:
+        settings["idle_session_timeout"] = str(int(lock_ttl * 1000))
+    return settings
 
 
 async def rollback_only_reset(conn: Any) -> None:

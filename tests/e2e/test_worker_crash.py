@@ -101,3 +101,50 @@ async def test_kill_between_commit_and_push_then_restart_delivers(
     assert payload["messageId"] == str(sent.message_id)
     assert payload["body"] == "survives"
     assert (await row(pool, sent.outbox_id))["attempts"] == 2
+
+
+async def test_a_frozen_worker_loses_the_lock_and_another_delivers(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """SIGSTOP mid-pass: the process is alive and its sockets stay open (the kernel answers
+    keepalives for it), but its event loop runs nothing. The server ends its idle lock session
+    after the lease, and a second worker delivers."""
+    target = PushTarget()
+    chat, sender = await new_chat(pool)
+    lock_ttl, polling = 3.0, 0.2
+    async with serve_target(target) as url:
+        env = cli_env(
+            REALTIME_DATABASE_URL=database_url,
+            REALTIME_HUB_URL=url,
+            REALTIME_HUB_SERVICE_KEY="svc-key",
+            REALTIME_DISPATCH_BACKOFF_BASE="0.3",
+            REALTIME_DISPATCH_BACKOFF_CAP="1",
+            REALTIME_DISPATCH_POLLING_INTERVAL=str(polling),
+            REALTIME_DISPATCH_MAX_RUN_DURATION="2",
+            REALTIME_DISPATCH_LOCK_TTL=str(lock_ttl),
+        )
+        frozen = await start_cli("worker", env=env)
+        second: asyncio.subprocess.Process | None = None
+        try:
+            sent = await send(pool, chat, sender, "taken over")
+            await asyncio.wait_for(target.hung.wait(), 30)  # claimed, mid-push, lock held
+            frozen.send_signal(signal.SIGSTOP)
+            stopped = asyncio.get_running_loop().time()
+            target.hang = False
+            second = await start_cli("worker", env=env)
+
+            async def delivered() -> bool:
+                return (await row(pool, sent.outbox_id))["status"] == "Done"
+
+            await wait_until(delivered, within=30)
+            took = asyncio.get_running_loop().time() - stopped
+            # lock_ttl + polling, plus the second worker's start-up and the row's backoff
+            assert took < lock_ttl + polling + 5, took
+            assert frozen.returncode is None  # still alive, still stopped
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+            frozen.kill()
+            await frozen.wait()
+            if second is not None:
+                assert await stop(second, signal.SIGTERM) == 0
+    assert [p["group"] for p in target.received] == [f"chat:{chat}"]

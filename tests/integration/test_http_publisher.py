@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import asyncpg
 import orjson
 import uvicorn
 from starlette.applications import Starlette
@@ -15,15 +16,20 @@ from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import HubUnavailable, PushRejected
 from tests.conftest import free_port, wait_until
+from tests.integration.support import make_stack, new_chat, send
 
 
 @contextlib.asynccontextmanager
 async def target(
-    statuses: dict[str, int], seen: list[tuple[str, bytes, str]]
+    statuses: dict[str, int], seen: list[tuple[str, bytes, str]], *, delay: float = 0.0
 ) -> AsyncIterator[str]:
+    """A hub push endpoint answering ``statuses`` per group (-1: after 5 s), each after
+    ``delay`` seconds."""
+
     async def push(request: Request) -> Response:
         group = request.path_params["group"]
         seen.append((group, await request.body(), request.headers.get("authorization", "")))
+        await asyncio.sleep(delay)
         if statuses.get(group) == -1:
             await asyncio.sleep(5)
         return Response(status_code=statuses.get(group, 202))
@@ -91,3 +97,28 @@ async def test_unreachable_hub_is_transient() -> None:
         await publisher.aclose()
     assert isinstance(result, HubUnavailable)
     assert result.code == "Unreachable"
+
+
+async def test_a_slow_hub_cannot_hold_a_pass_past_max_run_duration(pool: asyncpg.Pool) -> None:
+    """One chat's pushes go one after another; at 0.3 s each, 12 of them would take 3.6 s."""
+    chat, sender = await new_chat(pool)
+    for i in range(12):
+        await send(pool, chat, sender, f"m{i}")
+    push_timeout, max_run = 1.0, 1.0
+    seen: list[tuple[str, bytes, str]] = []
+    async with target({}, seen, delay=0.3) as url:
+        publisher = HttpHubPublisher(url, "svc", timeout=push_timeout)
+        stack = make_stack(pool, publisher=publisher, max_run_duration=max_run)  # type: ignore[arg-type]
+        try:
+            report = await stack.dispatcher.run_pass()
+        finally:
+            await publisher.aclose()
+    assert report.duration < max_run + push_timeout, report.duration
+    assert report.more_waiting
+    assert 0 < report.dispatched < 12
+    states = await pool.fetch(
+        "SELECT status, count(*) AS n FROM messenger.realtime_outbox GROUP BY status"
+    )
+    counts = {r["status"]: r["n"] for r in states}
+    # What the pass did not push is still Pending, for the next pass.
+    assert counts == {"Done": report.dispatched, "Pending": 12 - report.dispatched}

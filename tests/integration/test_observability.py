@@ -1,5 +1,7 @@
 """Spans per pass and per row, and log lines that never carry a message body."""
 
+import asyncio
+
 import asyncpg
 import pytest
 import structlog
@@ -8,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from realtime_dispatch.errors import HubUnavailable
+from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, send
 
@@ -64,4 +66,71 @@ async def test_logs_carry_ids_and_codes_never_bodies(pool: asyncpg.Pool) -> None
     retry = next(e for e in logs if e["event"] == "dispatch_retry")
     assert retry["error_code"] == "HubUnavailable"
     assert retry["attempts"] == 1
+    assert "secret" not in repr(logs)
+
+
+def pushes_with(fates: dict[int, RealtimeDispatchError]) -> RecordingPublisher:
+    """Fails the pushes of the given seqs with the given errors, delivers the rest."""
+    return RecordingPublisher(fail=lambda p: fates.get(int(str(p.payload["seq"]))))
+
+
+async def test_job_run_id_on_the_pass_span_and_every_log_line_of_the_pass(
+    pool: asyncpg.Pool, spans: InMemorySpanExporter
+) -> None:
+    spans.clear()
+    chat, sender = await new_chat(pool)
+    for i in range(3):
+        await send(pool, chat, sender, f"m{i}")
+    publisher = pushes_with({2: HubUnavailable("down"), 3: PushRejected("no")})
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
+        await make_stack(pool, publisher=publisher).dispatcher.run_pass()
+    (pass_span,) = [s for s in spans.get_finished_spans() if s.name == "realtime_dispatch.pass"]
+    assert pass_span.attributes is not None
+    job_run_id = pass_span.attributes["realtime.job_run_id"]
+    assert len(logs) >= 4  # batch claimed, dispatched, retry, quarantined, job completed, ...
+    assert {entry.get("job_run_id") for entry in logs} == {job_run_id}
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as later:
+        structlog.get_logger("test").info("after the pass")
+    assert "job_run_id" not in later[0]
+
+
+async def test_the_row_span_covers_build_and_push(
+    pool: asyncpg.Pool, spans: InMemorySpanExporter
+) -> None:
+    spans.clear()
+    chat, sender = await new_chat(pool)
+    await send(pool, chat, sender)
+    slow = RecordingPublisher()
+
+    async def publish(pushes):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.2)
+        return [None] * len(pushes)
+
+    slow.publish = publish  # type: ignore[method-assign]
+    await make_stack(pool, publisher=slow).dispatcher.run_pass()
+    (row_span,) = [s for s in spans.get_finished_spans() if s.name == "realtime_dispatch.row"]
+    assert row_span.start_time is not None
+    assert row_span.end_time is not None
+    assert row_span.end_time - row_span.start_time >= 200_000_000  # the push's 0.2 s inside
+
+
+async def test_one_info_line_per_pass_sums_the_spec_events(pool: asyncpg.Pool) -> None:
+    chat, sender = await new_chat(pool)
+    for i in range(4):
+        await send(pool, chat, sender, f"secret {i}")
+    publisher = pushes_with({2: HubUnavailable("down"), 3: PushRejected("no", code="Http400")})
+    stack = make_stack(pool, publisher=publisher, backoff_base=5.0, backoff_cap=10.0)
+    with structlog.testing.capture_logs() as logs:
+        await stack.dispatcher.run_pass()
+    loud = [e for e in logs if e["log_level"] != "debug"]
+    assert [e["event"] for e in loud] == ["job_completed"], loud
+    (summary,) = loud
+    assert summary["log_level"] == "info"
+    assert (summary["claimed"], summary["dispatched"], summary["retried"]) == (4, 2, 1)
+    assert summary["quarantined"] == 1
+    assert summary["error_codes"] == {"HubUnavailable": 1, "Http400": 1}
     assert "secret" not in repr(logs)

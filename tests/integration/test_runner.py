@@ -4,15 +4,18 @@ idle flag, and recovery from lost connections."""
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 import asyncpg
 import pytest
 
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, connect
+from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.errors import PushRejected
 from tests.conftest import wait_until
+from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send
 
 LOCK_KEY_SQL = "hashtextextended('job:scheduled:messenger-realtime-dispatch', 0)"
@@ -26,6 +29,8 @@ async def running(stack: Stack, dsn: str) -> AsyncIterator[DispatchRunner]:
         metrics=stack.metrics,
     )
     task = asyncio.create_task(runner.run())
+    runner.running = True  # type: ignore[attr-defined]
+    task.add_done_callback(lambda _: setattr(runner, "running", False))
     try:
         yield runner
     finally:
@@ -285,3 +290,75 @@ async def test_retention_keeps_up_beyond_the_old_fixed_quota(
     assert (purged_total or 0) >= 30000
     left = await pool.fetch("SELECT id, status FROM messenger.realtime_outbox")
     assert [(r["id"], r["status"]) for r in left] == [(pending.outbox_id, "Pending")]
+
+
+class HungPublisher(RecordingPublisher):
+    """A push that does not return, not even when cancelled (a stuck hub client), until the
+    test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = asyncio.Event()
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        self.calls += 1
+        self.called.set()
+        while not self.let_go.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.let_go.wait()
+        return [None] * len(pushes)
+
+
+async def test_a_hung_pass_loses_its_lease_and_another_runner_delivers(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    chat, sender = await new_chat(pool)
+    options = {"lock_ttl": 2.0, "max_run_duration": 1.0, "polling_interval": 0.2}
+    stuck = HungPublisher()
+    hung = make_stack(pool, publisher=stuck, **options)
+    healthy = make_stack(pool, **options)
+    async with running(hung, database_url) as first:
+        try:
+            await send(pool, chat, sender)
+            await asyncio.wait_for(stuck.called.wait(), 5)
+            claimed = time.monotonic()
+            async with running(healthy, database_url):
+                await asyncio.wait_for(healthy.publisher.pushed.wait(), 10)
+                took = time.monotonic() - claimed
+                # Within lock_ttl + polling_interval of the hung pass's claim, plus a scheduling
+                # margin; without a lease the first runner would hold the lock for ever.
+                assert took < 2.0 + 0.2 + 0.5, took
+                assert first.running  # the first runner is alive, its push still hung
+                await wait_until(lambda: done_count(pool))
+            lease = hung.metrics.registry.get_sample_value(
+                "messenger_realtime_dispatch_errors_total", {"reason": "lease_expired"}
+            )
+            assert lease == 1
+        finally:
+            stuck.let_go.set()
+    # The hung push returning late changes nothing: its row was released and is Done.
+    await asyncio.sleep(0.1)
+    assert await done_count(pool) == 1
+
+
+async def test_quarantined_rows_gauge_stands_until_requeued(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    chat, sender = await new_chat(pool)
+    rejected: list[bool] = [True]
+    publisher = RecordingPublisher(fail=lambda _: PushRejected("no") if rejected[0] else None)
+    stack = make_stack(pool, publisher=publisher, polling_interval=0.1)
+
+    def gauge() -> float | None:
+        return stack.metrics.registry.get_sample_value("messenger_realtime_quarantined_rows")
+
+    async with running(stack, database_url):
+        await send(pool, chat, sender)
+        await send(pool, chat, sender)
+        await wait_until(lambda: gauge() == 2)
+        await asyncio.sleep(1.5)  # no new quarantines: the gauge stands, a counter rate would not
+        assert gauge() == 2
+        rejected[0] = False
+        assert await stack.store.requeue(everything=True) == 2
+        await wait_until(lambda: done_count(pool))
+        await wait_until(lambda: gauge() == 0, within=5)

@@ -6,8 +6,10 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 1. claim up to ``batch_size`` due rows (one statement, SKIP LOCKED, attempts pre-incremented,
    backoff set) and commit;
 2. build every row's payload (one projection query per kind group);
-3. push outside any transaction, slice by slice, checking for a stop request between slices;
-   rows never pushed because of a stop are released (due again at once, attempt not counted);
+3. push outside any transaction, slice by slice, checking for a stop request and the end of
+   ``max_run_duration`` between slices; every push is bounded by the time left
+   (:data:`~realtime_dispatch.dispatch.publisher.PUSH_DEADLINE`); rows never pushed because of a
+   stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
    for its status), and at once on a stop;
@@ -35,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import structlog
 from opentelemetry import trace
@@ -47,7 +49,13 @@ from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
 from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
-from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult, Push
+from realtime_dispatch.dispatch.publisher import (
+    PUSH_DEADLINE,
+    HubPublisher,
+    NotPushed,
+    PublishResult,
+    Push,
+)
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     PayloadBuildError,
@@ -66,6 +74,8 @@ PUSH_SLICE = 50  # rows handed to the publisher at once; a stop request is honou
 PIPELINE_MIN_BACKOFF = 0.5  # seconds; shortest first backoff for which the pass pipelines
 PIPELINE_LANES = 3  # connections a pipelined pass uses: claims, payload queries, outcomes
 OUTCOME_DELAY = 0.05  # seconds a pushed slice may wait for its outcome while later slices push
+PUSH_GRACE = 1.0  # seconds: the least time a pass's first slice gets; and how long past the
+# pass's end a publisher runs before it is cut (past MIN_PUSH_TIME, for one that ignores it)
 
 
 @dataclass
@@ -83,6 +93,7 @@ class PassReport:
     pipelined: int = 0  # batches handled while the next claim already ran
     duration: float = 0.0
     lags: list[float] = field(default_factory=list)
+    error_codes: Counter[str] = field(default_factory=Counter)  # of rows retried or quarantined
 
     @property
     def worked(self) -> bool:
@@ -110,6 +121,7 @@ class Dispatcher:
         self._metrics = metrics
         self._alerts = alerts
         self._stop = asyncio.Event()
+        self._flight: InFlight | None = None  # the current pass's rows in flight
         self.on_first_claim = on_first_claim
         # Pipelining keeps a batch in flight for about two batch cycles instead of one. A row in
         # flight longer than its shortest backoff could be claimed by a second runner (if one
@@ -137,13 +149,29 @@ class Dispatcher:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    async def release_in_flight(self) -> int:
+        """After the runner gave up on a pass (its lease expired): give back the rows it claimed
+        and has no outcome for, due at once. An outcome the abandoned pass writes later is
+        ignored (the release moves the row_version on)."""
+        flight = self._flight
+        if flight is None or not flight.rows:
+            return 0
+        rows = list(flight.rows.values())
+        flight.discard(rows)
+        return await self._store.release(rows)
+
     async def run_pass(self, *, still_locked: Callable[[], bool] = lambda: True) -> PassReport:
         report = PassReport()
         started = time.monotonic()
-        with _tracer.start_as_current_span("realtime_dispatch.pass") as span:
+        job_run_id = str(uuid4())
+        with (
+            structlog.contextvars.bound_contextvars(job_run_id=job_run_id),
+            _tracer.start_as_current_span("realtime_dispatch.pass") as span,
+        ):
+            span.set_attribute("realtime.job_run_id", job_run_id)
             async with translate_errors(), contextlib.AsyncExitStack() as stack:
                 lanes = Lanes(self._store.pool, stack)
-                flight = InFlight()
+                flight = self._flight = InFlight()
                 try:
                     await self._batches(report, started, still_locked, lanes, flight)
                     await flight.wait()
@@ -154,15 +182,19 @@ class Dispatcher:
             report.duration = time.monotonic() - started
             span.set_attribute("realtime.claimed", report.claimed)
             span.set_attribute("realtime.dispatched", report.dispatched)
-        if report.worked:
-            _log.info(
-                "job_completed",
-                dispatched=report.dispatched,
-                retried=report.retried,
-                quarantined=report.quarantined,
-                released=report.released,
-                duration_ms=round(report.duration * 1000, 2),
-            )
+            if report.worked:
+                # The spec's per-row events, summed: one line per pass, ids and codes only.
+                _log.info(
+                    "job_completed",
+                    batches=report.batches,
+                    claimed=report.claimed,
+                    dispatched=report.dispatched,
+                    retried=report.retried,
+                    quarantined=report.quarantined,
+                    released=report.released,
+                    error_codes=dict(report.error_codes),
+                    duration_ms=round(report.duration * 1000, 2),
+                )
         return report
 
     async def _batches(
@@ -177,6 +209,7 @@ class Dispatcher:
         already runs on another connection (and the batch's outcome is written on a third while
         the next batch is built): the database and the payload work overlap."""
         size = self._options.batch_size
+        deadline = started + self._options.max_run_duration
         if not self._go_on(report, started, still_locked, first=True):
             return
         lane0 = await lanes.get(0)
@@ -210,7 +243,9 @@ class Dispatcher:
                 elif full and self._pipelining:
                     # This batch runs sequentially; pipelining starts once the lanes are in.
                     lanes.prepare(PIPELINE_LANES)
-                await self._handle_batch(lanes, rows, report, flight, pipelined=pipelined)
+                await self._handle_batch(
+                    lanes, rows, report, flight, pipelined=pipelined, deadline=deadline
+                )
                 if ahead is None:
                     # Under a steady stream batches are rarely full: claim again under the same
                     # lock (no unlock/lock round trips of a new pass), after a short linger so
@@ -267,6 +302,7 @@ class Dispatcher:
         flight: InFlight,
         *,
         pipelined: bool,
+        deadline: float,
     ) -> None:
         # Lane 0 is busy with the next claim when pipelined; outcomes then go on lane 2 in the
         # background, else they are written on lane 0 before the pass goes on.
@@ -282,6 +318,7 @@ class Dispatcher:
                 )
             else:
                 live.append(row)
+        began = time.time_ns()  # each row's span times its build, push and outcome
         built = await self._build(conn, live)
         await flight.ready_to_push()
         pushes: list[tuple[ClaimedRow, Push]] = []
@@ -296,18 +333,32 @@ class Dispatcher:
         unwritten_since: float | None = None
         offset = 0
         while True:
-            if self._stop.is_set() and offset < len(pushes):
+            until = deadline
+            if report.batches == 1 and offset == 0:
+                # The pass's first slice is always pushed, so that every pass makes progress.
+                until = max(deadline, time.monotonic() + PUSH_GRACE)
+            if (self._stop.is_set() or time.monotonic() >= until) and offset < len(pushes):
+                # Stopping, or the pass is out of time: the rest is due again at once.
+                report.more_waiting = report.more_waiting or not self._stop.is_set()
                 rest = [row for row, _ in pushes[offset:]]
                 report.released += await self._store.release(rest, conn=conn)
                 flight.discard(rest)
                 part: list[tuple[ClaimedRow, Push]] = []
             else:
                 part = pushes[offset : offset + PUSH_SLICE]
-            results = await self._publish(part)
+            results = await self._publish(part, deadline=until)
+            late: list[ClaimedRow] = []
             for (row, _), published in zip(part, results, strict=True):
+                if isinstance(published, NotPushed):
+                    late.append(row)
+                    continue
                 if published is not None:
                     errors[row.id] = published
-            unwritten.extend(row for row, _ in part)
+                unwritten.append(row)
+            if late:  # never sent, the pass being out of time: due again at once
+                report.more_waiting = report.more_waiting or not self._stop.is_set()
+                report.released += await self._store.release(late, conn=conn)
+                flight.discard(late)
             offset += len(part)
             last = not part or offset >= len(pushes)
             now = time.monotonic()
@@ -319,7 +370,7 @@ class Dispatcher:
                 last or self._stop.is_set() or now - unwritten_since >= OUTCOME_DELAY
             ):
                 await flight.write(
-                    self._record(outcome_conn, unwritten, errors, report, flight),
+                    self._record(outcome_conn, unwritten, errors, report, flight, began=began),
                     background=pipelined,
                 )
                 unwritten = []
@@ -343,19 +394,30 @@ class Dispatcher:
             _log.error("payload_build_failed", error=error.describe(), rows=len(rows))
             return dict.fromkeys((row.id for row in rows), _as_retry(error))
 
-    async def _publish(self, part: Sequence[tuple[ClaimedRow, Push]]) -> Sequence[PublishResult]:
+    async def _publish(
+        self, part: Sequence[tuple[ClaimedRow, Push]], *, deadline: float
+    ) -> Sequence[PublishResult]:
+        """Push a slice within the pass's ``deadline`` (max_run_duration): the publisher is told
+        it (:data:`PUSH_DEADLINE`), and one that ignores it is cut :data:`PUSH_GRACE` later, its
+        pushes retried like a hub timeout (a cut push may have arrived: at least once)."""
         if not part:
             return []
+        timeout = asyncio.timeout_at(_loop_time(deadline + PUSH_GRACE))
+        token = PUSH_DEADLINE.set(deadline)
         try:
-            results = await self._publisher.publish([push for _, push in part])
+            async with timeout:
+                results = await self._publisher.publish([push for _, push in part])
         except Exception as exc:
-            error = (
-                exc
-                if isinstance(exc, TransientError)
-                else TransientError(type(exc).__name__, code="PublishFailed")
-            )
+            if timeout.expired():
+                error = TransientError("push ran past max_run_duration", code="PassTimeout")
+            elif isinstance(exc, TransientError):
+                error = exc
+            else:
+                error = TransientError(type(exc).__name__, code="PublishFailed")
             _log.error("publish_failed", error=error.describe(), rows=len(part))
             return [error] * len(part)
+        finally:
+            PUSH_DEADLINE.reset(token)
         if len(results) != len(part):
             error = TransientError("publisher returned a wrong result count", code="PublishFailed")
             return [error] * len(part)
@@ -368,6 +430,8 @@ class Dispatcher:
         errors: dict[UUID, RealtimeDispatchError],
         report: PassReport,
         flight: InFlight,
+        *,
+        began: int,
     ) -> None:
         if not rows:
             return
@@ -381,7 +445,7 @@ class Dispatcher:
         for row in rows:
             decision = decide(errors.get(row.id), attempts=row.attempts, max_attempts=max_attempts)
             # One span per row, child of the pass span; attributes only if it is recorded.
-            span = _tracer.start_span("realtime_dispatch.row")
+            span = _tracer.start_span("realtime_dispatch.row", start_time=began)
             if span.is_recording():
                 span.set_attribute("realtime.kind", row.kind)
                 span.set_attribute("realtime.outbox_id", str(row.id))
@@ -402,13 +466,15 @@ class Dispatcher:
                     )
             elif decision.verdict is Verdict.RETRY:
                 retry.append((row.id, row.row_version, decision.last_error or ""))
-                _log.info(
-                    "dispatch_retry",
-                    entry_id=str(row.id),
-                    kind=row.kind,
-                    attempts=row.attempts,
-                    error_code=errors[row.id].code,
-                )
+                report.error_codes[errors[row.id].code] += 1
+                if debug:
+                    _log.debug(
+                        "dispatch_retry",
+                        entry_id=str(row.id),
+                        kind=row.kind,
+                        attempts=row.attempts,
+                        error_code=errors[row.id].code,
+                    )
             elif decision.verdict is Verdict.GONE:
                 gone.append((row.id, row.row_version, decision.last_error or ""))
             else:
@@ -434,7 +500,8 @@ class Dispatcher:
         for row_id in written.quarantined:
             row = by_id[row_id]
             self._metrics.quarantined.labels(row.kind).inc()
-            _log.warning(
+            report.error_codes[errors[row.id].code] += 1
+            _log.debug(
                 "quarantined", entry_id=str(row.id), kind=row.kind, error_code=errors[row.id].code
             )
             try:
@@ -449,6 +516,12 @@ class Dispatcher:
                 )
             except Exception as exc:
                 _log.error("alert_sink_failed", error=type(exc).__name__)
+
+
+def _loop_time(monotonic: float) -> float:
+    """A ``time.monotonic()`` instant on the event loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (monotonic - time.monotonic())
 
 
 def _as_retry(error: RealtimeDispatchError) -> RealtimeDispatchError:

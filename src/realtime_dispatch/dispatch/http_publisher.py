@@ -4,12 +4,15 @@ with ``{"target", "arguments"}`` and the bearer service key (Azure SignalR REST 
 2xx is success. Connection errors, timeouts, 5xx and 429 are transient (the row is retried);
 401/403 also (a wrong key is fixed by an operator, after which the backlog drains); other 4xx
 are permanent. Pushes to the same group go one after another, in order; different groups go
-concurrently, up to ``concurrency`` at once.
+concurrently, up to ``concurrency`` at once. Under the dispatcher's :data:`PUSH_DEADLINE` each
+push waits at most for the time left (:data:`MIN_PUSH_TIME` at least), and pushes not started by
+then are answered :class:`NotPushed`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -17,7 +20,13 @@ import httpx
 import orjson
 import structlog
 
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.dispatch.publisher import (
+    MIN_PUSH_TIME,
+    PUSH_DEADLINE,
+    NotPushed,
+    PublishResult,
+    Push,
+)
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 
 _log = structlog.get_logger(__name__)
@@ -44,6 +53,7 @@ class HttpHubPublisher:
             transport=transport,
         )
         self._concurrency = concurrency
+        self._timeout = timeout
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
         results: list[PublishResult] = [None] * len(pushes)
@@ -51,22 +61,28 @@ class HttpHubPublisher:
         for index, push in enumerate(pushes):
             by_group.setdefault(push.group, []).append(index)
         gate = asyncio.Semaphore(self._concurrency)
+        deadline = PUSH_DEADLINE.get()
 
         async def send_group(indexes: list[int]) -> None:
             async with gate:
                 for index in indexes:
-                    results[index] = await self._send(pushes[index])
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        results[index] = NotPushed("the pass ran out of time")
+                    else:
+                        results[index] = await self._send(pushes[index], left)
 
         async with asyncio.TaskGroup() as tg:
             for indexes in by_group.values():
                 tg.create_task(send_group(indexes))
         return results
 
-    async def _send(self, push: Push) -> RealtimeDispatchError | None:
+    async def _send(self, push: Push, left: float | None) -> RealtimeDispatchError | None:
         body = orjson.dumps({"target": push.target, "arguments": [push.payload]})
+        timeout = self._timeout if left is None else min(self._timeout, max(left, MIN_PUSH_TIME))
         try:
             response = await self._client.post(
-                PUSH_PATH.format(group=quote(push.group, safe=":")), content=body
+                PUSH_PATH.format(group=quote(push.group, safe=":")), content=body, timeout=timeout
             )
         except httpx.TimeoutException:
             return HubUnavailable("push timed out", code="Timeout")

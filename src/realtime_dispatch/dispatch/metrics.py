@@ -16,6 +16,11 @@ class DispatchMetrics:
         self.pending = Gauge(
             "messenger_realtime_pending", "Pending outbox rows (backlog).", registry=registry
         )
+        self.quarantined_rows = Gauge(
+            "messenger_realtime_quarantined_rows",
+            "Quarantined outbox rows standing (waiting for an operator).",
+            registry=registry,
+        )
         self.lag = Histogram(
             "messenger_realtime_lag_seconds",
             "Persist-to-push lag: now - created_at when a row turns Done.",

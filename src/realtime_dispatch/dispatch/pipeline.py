@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable
+from collections.abc import Collection, Coroutine, Iterable
 from typing import Any
 from uuid import UUID
 
@@ -59,7 +59,7 @@ class InFlight:
     progress (one at a time, in order)."""
 
     def __init__(self) -> None:
-        self.ids: set[UUID] = set()
+        self.rows: dict[UUID, ClaimedRow] = {}
         self._write: asyncio.Task[None] | None = None
         self.before_push: asyncio.Future[Any] | None = None
 
@@ -68,11 +68,16 @@ class InFlight:
             hook, self.before_push = self.before_push, None
             await hook
 
+    @property
+    def ids(self) -> Collection[UUID]:
+        return self.rows.keys()
+
     def add(self, rows: Iterable[ClaimedRow]) -> None:
-        self.ids.update(row.id for row in rows)
+        self.rows.update((row.id, row) for row in rows)
 
     def discard(self, rows: Iterable[ClaimedRow]) -> None:
-        self.ids.difference_update(row.id for row in rows)
+        for row in rows:
+            self.rows.pop(row.id, None)
 
     async def write(self, record: Coroutine[Any, Any, None], *, background: bool) -> None:
         """Start ``record`` once the previous write is done; wait for it unless ``background``.

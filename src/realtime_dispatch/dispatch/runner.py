@@ -37,6 +37,7 @@ _log = structlog.get_logger(__name__)
 CHANNEL = "realtime_outbox"
 RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up (at most)
 PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
+LEASE_GRACE = 1.0  # seconds an expired pass gets to unwind before its rows are released
 
 Connect = Callable[[], Awaitable[Any]]
 
@@ -65,6 +66,7 @@ class DispatchRunner:
         self.vacuums = 0
         self._vacuum: asyncio.Task[None] | None = None
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
+        self._abandoned: set[asyncio.Future[PassReport]] = set()  # passes that ignored a cancel
         self.passes_run = 0
         dispatcher.on_first_claim = self._mark_busy
 
@@ -109,10 +111,12 @@ class DispatchRunner:
         try:
             await self._ensure_connection()
             report = await self._locked_pass()
+            chores = self._partition.index == 0  # whole-outbox chores: once per worker
+            if chores:
+                await self._refresh_pending()  # also when another runner holds the lock
             if report is None:
                 return False
-            if self._partition.index == 0:  # whole-outbox chores: once per worker
-                await self._refresh_pending()
+            if chores:
                 await self._maybe_retention()
             if report.stopped or report.lost_lock:
                 return False
@@ -156,7 +160,9 @@ class DispatchRunner:
             return None
         try:
             self._wake.clear()
-            report = await self._dispatcher.run_pass(still_locked=lambda: not conn.is_closed())
+            report = await self._leased_pass(conn)
+            if report is None:
+                return None
             self.passes_run += 1
             self._metrics.passes.labels("ran").inc()
             self._metrics.last_pass.set(time.time())
@@ -166,6 +172,36 @@ class DispatchRunner:
                 with contextlib.suppress(Exception):
                     async with translate_errors():
                         await conn.fetchval(QUERIES["unlock"], self._partition.lock_name)
+
+    async def _leased_pass(self, conn: Any) -> PassReport | None:
+        """Run a pass for at most ``lock_ttl``: the lock is a lease, not a possession. A pass
+        still running then (a hung push, a stuck hub client) loses the lock and its rows, so
+        another runner takes over within lock_ttl + polling_interval. None when that happened."""
+        task = asyncio.ensure_future(
+            self._dispatcher.run_pass(still_locked=lambda: not conn.is_closed())
+        )
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self._options.lock_ttl)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done:
+            return task.result()
+        self._metrics.errors.labels("lease_expired").inc()
+        # Closing the session is what drops the advisory lock, whatever the pass is doing.
+        await self._close_connection(wait=False)
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._forget)
+        await asyncio.wait({task}, timeout=LEASE_GRACE)
+        released = await self._dispatcher.release_in_flight()
+        _log.error("dispatch_lease_expired", lock_ttl=self._options.lock_ttl, released=released)
+        return None
+
+    def _forget(self, task: asyncio.Future[PassReport]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an abandoned pass's error was already accounted for
 
     async def _mark_busy(self) -> None:
         if self._flag_idle is not False:
@@ -201,13 +237,14 @@ class DispatchRunner:
         self._flag_idle = idle
 
     async def _refresh_pending(self) -> None:
-        """The backlog gauge, at most once per :data:`PENDING_REFRESH_EVERY` (a count is not
-        free, and under load passes follow each other within milliseconds)."""
+        """The backlog and quarantine gauges, at most once per :data:`PENDING_REFRESH_EVERY` (a
+        count is not free, and under load passes follow each other within milliseconds)."""
         now = time.monotonic()
         if now - self._last_pending_refresh < PENDING_REFRESH_EVERY:
             return
         self._last_pending_refresh = now
         self._metrics.pending.set(await self._dispatcher.store.pending_count())
+        self._metrics.quarantined_rows.set(await self._dispatcher.store.quarantined_count())
 
     async def _maybe_retention(self) -> None:
         """Delete old Done rows in adaptive batches, within the policy's time budget."""
@@ -269,13 +306,13 @@ class DispatchRunner:
         _log.warning("dispatcher_connection_lost")
         self._wake.set()
 
-    async def _close_connection(self) -> None:
+    async def _close_connection(self, *, wait: bool = True) -> None:
         conn, self._conn = self._conn, None
         self._listening = False
         if conn is not None:
             # Our own close is not a lost connection.
             conn.remove_termination_listener(self._on_terminated)
-        if conn is not None and not conn.is_closed():
+        if conn is not None and wait and not conn.is_closed():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 2)
         elif conn is not None:

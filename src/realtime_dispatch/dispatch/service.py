@@ -90,7 +90,10 @@ async def dispatch_service(
                     partition=share,
                 ),
                 connect=lambda: connect(
-                    dsn, server_settings=lock_connection_settings(options.lock_ttl)
+                    dsn,
+                    server_settings=lock_connection_settings(
+                        options.lock_ttl, options.polling_interval
+                    ),
                 ),
                 metrics=metrics,
             )

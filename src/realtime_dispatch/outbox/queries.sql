@@ -129,6 +129,9 @@ SELECT
         AS oldest_pending_age_seconds
 FROM messenger.realtime_outbox;
 
+-- name: quarantined_count
+SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Quarantined';
+
 -- name: try_lock
 -- A partition's lock: hashtextextended($1, 0) with $1 = Partition.lock_name. With one partition
 -- that is exactly the spec's key, 'job:scheduled:messenger-realtime-dispatch' (operators and

@@ -207,6 +207,10 @@ class OutboxStore:
         async with translate_errors():
             return int(await self._pool.fetchval(QUERIES["pending_count"]))
 
+    async def quarantined_count(self) -> int:
+        async with translate_errors():
+            return int(await self._pool.fetchval(QUERIES["quarantined_count"]))
+
     async def stats(self) -> OutboxStats:
         async with translate_errors():
             record = await self._pool.fetchrow(QUERIES["stats"])
