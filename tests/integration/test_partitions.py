@@ -66,11 +66,17 @@ async def test_partitions_split_the_outbox_by_chat(pool: asyncpg.Pool) -> None:
     assert len(set(home.values())) == 4  # and 24 chats spread over all four
 
 
+# The claim's lease (next_attempt_at, the first backoff) is what keeps a row claimed by one
+# partitioning from being claimed again by the other while both run: 2 s, as in production,
+# rather than the 50 ms of FAST, which a loaded machine can outlast between claim and outcome.
+LEASED = replace(FAST, backoff_base=2.0, backoff_cap=10.0)
+
+
 @contextlib.asynccontextmanager
 async def worker(
     dsn: str, publisher: RecordingPublisher, count: int
 ) -> AsyncIterator[DispatchService]:
-    async with dispatch_service(dsn, replace(FAST, partitions=count), publisher) as service:
+    async with dispatch_service(dsn, replace(LEASED, partitions=count), publisher) as service:
         yield service
 
 
@@ -83,9 +89,13 @@ async def outbox_summary(pool: asyncpg.Pool) -> tuple[int, int, int]:
     return int(row["done"]), int(row["total"]), int(row["attempts"] or 0)
 
 
-def assert_once_and_in_order(publisher: RecordingPublisher, expected: int) -> None:
+def assert_once(publisher: RecordingPublisher, expected: int) -> None:
     ids = [p.payload["messageId"] for p in publisher.pushes]
     assert len(ids) == len(set(ids)) == expected
+
+
+def assert_once_and_in_order(publisher: RecordingPublisher, expected: int) -> None:
+    assert_once(publisher, expected)
     seqs: dict[str, list[int]] = defaultdict(list)
     for push in publisher.pushes:
         seqs[str(push.payload["chatId"])].append(int(str(push.payload["seq"])))
@@ -157,4 +167,6 @@ async def test_changing_the_partition_count_while_writing(
             await writer
     _, _, attempts = await outbox_summary(pool)
     assert attempts == 1
-    assert_once_and_in_order(publisher, sent)
+    # While two partitionings overlap, a chat's pushes may leave in two runners' passes: clients
+    # restore their order by seq (docs/explanation.md), so only "once" is asserted here.
+    assert_once(publisher, sent)
