@@ -344,10 +344,12 @@ async def live_replicas(client: RedisCluster) -> tuple[set[str], set[str]]:
     """Replica ids whose heartbeat has not expired, and those of them that are unready
     (re)subscribing; expired entries are swept."""
     now = time.time()
-    found: list[set[str]] = []
-    for key in (REPLICAS_KEY, UNREADY_KEY):
-        await client.zremrangebyscore(key, "-inf", now)
-        members = await client.zrangebyscore(key, now, "+inf")
-        found.append({m.decode() if isinstance(m, bytes) else str(m) for m in members})
-    alive, unready = found
+    # Both keys share one hash tag, so one slot: a single pipelined round trip.
+    async with client.pipeline(transaction=False) as pipe:
+        for key in (REPLICAS_KEY, UNREADY_KEY):
+            pipe.zremrangebyscore(key, "-inf", now)
+            pipe.zrangebyscore(key, now, "+inf")
+        _, alive_ids, _, unready_ids = await pipe.execute()
+    alive = {m.decode() if isinstance(m, bytes) else str(m) for m in alive_ids}
+    unready = {m.decode() if isinstance(m, bytes) else str(m) for m in unready_ids}
     return alive, unready & alive
