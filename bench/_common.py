@@ -20,10 +20,10 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.migrate import migrate
+from realtime_dispatch.push import PublishResult, Push
 
 DEFAULT_DSN = os.environ.get(
     "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

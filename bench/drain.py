@@ -50,12 +50,12 @@ from _common import (
 from realtime_dispatch.contracts.registry import default_payload_builder
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
 from realtime_dispatch.dispatch.alerts import LogAlertSink
-from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.settings import RealtimeDispatchOptions
 
 SPEC_INDEXES = {"realtime_outbox_pkey", "ix_rto_due", "ix_rto_chat"}
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -79,7 +79,7 @@ async def drain_dispatcher(url: str, options: RealtimeDispatchOptions) -> dict[s
             await pool.release(conn)
         publisher = NoopPublisher()
         dispatcher = Dispatcher(
-            store=OutboxStore(pool, options),
+            store=OutboxStore(pool, options.backoff),
             builder=default_payload_builder(),
             publisher=publisher,
             options=options,

@@ -65,7 +65,7 @@ from _common import (
     write_json,
 )
 from lag import run_owners
-from realtime_dispatch.cli.tokens import mint_token
+from realtime_dispatch.auth.tokens import mint_token
 
 HERE = Path(__file__).resolve().parent
 COMMAND = [sys.executable, "-m", "realtime_dispatch.cli.main"]

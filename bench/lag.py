@@ -56,13 +56,13 @@ from _common import (
     settle,
     write_json,
 )
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.commands import send_message
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
-from realtime_dispatch.settings import RealtimeDispatchOptions
+from realtime_dispatch.push import PublishResult, Push
 
 WARMUP = 1.0  # seconds at the start of a run that are not counted
 CHATS_PER_OWNER = 4

@@ -41,8 +41,8 @@ from _common import (
     settle,
     write_json,
 )
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
-from realtime_dispatch.settings import RealtimeDispatchOptions
 
 
 async def child(dsn: str, partitions: int) -> None:

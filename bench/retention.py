@@ -41,9 +41,9 @@ from _common import (
     server_facts,
     write_json,
 )
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.settings import RealtimeDispatchOptions
 
 INSERT = (
     "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, message_id, seq)"

@@ -2,7 +2,8 @@
 
 :class:`Settings` is the only place that touches ``os.environ`` (through pydantic-settings, prefix
 ``REALTIME_``). Everything below takes the typed value objects it builds, such as
-:class:`RealtimeDispatchOptions`. Tests build those objects directly.
+:class:`~realtime_dispatch.dispatch.options.RealtimeDispatchOptions`; each options class lives with
+the component it configures. Tests build those objects directly.
 
 An invalid value raises :class:`~realtime_dispatch.errors.ConfigurationError` naming the variable;
 the CLI turns that into one line on stderr and exit code 2.
@@ -10,78 +11,17 @@ the CLI turns that into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 
 ENV_PREFIX = "REALTIME_"
-
-
-@dataclass(frozen=True, slots=True)
-class RealtimeDispatchOptions:
-    """The dispatcher's options (the spec's ``RealtimeDispatchOptions``); durations in seconds."""
-
-    polling_interval: float = 1.0
-    batch_size: int = 200
-    max_run_duration: float = 5.0
-    max_attempts: int = 8
-    backoff_base: float = 2.0
-    backoff_factor: float = 2.0
-    backoff_cap: float = 120.0
-    lock_ttl: float = 30.0
-    retention_done: float = 86_400.0
-    listen: bool = True
-    linger: float = 0.003
-    """After a batch that was not full, wait this long before the next claim of the pass: under
-    a steady stream the next claim then finds a few rows instead of one (claims, payload queries
-    and outcome writes per row fall), at the cost of at most this much added latency."""
-    partitions: int = 1
-    """How many partitions the outbox is claimed in (each with its own lock); 1 is the spec's
-    single runner."""
-
-    def __post_init__(self) -> None:
-        checks: list[tuple[str, bool, str]] = [
-            ("POLLING_INTERVAL", self.polling_interval > 0, "must be > 0"),
-            ("BATCH_SIZE", self.batch_size > 0, "must be > 0"),
-            ("MAX_RUN_DURATION", self.max_run_duration > 0, "must be > 0"),
-            ("MAX_ATTEMPTS", self.max_attempts > 0, "must be > 0"),
-            ("BACKOFF_BASE", self.backoff_base > 0, "must be > 0"),
-            ("BACKOFF_FACTOR", self.backoff_factor >= 1, "must be >= 1"),
-            ("BACKOFF_CAP", self.backoff_cap >= self.backoff_base, "must be >= BACKOFF_BASE"),
-            ("LOCK_TTL", self.lock_ttl > 0, "must be > 0"),
-            (
-                "MAX_RUN_DURATION",
-                self.max_run_duration < self.lock_ttl,
-                f"must be below REALTIME_DISPATCH_LOCK_TTL ({self.lock_ttl:g} s)",
-            ),
-            ("RETENTION_DONE", self.retention_done > 0, "must be > 0"),
-            ("PARTITIONS", 1 <= self.partitions <= 256, "must be between 1 and 256"),
-            (
-                "LINGER",
-                0 <= self.linger < self.max_run_duration,
-                "must be >= 0 and below REALTIME_DISPATCH_MAX_RUN_DURATION",
-            ),
-        ]
-        for name, ok, message in checks:
-            if not ok:
-                raise ConfigurationError(f"{ENV_PREFIX}DISPATCH_{name}", message)
-
-
-@dataclass(frozen=True, slots=True)
-class MediaOptions:
-    """Secrets for minting media join tokens at delivery (never stored)."""
-
-    jitsi_app_id: str = "realtime-dispatch"
-    jitsi_app_secret: SecretStr | None = None
-    jitsi_domain: str = "meet.local"
-    turn_urls: tuple[str, ...] = ()
-    turn_secret: SecretStr | None = None
-    token_ttl: float = 120.0
 
 
 def _split_csv(value: Any) -> Any:

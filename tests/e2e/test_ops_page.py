@@ -12,7 +12,7 @@ import uvicorn
 from playwright.async_api import async_playwright
 from starlette.applications import Starlette
 
-from realtime_dispatch.hub.auth import TokenVerifier
+from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
 from tests.conftest import free_port, wait_until

@@ -16,12 +16,13 @@ import httpx
 from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
-from realtime_dispatch.dispatch.publisher import HubPublisher
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
-from realtime_dispatch.settings import RealtimeDispatchOptions, Settings
+from realtime_dispatch.push import HubPublisher
+from realtime_dispatch.settings import Settings
 from tests.conftest import free_port
 from tests.hub_fixtures import hub_settings, make_token
 

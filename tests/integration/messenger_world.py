@@ -14,9 +14,10 @@ from uuid import UUID
 import asyncpg
 from pydantic import SecretStr
 
+from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from realtime_dispatch.settings import MediaOptions, RealtimeDispatchOptions
 from tests.conftest import wait_until
 from tests.hub_fixtures import RawClient, hub_settings, make_token, raw_client, running_hub
 from tests.integration.messenger_scenario import (

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 from realtime_dispatch.contracts.registry import default_payload_builder
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.settings import RealtimeDispatchOptions
 from tests.fakes import RecordingAlerts, RecordingPublisher
 
 FAST = RealtimeDispatchOptions(
@@ -44,7 +44,7 @@ def make_stack(
     publisher = publisher or RecordingPublisher()
     alerts = RecordingAlerts()
     metrics = DispatchMetrics(CollectorRegistry())
-    store = OutboxStore(pool, options)
+    store = OutboxStore(pool, options.backoff)
     dispatcher = Dispatcher(
         store=store,
         builder=default_payload_builder(),

@@ -4,7 +4,7 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
-from realtime_dispatch.dispatch.backoff import JITTER, backoff_delay
+from realtime_dispatch.outbox.backoff import JITTER, backoff_delay
 from realtime_dispatch.outbox.queries import QUERIES
 
 FILL_SQL = """

@@ -13,8 +13,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import HubUnavailable, PushRejected
+from realtime_dispatch.push import Push
 from tests.conftest import free_port, wait_until
 from tests.integration.support import make_stack, new_chat, send
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.publishers import RedisHubPublisher
 from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
+from realtime_dispatch.push import Push
 from tests.conftest import free_port
 from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
 

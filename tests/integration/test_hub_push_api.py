@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import HubUnavailable
+from realtime_dispatch.push import Push
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.settings import RealtimeDispatchOptions
+from realtime_dispatch.push import PublishResult, Push
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat
 

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, connect
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.errors import PushRejected
+from realtime_dispatch.push import PublishResult, Push
 from tests.conftest import wait_until
 from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from realtime_dispatch.dispatch.backoff import JITTER, backoff_delay
+from realtime_dispatch.outbox.backoff import JITTER, backoff_delay
 
 
 def delay(attempt: int, rand: float = 0.0, **kw: float) -> float:

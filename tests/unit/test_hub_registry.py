@@ -8,7 +8,12 @@ import uuid
 import jwt
 import pytest
 
-from realtime_dispatch.hub.auth import AuthError, TokenVerifier, request_token, service_key_matches
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    TokenVerifier,
+    request_token,
+    service_key_matches,
+)
 from realtime_dispatch.hub.membership import MembershipChange, MembershipTracker, parse_change
 from realtime_dispatch.hub.negotiate import NegotiationStore, negotiate_body
 from realtime_dispatch.hub.outbound import Outbound

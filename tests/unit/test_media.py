@@ -11,8 +11,7 @@ from uuid import uuid4
 import jwt
 from pydantic import SecretStr
 
-from realtime_dispatch.contracts.media import MediaMinter, turn_credential
-from realtime_dispatch.settings import MediaOptions
+from realtime_dispatch.auth.media import MediaMinter, MediaOptions, turn_credential
 
 NOW = 1_700_000_000.0
 OPTIONS = MediaOptions(

@@ -1,7 +1,8 @@
 import pytest
 
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.settings import RealtimeDispatchOptions, load_settings
+from realtime_dispatch.settings import load_settings
 
 
 def test_defaults_are_the_specs() -> None:

@@ -19,15 +19,14 @@ from uuid import UUID
 import orjson
 import structlog
 
+from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli import ops
 from realtime_dispatch.cli.database import database_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve
-from realtime_dispatch.cli.tokens import mint_token
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-from realtime_dispatch.dispatch.publisher import HubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable
 from realtime_dispatch.hub.publishers import RedisHubPublisher
@@ -35,6 +34,7 @@ from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings, load_settings
 from realtime_dispatch.tracing import configure_tracing
 
@@ -93,7 +93,7 @@ async def _stats(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
         pool = await create_pool(url, max_size=1)
         try:
-            stats = await OutboxStore(pool, settings.dispatch_options()).stats()
+            stats = await OutboxStore(pool, settings.dispatch_options().backoff).stats()
         finally:
             await pool.close()
     if args.json:
@@ -108,7 +108,7 @@ async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
         pool = await create_pool(url, max_size=1)
         try:
-            count = await OutboxStore(pool, settings.dispatch_options()).requeue(
+            count = await OutboxStore(pool, settings.dispatch_options().backoff).requeue(
                 ids=args.ids or (),
                 kind=RealtimeDispatchKind(args.kind) if args.kind else None,
                 everything=bool(args.all),

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from realtime_dispatch.dispatch.publisher import JsonObject
+from realtime_dispatch.push import JsonObject
 
 
 class Contract(BaseModel):

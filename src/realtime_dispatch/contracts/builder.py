@@ -14,7 +14,6 @@ from typing import Protocol, TypeAlias
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.publisher import Push
 from realtime_dispatch.errors import (
     IntentError,
     PayloadBuildError,
@@ -22,6 +21,7 @@ from realtime_dispatch.errors import (
     TargetGone,
 )
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.push import Push
 
 BuildResults: TypeAlias = dict[UUID, Push | RealtimeDispatchError]
 

@@ -9,8 +9,8 @@ import asyncpg
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_chat
-from realtime_dispatch.dispatch.publisher import JsonObject
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.push import JsonObject
 
 
 class ReadReceiptUpdated(Contract):

@@ -12,16 +12,17 @@ from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.contracts.media import MediaJoin
 from realtime_dispatch.contracts.projection import (
     RefProjectionBuilder,
     require,
     require_session,
     require_user,
 )
-from realtime_dispatch.dispatch.publisher import JsonObject
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
+from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 

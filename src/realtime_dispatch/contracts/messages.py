@@ -14,9 +14,9 @@ import orjson
 from realtime_dispatch.contracts.base import Contract, wire
 from realtime_dispatch.contracts.builder import BuildResults, RowIntent
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.publisher import JsonObject, Push
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.push import JsonObject, Push
 
 
 class MessageReceived(Contract):

@@ -3,6 +3,7 @@ all 26 kinds, each with one projection query per batch."""
 
 from __future__ import annotations
 
+from realtime_dispatch.auth.media import MediaMinter, MediaOptions
 from realtime_dispatch.contracts.builder import CompositePayloadBuilder, KindBuilder
 from realtime_dispatch.contracts.calls import CallPayloadBuilder
 from realtime_dispatch.contracts.chats import ChatEventBuilder, ReadReceiptBuilder
@@ -12,11 +13,9 @@ from realtime_dispatch.contracts.contacts import (
     ContactBuilder,
     ContactRequestBuilder,
 )
-from realtime_dispatch.contracts.media import MediaMinter
 from realtime_dispatch.contracts.messages import MessagePayloadBuilder
 from realtime_dispatch.contracts.recordings import RecordingPayloadBuilder
 from realtime_dispatch.contracts.screenshare import ScreenSharePayloadBuilder
-from realtime_dispatch.settings import MediaOptions
 
 
 def default_builders(media: MediaOptions | None = None) -> list[KindBuilder]:

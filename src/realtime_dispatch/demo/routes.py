@@ -18,9 +18,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from realtime_dispatch.cli.tokens import mint_token
+from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer, mint_token
 from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
-from realtime_dispatch.hub.auth import AuthError, TokenVerifier, bearer
 
 TOKEN_TTL_SECONDS = 12 * 3600
 _STATIC = {

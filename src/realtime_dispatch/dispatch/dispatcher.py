@@ -8,7 +8,7 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 2. build every row's payload (one projection query per kind group);
 3. push outside any transaction, slice by slice, checking for a stop request and the end of
    ``max_run_duration`` between slices; every push is bounded by the time left
-   (:data:`~realtime_dispatch.dispatch.publisher.PUSH_DEADLINE`); rows never pushed because of a
+   (:data:`~realtime_dispatch.push.PUSH_DEADLINE`); rows never pushed because of a
    stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
@@ -45,27 +45,21 @@ from opentelemetry import trace
 from realtime_dispatch.contracts.builder import BuildResults, PayloadBuilder
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.alerts import AlertSink, RealtimeDispatchQuarantinedEvent
-from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
 from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
-from realtime_dispatch.dispatch.publisher import (
-    PUSH_DEADLINE,
-    HubPublisher,
-    NotPushed,
-    PublishResult,
-    Push,
-)
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     PayloadBuildError,
     RealtimeDispatchError,
     TransientError,
 )
+from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.store import OutboxStore, Outcomes, translate_errors
-from realtime_dispatch.settings import RealtimeDispatchOptions
+from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, NotPushed, PublishResult, Push
 
 _log = structlog.get_logger(__name__)
 _tracer = trace.get_tracer("realtime_dispatch.dispatch")

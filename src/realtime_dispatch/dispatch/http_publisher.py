@@ -20,14 +20,8 @@ import httpx
 import orjson
 import structlog
 
-from realtime_dispatch.dispatch.publisher import (
-    MIN_PUSH_TIME,
-    PUSH_DEADLINE,
-    NotPushed,
-    PublishResult,
-    Push,
-)
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
+from realtime_dispatch.push import MIN_PUSH_TIME, PUSH_DEADLINE, NotPushed, PublishResult, Push
 
 _log = structlog.get_logger(__name__)
 PUSH_PATH = "/api/v1/hubs/messenger/groups/{group}"

@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from realtime_dispatch.channels import OUTBOX_CHANNEL
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
@@ -34,7 +35,6 @@ from realtime_dispatch.outbox.store import translate_errors
 
 _log = structlog.get_logger(__name__)
 
-CHANNEL = "realtime_outbox"
 RETENTION_EVERY = 60.0  # seconds between retention sweeps while caught up (at most)
 PENDING_REFRESH_EVERY = 1.0  # seconds between backlog counts
 LEASE_GRACE = 1.0  # seconds an expired pass gets to unwind before its rows are released
@@ -143,7 +143,7 @@ class DispatchRunner:
         conn.add_termination_listener(self._on_terminated)
         if self._options.listen:
             async with translate_errors():
-                await conn.add_listener(CHANNEL, self._on_notify)
+                await conn.add_listener(OUTBOX_CHANNEL, self._on_notify)
             self._listening = True
         else:
             # Nobody listens: make sure owners do not pay for notifications.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.contracts.builder import PayloadBuilder
 from realtime_dispatch.contracts.registry import default_payload_builder
 from realtime_dispatch.database import (
@@ -24,11 +25,11 @@ from realtime_dispatch.database import (
 from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
-from realtime_dispatch.dispatch.publisher import HubPublisher
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.settings import MediaOptions, RealtimeDispatchOptions
+from realtime_dispatch.push import HubPublisher
 
 
 @dataclass
@@ -74,7 +75,7 @@ async def dispatch_service(
         stateless=True,
     )
     try:
-        store = OutboxStore(pool, options)
+        store = OutboxStore(pool, options.backoff)
         payloads = builder or default_payload_builder(media)
         sink = alerts or LogAlertSink()
         await store.forget_other_partitionings(options.partitions)

@@ -17,7 +17,7 @@ import structlog
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from realtime_dispatch.hub.auth import AuthError, request_token
+from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.connection import Attachment, HubConnection
 from realtime_dispatch.hub.framing import RawSink
 from realtime_dispatch.hub.membership_feed import DB_ERRORS

@@ -21,9 +21,9 @@ from uuid import UUID
 import asyncpg
 import structlog
 
+from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
-from realtime_dispatch.messenger.commands import MEMBERSHIP_CHANNEL
 
 log = structlog.get_logger(__name__)
 

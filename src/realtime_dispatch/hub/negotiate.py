@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from uuid import UUID
 
-from realtime_dispatch.dispatch.publisher import JsonObject
+from realtime_dispatch.push import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

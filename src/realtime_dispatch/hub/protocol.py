@@ -18,8 +18,8 @@ from typing import TypeAlias
 
 import orjson
 
-from realtime_dispatch.dispatch.publisher import JsonValue
 from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.push import JsonValue
 
 RECORD_SEPARATOR = "\x1e"
 _RS_BYTES = b"\x1e"

@@ -1,4 +1,4 @@
-"""The hub's two :class:`~realtime_dispatch.dispatch.publisher.HubPublisher` implementations.
+"""The hub's two :class:`~realtime_dispatch.push.HubPublisher` implementations.
 
 * :class:`InProcessHubPublisher`: the hub runs in the caller's process; a push is delivered to
   this replica's connections before ``publish`` returns.
@@ -18,16 +18,16 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane import CHANNEL, encode_push, redis_client
 from realtime_dispatch.hub.protocol import invocation_frame
+from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
 
 
 class FramePublisher(Protocol):
-    """A :class:`~realtime_dispatch.dispatch.publisher.HubPublisher` that also takes records
+    """A :class:`~realtime_dispatch.push.HubPublisher` that also takes records
     serialised already (the HTTP push endpoint's case)."""
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...

@@ -11,7 +11,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from realtime_dispatch.hub.auth import service_key_matches
+from realtime_dispatch.auth.tokens import service_key_matches
 from realtime_dispatch.hub.protocol import invocation_frame
 from realtime_dispatch.hub.registry import is_valid_group
 

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from realtime_dispatch.hub.auth import AuthError, request_token
+from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
 from realtime_dispatch.hub.push_api import push_to_group

@@ -26,9 +26,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 from starlette.routing import BaseRoute
 
+from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.database import create_pool
-from realtime_dispatch.dispatch.publisher import HubPublisher, PublishResult
-from realtime_dispatch.hub.auth import TokenVerifier
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
 from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
 from realtime_dispatch.hub.framing import text_frame
@@ -49,6 +48,7 @@ from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.ids import new_id
+from realtime_dispatch.push import HubPublisher, PublishResult
 from realtime_dispatch.settings import Settings
 
 log = structlog.get_logger(__name__)

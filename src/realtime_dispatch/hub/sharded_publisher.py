@@ -21,8 +21,8 @@ import orjson
 import structlog
 from redis.asyncio.cluster import RedisCluster
 
+from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import close_quietly
-from realtime_dispatch.dispatch.publisher import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.membership import parse_barrier
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
@@ -36,7 +36,7 @@ from realtime_dispatch.hub.sharded_backplane import (
     group_channel,
     live_replicas,
 )
-from realtime_dispatch.messenger.membership import MEMBERSHIP_CHANNEL
+from realtime_dispatch.push import PublishResult, Push
 
 log = structlog.get_logger(__name__)
 

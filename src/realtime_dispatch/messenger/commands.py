@@ -51,7 +51,7 @@ from realtime_dispatch.messenger.errors import (
     InvalidInput,
     NotFound,
 )
-from realtime_dispatch.messenger.membership import MEMBERSHIP_CHANNEL, notify_membership
+from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.messages import (
     EDIT_WINDOW_SECONDS,
     MessageContent,
@@ -79,7 +79,6 @@ from realtime_dispatch.messenger.screenshare import (
 
 __all__ = [
     "EDIT_WINDOW_SECONDS",
-    "MEMBERSHIP_CHANNEL",
     "Conflict",
     "DomainError",
     "Forbidden",

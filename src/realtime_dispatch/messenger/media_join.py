@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.contracts.media import MediaJoin
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import require_active_member
 from realtime_dispatch.messenger.calls import LIVE_STATUSES

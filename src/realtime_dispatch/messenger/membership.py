@@ -9,9 +9,8 @@ from uuid import UUID
 
 import orjson
 
+from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DbConnection
-
-MEMBERSHIP_CHANNEL = "realtime_membership"
 
 
 async def notify_membership(

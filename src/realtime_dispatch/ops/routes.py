@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from realtime_dispatch.hub.auth import AuthError, TokenVerifier, bearer
+from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 

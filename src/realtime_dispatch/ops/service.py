@@ -13,7 +13,6 @@ from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.outbox.store import OutboxStats, OutboxStore, translate_errors
-from realtime_dispatch.settings import RealtimeDispatchOptions
 
 QUERIES = load_queries("realtime_dispatch.ops")
 
@@ -83,7 +82,7 @@ class RecentLag:
 class OpsService:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self.store = OutboxStore(pool, RealtimeDispatchOptions())
+        self.store = OutboxStore(pool)
 
     async def stats(self) -> OutboxStats:
         return await self.store.stats()

@@ -13,13 +13,12 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database import DbConnection, is_unavailable
-from realtime_dispatch.dispatch.backoff import JITTER
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.ids import id_floor
+from realtime_dispatch.outbox.backoff import JITTER, Backoff
 from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.queries import QUERIES
-from realtime_dispatch.settings import RealtimeDispatchOptions
 
 
 @contextlib.asynccontextmanager
@@ -70,9 +69,9 @@ class OutboxStats:
 class OutboxStore:
     """Named queries over a pool. Each method is one short transaction (or one statement)."""
 
-    def __init__(self, pool: asyncpg.Pool, options: RealtimeDispatchOptions) -> None:
+    def __init__(self, pool: asyncpg.Pool, backoff: Backoff | None = None) -> None:
         self._pool = pool
-        self._options = options
+        self._backoff = backoff or Backoff()
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -88,8 +87,8 @@ class OutboxStore:
     ) -> list[ClaimedRow]:
         """Claim up to ``limit`` due rows of ``partition``, in id order, on ``conn`` (else the
         pool); never the ``exclude`` ids (rows this runner still has in flight)."""
-        o = self._options
-        backoff = (o.backoff_base, o.backoff_factor, o.backoff_cap, JITTER)
+        b = self._backoff
+        backoff = (b.base, b.factor, b.cap, JITTER)
         async with translate_errors():
             executor = self._pool if conn is None else conn
             records = await executor.fetch(

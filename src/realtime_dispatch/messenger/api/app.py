@@ -5,7 +5,7 @@
     app = create_api(pool=pool, settings=settings, routes=hub.routes)   # hub beside it
 
 The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked with
-the hub's :class:`~realtime_dispatch.hub.auth.TokenVerifier` and ``REALTIME_HUB_JWT_SECRET``.
+the hub's :class:`~realtime_dispatch.auth.tokens.TokenVerifier` and ``REALTIME_HUB_JWT_SECRET``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import asyncpg
 from fastapi import FastAPI
 from starlette.routing import BaseRoute
 
-from realtime_dispatch.contracts.media import MediaMinter
-from realtime_dispatch.hub.auth import TokenVerifier
+from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.messenger.api import chats, media, social
 from realtime_dispatch.messenger.api.errors import install_error_handlers
 from realtime_dispatch.settings import Settings

@@ -12,7 +12,7 @@ from asyncpg.pool import PoolConnectionProxy
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from realtime_dispatch.hub.auth import TokenVerifier
+from realtime_dispatch.auth.tokens import TokenVerifier
 
 if TYPE_CHECKING:
     PooledConnection = PoolConnectionProxy[asyncpg.Record]
@@ -26,7 +26,7 @@ def current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> UUID:
-    """The caller's user id; :class:`~realtime_dispatch.hub.auth.AuthError` (→ 401) when the
+    """The caller's user id; :class:`~realtime_dispatch.auth.tokens.AuthError` (→ 401) when the
     token is missing, expired or forged."""
     verifier: TokenVerifier = request.app.state.verifier
     return verifier.user_of(credentials.credentials if credentials is not None else None)

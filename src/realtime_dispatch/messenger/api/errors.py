@@ -14,8 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from realtime_dispatch.auth.tokens import AuthError
 from realtime_dispatch.database import is_unavailable
-from realtime_dispatch.hub.auth import AuthError
 from realtime_dispatch.messenger.errors import (
     Conflict,
     DomainError,

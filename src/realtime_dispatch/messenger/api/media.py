@@ -7,7 +7,8 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from realtime_dispatch.contracts.media import MediaJoin, MediaMinter
+from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.contracts.media import MediaJoin
 from realtime_dispatch.messenger import calls, conferences, media_join, recordings, screenshare
 from realtime_dispatch.messenger.api.deps import Conn, User
 from realtime_dispatch.messenger.api.schemas import (

@@ -11,8 +11,21 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 JITTER = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """The retry schedule the claim applies (seconds); the dispatcher's options carry one."""
+
+    base: float = 2.0
+    factor: float = 2.0
+    cap: float = 120.0
+
+    def delay(self, attempt: int, *, rand: Callable[[], float] = random.random) -> float:
+        return backoff_delay(attempt, base=self.base, factor=self.factor, cap=self.cap, rand=rand)
 
 
 def backoff_delay(

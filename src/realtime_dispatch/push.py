@@ -1,4 +1,6 @@
-"""The dispatcher's one outbound seam: :class:`HubPublisher`.
+"""What a push is, and the seam between the dispatcher and the hub: :class:`HubPublisher`.
+
+The JSON aliases and :class:`Push` live here, below both, so that neither imports the other.
 
 The dispatcher never imports hub internals. It hands a publisher a slice of :class:`Push` values
 (already in outbox order) and gets back one result per push: ``None`` for delivered/enqueued, or

@@ -1,9 +1,11 @@
-"""Who is connecting: HS256 JWTs (``sub`` = user UUID, ``exp`` required) and the service key of
-the push endpoint. Tokens are never logged; failures are reported by a short code only."""
+"""Hub/REST access tokens, minted and verified here only: HS256 JWTs (``sub`` = user UUID, ``exp``
+required) and the service key of the push endpoint. Tokens are never logged; failures are
+reported by a short code only."""
 
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from uuid import UUID
@@ -89,3 +91,13 @@ def service_key_matches(headers: Mapping[str, str], expected: str | None) -> boo
     if not expected or presented is None:
         return False
     return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def mint_token(secret: str, user_id: UUID, *, ttl: float = 3600.0, admin: bool = False) -> str:
+    """A hub/REST access token: ``sub`` (user UUID), ``iat``, ``exp`` and, for operators, the
+    ``admin`` role claim."""
+    now = int(time.time())
+    claims: dict[str, object] = {"sub": str(user_id), "iat": now, "exp": now + int(ttl)}
+    if admin:
+        claims["role"] = ADMIN_ROLE
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
