@@ -1,5 +1,5 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
-event payloads (``realtime_dispatch.client.events.MODELS``) and every REST body
+event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``) and every REST body
 (``realtime_dispatch.messenger.api.schemas``). pydantic gives the JSON Schema (wire names,
 serialization mode); ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it
 into TypeScript.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from realtime_dispatch.client.events import MODELS
+from realtime_dispatch.contracts.events import EVENT_MODELS
 from realtime_dispatch.messenger.api import schemas
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,14 +61,14 @@ def _add(defs: dict[str, object], name: str, model: type[BaseModel]) -> None:
 
 def schema() -> dict[str, object]:
     defs: dict[str, object] = {}
-    for model in MODELS.values():
+    for model in EVENT_MODELS.values():
         _add(defs, model.__name__, model)
     events = set(defs)
     for model in rest_models():
         # A REST body named like an event (``MessageEdited``) gets a suffix.
         name = model.__name__ if model.__name__ not in events else f"{model.__name__}Reply"
         _add(defs, name, model)
-    event_names = {kind.event_name: model.__name__ for kind, model in MODELS.items()}
+    event_names = {name: model.__name__ for name, model in EVENT_MODELS.items()}
     defs["HubEvents"] = {
         "type": "object",
         "title": "HubEvents",

@@ -8,10 +8,10 @@ from uuid import UUID, uuid4
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.contracts.registry import default_payload_builder
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
 from tests.fakes import RecordingAlerts, RecordingPublisher

@@ -11,7 +11,7 @@ import jwt
 
 from realtime_dispatch.client.events import parse_event
 from realtime_dispatch.contracts.calls import CallInvited, GroupCallInvited
-from realtime_dispatch.contracts.registry import default_payload_builder
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import calls, chats, conferences
 from tests.integration.messenger_world import JITSI_SECRET, MEDIA
 from tests.integration.support import make_stack

@@ -11,7 +11,7 @@ import pytest
 
 from realtime_dispatch.client.apply import Timelines, apply_event
 from realtime_dispatch.client.events import (
-    MODELS,
+    BY_EVENT_NAME,
     CallInvited,
     MessageDeleted,
     MessageEdited,
@@ -197,7 +197,7 @@ def test_events_outside_chats_pass_through_untouched() -> None:
 
 
 def test_every_kind_has_a_typed_event() -> None:
-    assert set(MODELS) == set(RealtimeDispatchKind)
+    assert set(BY_EVENT_NAME) == {kind.event_name for kind in RealtimeDispatchKind}
 
 
 def test_card_edits_and_deletions_apply_to_card_text_and_file_meta() -> None:

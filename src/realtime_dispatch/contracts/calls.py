@@ -1,32 +1,13 @@
-"""Call payloads. The row's session kind picks the shape (spec: "SessionKind payload"):
-
-* ``Direct``: the 1:1 contract, to ``user:{targetUserId}`` (a party of the call); ``ref_id`` is
-  the call; ``call_invited`` carries the media join minted for the receiving party.
-* ``Conference``: the group contract, to ``chat:{chatId}``; ``ref_id`` is the conference the
-  group call runs in. Only ``call_invited`` and ``call_ended`` have this shape (answering,
-  declining, missing and cancelling are between two parties); ``call_invited`` carries the
-  media join minted for the chat.
-"""
+"""Call payloads on the wire: the 1:1 shapes (to ``user:``) and the group shapes
+(``GroupCallInvited``, ``GroupCallEnded``, to ``chat:``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-import asyncpg
-
-from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.builder import BuildResults, RowIntent
-from realtime_dispatch.contracts.conferences import ConferencePayloadBuilder
 from realtime_dispatch.contracts.media import MediaJoin
-from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_session
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
-from realtime_dispatch.push import JsonObject
-
-K = RealtimeDispatchKind
 
 
 class _CallEvent(Contract):
@@ -80,109 +61,3 @@ class GroupCallEnded(Contract):
     chat_id: UUID
     ended_by_user_id: UUID | None = None
     ended_at: datetime
-
-
-# Terminal kinds: the status the call must be in, and the payload model.
-_TERMINAL: dict[RealtimeDispatchKind, tuple[str, type[_CallEvent], str]] = {
-    K.CALL_DECLINED: ("Declined", CallDeclined, "declined_at"),
-    K.CALL_MISSED: ("Missed", CallMissed, "missed_at"),
-    K.CALL_CANCELLED: ("Cancelled", CallCancelled, "cancelled_at"),
-}
-_LIVE = frozenset({"Ringing", "Active"})
-
-
-class GroupCallPayloadBuilder(RefProjectionBuilder):
-    """The ``Conference`` shape of ``CallInvited`` / ``CallEnded``: ``ref_id`` = the
-    conference, pushed to its chat."""
-
-    kinds = frozenset({K.CALL_INVITED, K.CALL_ENDED})
-    entity = ConferencePayloadBuilder.entity
-    sql = ConferencePayloadBuilder.sql  # the same projection of the conference
-
-    def __init__(self, minter: MediaMinter) -> None:
-        self.minter = minter
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        require(intent.kind in self.kinds, f"{intent.kind} is 1:1 only", "BadSessionKind")
-        require_session(intent, record, expected=SessionKind.CONFERENCE)
-        ids = {"call_id": record["id"], "conference_id": record["id"], "chat_id": record["chat_id"]}
-        if intent.kind is K.CALL_INVITED:
-            media = (
-                self.minter.mint(record["room_name"], chat_id=record["chat_id"])
-                if record["status"] == "Active"
-                else None
-            )
-            return GroupCallInvited(
-                **ids,
-                room_name=record["room_name"],
-                started_by_user_id=record["started_by_user_id"],
-                invited_at=record["started_at"],
-                media=media,
-            ).wire()
-        require(record["status"] == "Ended", "call has not ended", "NotEnded")
-        return GroupCallEnded(
-            **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
-        ).wire()
-
-
-class CallPayloadBuilder(RefProjectionBuilder):
-    """Every call kind; ``Conference`` rows are handed to :class:`GroupCallPayloadBuilder`."""
-
-    kinds = frozenset(
-        {
-            K.CALL_INVITED,
-            K.CALL_ANSWERED,
-            K.CALL_DECLINED,
-            K.CALL_MISSED,
-            K.CALL_CANCELLED,
-            K.CALL_ENDED,
-        }
-    )
-    entity = "Call"
-    sql = """
-    SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
-           ended_at, ended_by_user_id
-    FROM messenger.call_sessions WHERE id = ANY($1::uuid[])
-    """
-
-    def __init__(self, minter: MediaMinter) -> None:
-        self.minter = minter
-        self.group = GroupCallPayloadBuilder(minter)
-
-    async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
-        group = [i for i in items if i.intent.session_kind is SessionKind.CONFERENCE]
-        direct = [i for i in items if i.intent.session_kind is not SessionKind.CONFERENCE]
-        results = await super().build(conn, direct) if direct else {}
-        if group:
-            results.update(await self.group.build(conn, group))
-        return results
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        require_session(intent, record, expected=SessionKind.DIRECT)
-        ids = {
-            "call_id": record["id"],
-            "caller_user_id": record["caller_user_id"],
-            "callee_user_id": record["callee_user_id"],
-        }
-        kind = intent.kind
-        if kind is K.CALL_INVITED:
-            # A call that is already over gets no join credentials.
-            media = (
-                self.minter.mint(record["room_name"], user_id=intent.target_user_id)
-                if record["status"] in _LIVE
-                else None
-            )
-            return CallInvited(
-                **ids, room_name=record["room_name"], invited_at=record["created_at"], media=media
-            ).wire()
-        if kind is K.CALL_ANSWERED:
-            require(record["answered_at"] is not None, "call was not answered", "NotAnswered")
-            return CallAnswered(**ids, answered_at=record["answered_at"]).wire()
-        if kind is K.CALL_ENDED:
-            require(record["status"] == "Ended", "call has not ended", "NotEnded")
-            return CallEnded(
-                **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
-            ).wire()
-        status, model, field = _TERMINAL[kind]
-        require(record["status"] == status, f"call is not {status}", f"Not{status}")
-        return model(**ids, **{field: record["ended_at"]}).wire()

@@ -1,18 +1,12 @@
-"""Contact and blacklist payloads (to ``user:{targetUserId}``): ids, status and times only."""
+"""Contact and blacklist payloads on the wire (to ``user:{targetUserId}``): ids, status and
+times only."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.projection import RefProjectionBuilder, require, require_user
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject
-
-K = RealtimeDispatchKind
 
 
 class ContactRequestReceived(Contract):
@@ -41,77 +35,3 @@ class BlacklistChanged(Contract):
     blocked_user_id: UUID
     blocked: bool
     changed_at: datetime
-
-
-class ContactRequestBuilder(RefProjectionBuilder):
-    """``ContactRequestReceived``: ``ref_id`` = the request; only its addressee receives it."""
-
-    kinds = frozenset({K.CONTACT_REQUEST_RECEIVED})
-    entity = "ContactRequest"
-    sql = """
-    SELECT id, requester_user_id, addressee_user_id, status, created_at
-    FROM messenger.contact_requests WHERE id = ANY($1::uuid[])
-    """
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        require_user(intent, record["addressee_user_id"])
-        return ContactRequestReceived(
-            request_id=record["id"],
-            from_user_id=record["requester_user_id"],
-            to_user_id=record["addressee_user_id"],
-            status=record["status"],
-            created_at=record["created_at"],
-        ).wire()
-
-
-class ContactBuilder(RefProjectionBuilder):
-    """``ContactRequestAccepted`` (to the requester) and ``ContactRemoved`` (to the party that
-    did not remove it); ``ref_id`` = the contact."""
-
-    kinds = frozenset({K.CONTACT_REQUEST_ACCEPTED, K.CONTACT_REMOVED})
-    entity = "Contact"
-    sql = """
-    SELECT id, user_low, user_high, request_id, accepted_by_user_id, created_at, removed_at,
-           removed_by_user_id
-    FROM messenger.contacts WHERE id = ANY($1::uuid[])
-    """
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        pair = (record["user_low"], record["user_high"])
-        if intent.kind is K.CONTACT_REQUEST_ACCEPTED:
-            accepter = record["accepted_by_user_id"]
-            require_user(intent, *(u for u in pair if u != accepter))
-            return ContactRequestAccepted(
-                contact_id=record["id"],
-                request_id=record["request_id"],
-                accepted_by_user_id=accepter,
-                accepted_at=record["created_at"],
-            ).wire()
-        remover = record["removed_by_user_id"]
-        require(record["removed_at"] is not None, "contact was not removed", "NotRemoved")
-        require_user(intent, *(u for u in pair if u != remover))
-        return ContactRemoved(
-            contact_id=record["id"], removed_by_user_id=remover, removed_at=record["removed_at"]
-        ).wire()
-
-
-class BlacklistBuilder(RefProjectionBuilder):
-    """``BlacklistChanged``: ``ref_id`` = the blacklist entry; only its owner receives it (the
-    current state: ``blocked`` is false once the entry was lifted)."""
-
-    kinds = frozenset({K.BLACKLIST_CHANGED})
-    entity = "BlacklistEntry"
-    sql = """
-    SELECT id, owner_user_id, blocked_user_id, created_at, removed_at
-    FROM messenger.blacklist WHERE id = ANY($1::uuid[])
-    """
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
-        require_user(intent, record["owner_user_id"])
-        removed = record["removed_at"]
-        return BlacklistChanged(
-            entry_id=record["id"],
-            blocked_user_id=record["blocked_user_id"],
-            blocked=removed is None,
-            changed_at=removed or record["created_at"],
-        ).wire()

@@ -42,13 +42,13 @@ from uuid import UUID, uuid4
 import structlog
 from opentelemetry import trace
 
-from realtime_dispatch.contracts.builder import BuildResults, PayloadBuilder
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.alerts import AlertSink, RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
 from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
+from realtime_dispatch.dispatch.projections.builder import BuildResults, PayloadBuilder
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     PayloadBuildError,

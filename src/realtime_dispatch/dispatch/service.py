@@ -14,8 +14,6 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.media import MediaOptions
-from realtime_dispatch.contracts.builder import PayloadBuilder
-from realtime_dispatch.contracts.registry import default_payload_builder
 from realtime_dispatch.database import (
     DISPATCHER_SERVER_SETTINGS,
     connect,
@@ -26,6 +24,8 @@ from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore

@@ -4,18 +4,21 @@ all 26 kinds, each with one projection query per batch."""
 from __future__ import annotations
 
 from realtime_dispatch.auth.media import MediaMinter, MediaOptions
-from realtime_dispatch.contracts.builder import CompositePayloadBuilder, KindBuilder
-from realtime_dispatch.contracts.calls import CallPayloadBuilder
-from realtime_dispatch.contracts.chats import ChatEventBuilder, ReadReceiptBuilder
-from realtime_dispatch.contracts.conferences import ConferencePayloadBuilder, RosterPayloadBuilder
-from realtime_dispatch.contracts.contacts import (
+from realtime_dispatch.dispatch.projections.builder import CompositePayloadBuilder, KindBuilder
+from realtime_dispatch.dispatch.projections.calls import CallPayloadBuilder
+from realtime_dispatch.dispatch.projections.chats import ChatEventBuilder, ReadReceiptBuilder
+from realtime_dispatch.dispatch.projections.conferences import (
+    ConferencePayloadBuilder,
+    RosterPayloadBuilder,
+)
+from realtime_dispatch.dispatch.projections.contacts import (
     BlacklistBuilder,
     ContactBuilder,
     ContactRequestBuilder,
 )
-from realtime_dispatch.contracts.messages import MessagePayloadBuilder
-from realtime_dispatch.contracts.recordings import RecordingPayloadBuilder
-from realtime_dispatch.contracts.screenshare import ScreenSharePayloadBuilder
+from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
+from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
+from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
 
 
 def default_builders(media: MediaOptions | None = None) -> list[KindBuilder]:

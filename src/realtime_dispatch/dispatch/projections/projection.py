@@ -10,8 +10,8 @@ from typing import ClassVar
 import asyncpg
 from pydantic import ValidationError
 
-from realtime_dispatch.contracts.builder import BuildResults, RowIntent
 from realtime_dispatch.database import DbConnection
+from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
 from realtime_dispatch.push import JsonObject, Push

@@ -1,0 +1,124 @@
+"""Conference rows → payloads (``session_kind = Conference``, to ``chat:{chatId}`` of the
+conference's own chat). ``conference_started`` and ``conference_invited`` carry the media
+join, minted for the chat while the conference is live.
+
+``conference_invited`` also has the ``Direct`` shape: a personal invitation to
+``user:{invitedUserId}`` (only the invited user), with the media join minted for that user."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.contracts.conferences import (
+    ConferenceEnded,
+    ConferenceInvited,
+    ConferenceParticipantJoined,
+    ConferenceParticipantLeft,
+    ConferenceStarted,
+)
+from realtime_dispatch.dispatch.projections.projection import (
+    RefProjectionBuilder,
+    require,
+    require_session,
+    require_user,
+)
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
+from realtime_dispatch.push import JsonObject
+
+K = RealtimeDispatchKind
+
+
+class ConferencePayloadBuilder(RefProjectionBuilder):
+    """``ConferenceStarted`` / ``ConferenceEnded``: ``ref_id`` = the conference."""
+
+    kinds = frozenset({K.CONFERENCE_STARTED, K.CONFERENCE_ENDED})
+    entity = "Conference"
+    sql = """
+    SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at,
+           ended_by_user_id
+    FROM messenger.conference_sessions WHERE id = ANY($1::uuid[])
+    """
+
+    def __init__(self, minter: MediaMinter) -> None:
+        self.minter = minter
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_session(intent, record, expected=SessionKind.CONFERENCE)
+        if intent.kind is K.CONFERENCE_STARTED:
+            live = record["status"] == "Active"
+            return ConferenceStarted(
+                conference_id=record["id"],
+                chat_id=record["chat_id"],
+                room_name=record["room_name"],
+                started_by_user_id=record["started_by_user_id"],
+                started_at=record["started_at"],
+                media=self.minter.mint(record["room_name"], chat_id=record["chat_id"])
+                if live
+                else None,
+            ).wire()
+        require(record["status"] == "Ended", "conference has not ended", "NotEnded")
+        return ConferenceEnded(
+            conference_id=record["id"],
+            chat_id=record["chat_id"],
+            ended_by_user_id=record["ended_by_user_id"],
+            ended_at=record["ended_at"],
+        ).wire()
+
+
+class RosterPayloadBuilder(RefProjectionBuilder):
+    """``ConferenceInvited`` / ``…ParticipantJoined`` / ``…ParticipantLeft``: ``ref_id`` = the
+    roster entry (``messenger.conference_participants``)."""
+
+    kinds = frozenset(
+        {K.CONFERENCE_INVITED, K.CONFERENCE_PARTICIPANT_JOINED, K.CONFERENCE_PARTICIPANT_LEFT}
+    )
+    entity = "RosterEntry"
+    sql = """
+    SELECT p.id, p.conference_id, p.user_id, p.invited_by_user_id, p.invited_at, p.joined_at,
+           p.left_at, c.chat_id, c.room_name, c.status AS conference_status
+    FROM messenger.conference_participants p
+    JOIN messenger.conference_sessions c ON c.id = p.conference_id
+    WHERE p.id = ANY($1::uuid[])
+    """
+
+    def __init__(self, minter: MediaMinter) -> None:
+        self.minter = minter
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        personal = intent.kind is K.CONFERENCE_INVITED and intent.session_kind is SessionKind.DIRECT
+        if personal:
+            require_user(intent, record["user_id"])  # the invited user only
+        else:
+            require_session(intent, record, expected=SessionKind.CONFERENCE)
+        ids = {
+            "conference_id": record["conference_id"],
+            "chat_id": record["chat_id"],
+        }
+        if intent.kind is K.CONFERENCE_INVITED:
+            require(record["invited_at"] is not None, "user was not invited", "NotInvited")
+            live = record["conference_status"] == "Active"
+            media = None
+            if live:
+                media = (
+                    self.minter.mint(record["room_name"], user_id=record["user_id"])
+                    if personal
+                    else self.minter.mint(record["room_name"], chat_id=record["chat_id"])
+                )
+            return ConferenceInvited(
+                **ids,
+                room_name=record["room_name"],
+                invited_user_id=record["user_id"],
+                invited_by_user_id=record["invited_by_user_id"],
+                invited_at=record["invited_at"],
+                media=media,
+            ).wire()
+        if intent.kind is K.CONFERENCE_PARTICIPANT_JOINED:
+            require(record["joined_at"] is not None, "user never joined", "NotJoined")
+            return ConferenceParticipantJoined(
+                **ids, user_id=record["user_id"], joined_at=record["joined_at"]
+            ).wire()
+        require(record["left_at"] is not None, "user has not left", "NotLeft")
+        return ConferenceParticipantLeft(
+            **ids, user_id=record["user_id"], left_at=record["left_at"]
+        ).wire()

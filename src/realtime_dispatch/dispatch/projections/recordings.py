@@ -1,0 +1,62 @@
+"""Recording rows → payloads. The session kind picks the audience: ``Direct`` → ``user:`` of a
+party of the call, ``Conference`` → ``chat:`` of the recorded conference."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from realtime_dispatch.contracts.recordings import (
+    RecordingAvailable,
+    RecordingFailed,
+    RecordingStarted,
+    RecordingStopped,
+)
+from realtime_dispatch.dispatch.projections.projection import (
+    RefProjectionBuilder,
+    require,
+    require_session,
+)
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.push import JsonObject
+
+K = RealtimeDispatchKind
+
+
+class RecordingPayloadBuilder(RefProjectionBuilder):
+    kinds = frozenset(
+        {K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED}
+    )
+    entity = "Recording"
+    sql = """
+    SELECT r.id, r.session_kind, r.call_id, r.conference_id, r.started_by_user_id, r.status,
+           r.started_at, r.stopped_at, r.available_at, r.failed_at, r.failure_code,
+           cs.caller_user_id, cs.callee_user_id, cf.chat_id
+    FROM messenger.call_recordings r
+    LEFT JOIN messenger.call_sessions cs ON cs.id = r.call_id
+    LEFT JOIN messenger.conference_sessions cf ON cf.id = r.conference_id
+    WHERE r.id = ANY($1::uuid[])
+    """
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_session(intent, record)
+        common = {
+            "recording_id": record["id"],
+            "session_kind": record["session_kind"],
+            "call_id": record["call_id"],
+            "conference_id": record["conference_id"],
+            "chat_id": record["chat_id"],
+            "started_by_user_id": record["started_by_user_id"],
+        }
+        kind = intent.kind
+        if kind is K.RECORDING_STARTED:
+            return RecordingStarted(**common, started_at=record["started_at"]).wire()
+        if kind is K.RECORDING_STOPPED:
+            require(record["stopped_at"] is not None, "recording not stopped", "NotStopped")
+            return RecordingStopped(**common, stopped_at=record["stopped_at"]).wire()
+        if kind is K.RECORDING_AVAILABLE:
+            require(record["available_at"] is not None, "recording not available", "NotAvailable")
+            return RecordingAvailable(**common, available_at=record["available_at"]).wire()
+        require(record["failed_at"] is not None, "recording did not fail", "NotFailed")
+        return RecordingFailed(
+            **common, failed_at=record["failed_at"], failure_code=record["failure_code"]
+        ).wire()

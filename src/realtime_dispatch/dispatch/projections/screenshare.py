@@ -1,0 +1,47 @@
+"""Screen share rows → payloads; the audience follows the session kind as for recordings."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from realtime_dispatch.contracts.screenshare import (
+    ScreenShareStarted,
+    ScreenShareStopped,
+)
+from realtime_dispatch.dispatch.projections.projection import (
+    RefProjectionBuilder,
+    require,
+    require_session,
+)
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.push import JsonObject
+
+K = RealtimeDispatchKind
+
+
+class ScreenSharePayloadBuilder(RefProjectionBuilder):
+    kinds = frozenset({K.SCREEN_SHARE_STARTED, K.SCREEN_SHARE_STOPPED})
+    entity = "ScreenShare"
+    sql = """
+    SELECT s.id, s.session_kind, s.call_id, s.conference_id, s.user_id, s.started_at,
+           s.stopped_at, cs.caller_user_id, cs.callee_user_id, cf.chat_id
+    FROM messenger.screen_shares s
+    LEFT JOIN messenger.call_sessions cs ON cs.id = s.call_id
+    LEFT JOIN messenger.conference_sessions cf ON cf.id = s.conference_id
+    WHERE s.id = ANY($1::uuid[])
+    """
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+        require_session(intent, record)
+        common = {
+            "screen_share_id": record["id"],
+            "session_kind": record["session_kind"],
+            "call_id": record["call_id"],
+            "conference_id": record["conference_id"],
+            "chat_id": record["chat_id"],
+            "user_id": record["user_id"],
+        }
+        if intent.kind is K.SCREEN_SHARE_STARTED:
+            return ScreenShareStarted(**common, started_at=record["started_at"]).wire()
+        require(record["stopped_at"] is not None, "screen share not stopped", "NotStopped")
+        return ScreenShareStopped(**common, stopped_at=record["stopped_at"]).wire()
