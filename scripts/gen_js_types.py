@@ -1,6 +1,6 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
 event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``) and every REST body
-(``realtime_dispatch.messenger.api.schemas``). pydantic gives the JSON Schema (wire names,
+(``realtime_dispatch.contracts.rest``). pydantic gives the JSON Schema (wire names,
 serialization mode); ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it
 into TypeScript.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from realtime_dispatch.contracts import rest as schemas
 from realtime_dispatch.contracts.events import EVENT_MODELS
-from realtime_dispatch.messenger.api import schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "clients/js/src/contracts.ts"
@@ -65,7 +65,7 @@ def schema() -> dict[str, object]:
         _add(defs, model.__name__, model)
     events = set(defs)
     for model in rest_models():
-        # A REST body named like an event (``MessageEdited``) gets a suffix.
+        # A REST body named like an event gets a suffix (none is today).
         name = model.__name__ if model.__name__ not in events else f"{model.__name__}Reply"
         _add(defs, name, model)
     event_names = {name: model.__name__ for name, model in EVENT_MODELS.items()}

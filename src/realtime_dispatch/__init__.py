@@ -5,15 +5,21 @@ An owner service writes a domain change and, in the same transaction, a push int
 typed payload from their reference ids and pushes it to the SignalR-compatible hub.
 """
 
-from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql, enqueue_statement
-from realtime_dispatch.outbox.model import (
-    OutboxIntent,
-    OutboxStatus,
-    RealtimeDispatchKind,
-    RealtimeTargetKind,
-    SessionKind,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from realtime_dispatch.errors import RealtimeDispatchError
+    from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql, enqueue_statement
+    from realtime_dispatch.outbox.model import (
+        OutboxIntent,
+        OutboxStatus,
+        RealtimeDispatchKind,
+        RealtimeTargetKind,
+        SessionKind,
+    )
 
 __version__ = "0.1.0"
 
@@ -29,3 +35,26 @@ __all__ = [
     "enqueue_select_sql",
     "enqueue_statement",
 ]
+
+# Loaded on first use, so that importing a subpackage (the client SDK above all) does not load
+# the outbox along with this package.
+_LAZY = {
+    "RealtimeDispatchError": "realtime_dispatch.errors",
+    "enqueue": "realtime_dispatch.outbox.enqueue",
+    "enqueue_select_sql": "realtime_dispatch.outbox.enqueue",
+    "enqueue_statement": "realtime_dispatch.outbox.enqueue",
+    "OutboxIntent": "realtime_dispatch.outbox.model",
+    "OutboxStatus": "realtime_dispatch.outbox.model",
+    "RealtimeDispatchKind": "realtime_dispatch.outbox.model",
+    "RealtimeTargetKind": "realtime_dispatch.outbox.model",
+    "SessionKind": "realtime_dispatch.outbox.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'realtime_dispatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.messenger.api.app import ApiOptions
 
 ENV_PREFIX = "REALTIME_"
 
@@ -115,6 +116,13 @@ class Settings(BaseSettings):
             listen=self.dispatch_listen,
             linger=self.dispatch_linger,
             partitions=self.dispatch_partitions,
+        )
+
+    def api_options(self) -> ApiOptions:
+        secret = self.hub_jwt_secret
+        return ApiOptions(
+            jwt_secret=secret.get_secret_value() if secret is not None else None,
+            media=self.media_options(),
         )
 
     def media_options(self) -> MediaOptions:

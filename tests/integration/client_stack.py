@@ -75,7 +75,7 @@ async def messenger_stack(
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
     async with Hub(settings, pool=pool, dsn=database_url) as hub:
-        app = create_api(pool=pool, settings=settings, routes=hub.routes)
+        app = create_api(pool=pool, options=settings.api_options(), routes=hub.routes)
         port = free_port()
         server = HubServer(
             uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"),

@@ -30,7 +30,7 @@ class Api:
 
 @pytest.fixture
 async def api(pool: asyncpg.Pool) -> AsyncIterator[Api]:
-    app = create_api(pool=pool, settings=hub_settings())
+    app = create_api(pool=pool, options=hub_settings().api_options())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
         yield Api(http)

@@ -32,7 +32,7 @@ FILE = {"fileId": "f-1", "name": "plan.pdf", "size": 12345, "contentType": "appl
 
 
 async def _api(pool: asyncpg.Pool, **settings: Any) -> AsyncIterator[Api]:
-    app = create_api(pool=pool, settings=hub_settings(**settings))
+    app = create_api(pool=pool, options=hub_settings(**settings).api_options())
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://api"
     ) as http:

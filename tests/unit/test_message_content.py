@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from realtime_dispatch.contracts.rest import MessageKind, content_problems
 from realtime_dispatch.messenger.errors import InvalidInput
-from realtime_dispatch.messenger.messages import MessageContent, MessageKind, content_problems
+from realtime_dispatch.messenger.messages import MessageContent
 
 K = MessageKind
 META = {"fileId": "f", "name": "a.pdf", "size": 1, "contentType": "application/pdf"}

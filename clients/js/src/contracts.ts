@@ -423,6 +423,9 @@ export interface ScreenShareStopped {
   userId: string;
   stoppedAt: string;
 }
+/**
+ * The answer to an edit.
+ */
 export interface MessageEditedReply {
   messageId: string;
   editedAt: string;

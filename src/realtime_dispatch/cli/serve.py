@@ -98,7 +98,9 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
                 demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
                 app = create_api(
-                    pool=pool, settings=settings, routes=[*hub.routes, *operator_routes, *demo]
+                    pool=pool,
+                    options=settings.api_options(),
+                    routes=[*hub.routes, *operator_routes, *demo],
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub

@@ -34,7 +34,7 @@ from realtime_dispatch.client.protocol import EventRecord
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.messenger.api.schemas import ChatSummaryOut
+from realtime_dispatch.contracts.rest import ChatSummaryOut
 
 log = structlog.get_logger(__name__)
 

@@ -18,12 +18,12 @@ from pydantic import BaseModel
 
 from realtime_dispatch.client.errors import RestError
 from realtime_dispatch.client.timeline import TimelineMessage
-from realtime_dispatch.messenger.api.schemas import (
+from realtime_dispatch.contracts.rest import (
     ChatCreated,
     ChatOut,
     ChatPage,
     ChatSummaryOut,
-    MessageEdited,
+    MessageEditedReply,
     MessageOut,
     MessageSent,
 )
@@ -180,7 +180,7 @@ class MessengerRest:
         """A Text message takes a new ``body``, a Card message a new ``card_text``."""
         change = {"body": body} if card_text is None else {"cardText": card_text}
         data = await self._call("PATCH", f"/api/chats/{chat_id}/messages/{message_id}", json=change)
-        return _parse(MessageEdited, data).edited_at
+        return _parse(MessageEditedReply, data).edited_at
 
     async def delete_message(self, chat_id: UUID, message_id: UUID) -> None:
         await self._call("DELETE", f"/api/chats/{chat_id}/messages/{message_id}")

@@ -7,6 +7,7 @@ per area: ``chats``, ``messages``, ``reads``, ``contacts``, ``blacklist``, ``cal
 
 from __future__ import annotations
 
+from realtime_dispatch.contracts.rest import MessageKind
 from realtime_dispatch.messenger.access import require_active_member
 from realtime_dispatch.messenger.blacklist import block_user, list_blocked, unblock_user
 from realtime_dispatch.messenger.calls import (
@@ -55,7 +56,6 @@ from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.messages import (
     EDIT_WINDOW_SECONDS,
     MessageContent,
-    MessageKind,
     SentMessage,
     delete_message,
     edit_message,

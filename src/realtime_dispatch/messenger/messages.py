@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 import orjson
 
+from realtime_dispatch.contracts.rest import MessageKind, content_problems
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import require_active_member
@@ -27,26 +27,6 @@ from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
 EDIT_WINDOW_SECONDS = 60
-
-
-class MessageKind(StrEnum):
-    TEXT = "Text"
-    FILE = "File"
-    CARD = "Card"
-
-
-# Each kind's required field, and the optional ones it also allows (wire names).
-_REQUIRED = {MessageKind.TEXT: "body", MessageKind.FILE: "fileMeta", MessageKind.CARD: "cardText"}
-_OPTIONAL = {MessageKind.TEXT: (), MessageKind.FILE: ("body",), MessageKind.CARD: ()}
-CONTENT_FIELDS = ("body", "fileMeta", "cardText")
-
-
-def content_problems(kind: MessageKind, given: set[str]) -> list[tuple[str, str]]:
-    """``(field, "missing" | "not_allowed")`` for content fields that do not fit ``kind``."""
-    required = _REQUIRED[kind]
-    problems = [] if required in given else [(required, "missing")]
-    allowed = {required, *_OPTIONAL[kind]}
-    return problems + [(f, "not_allowed") for f in CONTENT_FIELDS if f in given - allowed]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,25 +2,26 @@
 
 ::
 
-    app = create_api(pool=pool, settings=settings, routes=hub.routes)   # hub beside it
+    app = create_api(pool=pool, options=settings.api_options(), routes=hub.routes)  # hub beside it
 
 The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked with
-the hub's :class:`~realtime_dispatch.auth.tokens.TokenVerifier` and ``REALTIME_HUB_JWT_SECRET``.
+:class:`~realtime_dispatch.auth.tokens.TokenVerifier` against the hub's secret
+(``REALTIME_HUB_JWT_SECRET``), so one token serves both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import asyncpg
 from fastapi import FastAPI
 from starlette.routing import BaseRoute
 
-from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.auth.media import MediaMinter, MediaOptions
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.messenger.api import chats, media, social
 from realtime_dispatch.messenger.api.errors import install_error_handlers
-from realtime_dispatch.settings import Settings
 
 DESCRIPTION = """The reference messenger owner service. Every command writes its domain change
 and its realtime push intent in one transaction; the dispatcher delivers the push to the hub
@@ -29,8 +30,17 @@ Errors: `{"error": code, "message": text}` with 400 / 401 / 403 / 404 / 409 / 42
 when join credentials are asked for on a server without a media secret."""
 
 
+@dataclass(frozen=True, slots=True)
+class ApiOptions:
+    """What the REST API needs besides its pool: the token secret (``None`` refuses every
+    token) and the media secrets for join credentials asked for over REST."""
+
+    jwt_secret: str | None = None
+    media: MediaOptions = field(default_factory=MediaOptions)
+
+
 def create_api(
-    *, pool: asyncpg.Pool, settings: Settings, routes: Sequence[BaseRoute] = ()
+    *, pool: asyncpg.Pool, options: ApiOptions, routes: Sequence[BaseRoute] = ()
 ) -> FastAPI:
     """The FastAPI app (``/api/…``, ``/openapi.json``, ``/docs``) plus ``routes`` (the hub's)."""
     app = FastAPI(
@@ -38,11 +48,10 @@ def create_api(
         version="1",
         description=DESCRIPTION,
     )
-    secret = settings.hub_jwt_secret
-    app.state.verifier = TokenVerifier(secret.get_secret_value() if secret is not None else None)
+    app.state.verifier = TokenVerifier(options.jwt_secret)
     app.state.pool = pool
     # The same minting as at delivery, for join credentials asked for over REST.
-    app.state.minter = MediaMinter(settings.media_options())
+    app.state.minter = MediaMinter(options.media)
     install_error_handlers(app)
     for router in (chats.router, social.router, media.router):
         app.include_router(router)

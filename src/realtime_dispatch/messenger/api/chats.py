@@ -11,16 +11,15 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 
-from realtime_dispatch.messenger import chats, messages, reads
-from realtime_dispatch.messenger.api.deps import Conn, User
-from realtime_dispatch.messenger.api.schemas import (
+from realtime_dispatch.contracts.rest import (
     ChatCreated,
     ChatOut,
     ChatPage,
     ChatSummaryOut,
     CreateChat,
     EditMessage,
-    MessageEdited,
+    MessageEditedReply,
+    MessageKind,
     MessageOut,
     MessagePage,
     MessageSent,
@@ -30,6 +29,9 @@ from realtime_dispatch.messenger.api.schemas import (
     SendMessage,
     UserRef,
 )
+from realtime_dispatch.messenger import chats, messages, reads
+from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.messages import MessageContent
 
 router = APIRouter(prefix="/api/chats", tags=["chats"])
 
@@ -146,7 +148,12 @@ async def send_message(
         conn,
         chat_id=chat_id,
         sender=user,
-        content=body.content(),
+        content=MessageContent(
+            MessageKind(body.kind),
+            body.body,
+            None if body.file_meta is None else body.file_meta.model_dump(by_alias=True),
+            body.card_text,
+        ),
         client_message_id=body.client_message_id,
     )
     if sent.repeated:
@@ -185,7 +192,7 @@ async def list_messages(  # noqa: PLR0917 (FastAPI passes parameters by name)
 )
 async def edit_message(
     chat_id: ChatId, message_id: MessageId, body: EditMessage, user: User, conn: Conn
-) -> MessageEdited:
+) -> MessageEditedReply:
     edited_at = await messages.edit_message(
         conn,
         chat_id=chat_id,
@@ -194,7 +201,7 @@ async def edit_message(
         body=body.body,
         card_text=body.card_text,
     )
-    return MessageEdited(message_id=message_id, edited_at=edited_at)
+    return MessageEditedReply(message_id=message_id, edited_at=edited_at)
 
 
 @router.delete(

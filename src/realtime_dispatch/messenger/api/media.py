@@ -9,9 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.media import MediaJoin
-from realtime_dispatch.messenger import calls, conferences, media_join, recordings, screenshare
-from realtime_dispatch.messenger.api.deps import Conn, User
-from realtime_dispatch.messenger.api.schemas import (
+from realtime_dispatch.contracts.rest import (
     CallCreated,
     CallList,
     CallOut,
@@ -27,6 +25,8 @@ from realtime_dispatch.messenger.api.schemas import (
     StartCall,
     UserRef,
 )
+from realtime_dispatch.messenger import calls, conferences, media_join, recordings, screenshare
+from realtime_dispatch.messenger.api.deps import Conn, User
 
 router = APIRouter(prefix="/api")
 

@@ -7,9 +7,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
 
-from realtime_dispatch.messenger import blacklist, contacts
-from realtime_dispatch.messenger.api.deps import Conn, User
-from realtime_dispatch.messenger.api.schemas import (
+from realtime_dispatch.contracts.rest import (
     BlockCreated,
     BlockedList,
     BlockedOut,
@@ -21,6 +19,8 @@ from realtime_dispatch.messenger.api.schemas import (
     ContactRequestOut,
     UserRef,
 )
+from realtime_dispatch.messenger import blacklist, contacts
+from realtime_dispatch.messenger.api.deps import Conn, User
 
 router = APIRouter(prefix="/api", tags=["contacts", "blacklist"])
 

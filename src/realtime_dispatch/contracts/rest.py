@@ -1,9 +1,11 @@
 """Request and response bodies of the REST API: camelCase on the wire, unknown fields refused,
-text trimmed and bounded."""
+text trimmed and bounded. The messenger's routes validate with them and the client SDK parses
+with them; the rules of what each message kind may carry live here, for both."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -19,13 +21,6 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from realtime_dispatch.messenger.messages import (
-    CONTENT_FIELDS,
-    MessageContent,
-    MessageKind,
-    content_problems,
-)
-
 Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Body = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 FailureCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
@@ -35,6 +30,26 @@ ClientMessageId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 ContentType = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,127}$")
 ]
+
+
+class MessageKind(StrEnum):
+    TEXT = "Text"
+    FILE = "File"
+    CARD = "Card"
+
+
+# Each kind's required field, and the optional ones it also allows (wire names).
+_REQUIRED = {MessageKind.TEXT: "body", MessageKind.FILE: "fileMeta", MessageKind.CARD: "cardText"}
+_OPTIONAL = {MessageKind.TEXT: (), MessageKind.FILE: ("body",), MessageKind.CARD: ()}
+CONTENT_FIELDS = ("body", "fileMeta", "cardText")
+
+
+def content_problems(kind: MessageKind, given: set[str]) -> list[tuple[str, str]]:
+    """``(field, "missing" | "not_allowed")`` for content fields that do not fit ``kind``."""
+    required = _REQUIRED[kind]
+    problems = [] if required in given else [(required, "missing")]
+    allowed = {required, *_OPTIONAL[kind]}
+    return problems + [(f, "not_allowed") for f in CONTENT_FIELDS if f in given - allowed]
 
 
 class ApiModel(BaseModel):
@@ -75,10 +90,6 @@ class SendMessage(ApiModel):
     file_meta: FileMeta | None = None
     card_text: CardText | None = None
     client_message_id: ClientMessageId | None = None
-
-    def content(self) -> MessageContent:
-        meta = None if self.file_meta is None else self.file_meta.model_dump(by_alias=True)
-        return MessageContent(MessageKind(self.kind), self.body, meta, self.card_text)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -184,7 +195,9 @@ class MessageSent(ApiModel):
     sent_at: datetime
 
 
-class MessageEdited(ApiModel):
+class MessageEditedReply(ApiModel):
+    """The answer to an edit."""
+
     message_id: UUID
     edited_at: datetime
 
