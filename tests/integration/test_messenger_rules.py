@@ -20,12 +20,12 @@ from realtime_dispatch.messenger import (
     reads,
     recordings,
 )
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.messenger.reaper import (
     CallTimeoutReaper,
     reap_overlong_calls,
     reap_unanswered_calls,
 )
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.support import make_stack
 

@@ -7,8 +7,8 @@ from uuid import uuid4
 import pytest
 
 from realtime_dispatch.client.connection import ConnectionOptions, hub_ws_url
-from realtime_dispatch.client.errors import HubProtocolError
 from realtime_dispatch.client.events import MessageReceived, parse_event
+from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.client.protocol import (
     CloseRecord,
     EventRecord,

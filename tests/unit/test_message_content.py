@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from realtime_dispatch.contracts.rest import MessageKind, content_problems
-from realtime_dispatch.messenger.errors import InvalidInput
 from realtime_dispatch.messenger.messages import MessageContent
+from realtime_dispatch.messenger.refusals import InvalidInput
 
 K = MessageKind
 META = {"fileId": "f", "name": "a.pdf", "size": 1, "contentType": "application/pdf"}

@@ -23,7 +23,7 @@ from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli import ops
 from realtime_dispatch.cli.database import database_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
-from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from realtime_dispatch.cli.database import database_url
-from realtime_dispatch.cli.errors import EXIT_OK
+from realtime_dispatch.cli.exit_codes import EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
 from realtime_dispatch.outbox.model import RealtimeDispatchKind

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
-from realtime_dispatch.cli.errors import EXIT_FAILURE, EXIT_OK
+from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service

@@ -16,7 +16,6 @@ detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloa
 
 from realtime_dispatch.client.client import ClientOptions, ClientStats, MessengerClient
 from realtime_dispatch.client.connection import ConnectionOptions
-from realtime_dispatch.client.errors import ClientError, HubProtocolError, HubRefused, RestError
 from realtime_dispatch.client.events import (
     ChatUpdated,
     MessageDeleted,
@@ -24,6 +23,7 @@ from realtime_dispatch.client.events import (
     MessageReceived,
     ReadReceiptUpdated,
 )
+from realtime_dispatch.client.exceptions import ClientError, HubProtocolError, HubRefused, RestError
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
 

@@ -27,9 +27,9 @@ import httpx
 import structlog
 
 from realtime_dispatch.client.apply import Timelines, apply_event
-from realtime_dispatch.client.connection import ConnectionOptions, HubConnection
-from realtime_dispatch.client.errors import HubProtocolError, RestError
+from realtime_dispatch.client.connection import ConnectionOptions, HubClientConnection
 from realtime_dispatch.client.events import parse_event
+from realtime_dispatch.client.exceptions import HubProtocolError, RestError
 from realtime_dispatch.client.protocol import EventRecord
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
@@ -102,7 +102,7 @@ class MessengerClient:
         self._rest = MessengerRest(self._http, self._token)
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
-        connection = HubConnection(self._base_url, self._token, self, self.options.connection)
+        connection = HubClientConnection(self._base_url, self._token, self, self.options.connection)
         self._runner = self._group.create_task(connection.run(), name="messenger-client-hub")
         return self
 

@@ -1,7 +1,7 @@
 """One logical hub connection that keeps itself up: connect, handshake, read events in order,
 send SignalR pings, and on any transport failure reconnect with capped, jittered backoff until
-the caller cancels :meth:`HubConnection.run`. A 401/403 from the hub is the one failure it does
-not retry (:class:`HubRefused`): a bad token will not get better.
+the caller cancels :meth:`HubClientConnection.run`. A 401/403 from the hub is the one failure it
+does not retry (:class:`HubRefused`): a bad token will not get better.
 
 The WebSocket skips negotiate (the hub accepts that; it is what SignalR calls
 ``skipNegotiation``) and carries the token as ``Authorization: Bearer``.
@@ -21,7 +21,7 @@ import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from realtime_dispatch.client.errors import HubProtocolError, HubRefused
+from realtime_dispatch.client.exceptions import HubProtocolError, HubRefused
 from realtime_dispatch.client.protocol import (
     CLOSE,
     HANDSHAKE,
@@ -69,7 +69,7 @@ def hub_ws_url(base_url: str) -> str:
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + HUB_PATH, "", ""))
 
 
-class HubConnection:
+class HubClientConnection:
     def __init__(
         self,
         base_url: str,

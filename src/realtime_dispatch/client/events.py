@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from realtime_dispatch.client.errors import HubProtocolError
+from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.calls import (
     CallAnswered,

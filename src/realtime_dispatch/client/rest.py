@@ -16,7 +16,7 @@ from uuid import UUID, uuid4
 import httpx
 from pydantic import BaseModel
 
-from realtime_dispatch.client.errors import RestError
+from realtime_dispatch.client.exceptions import RestError
 from realtime_dispatch.client.timeline import TimelineMessage
 from realtime_dispatch.contracts.rest import (
     ChatCreated,

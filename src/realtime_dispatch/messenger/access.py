@@ -5,7 +5,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.errors import Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"
 _CHAT_EXISTS_SQL = "SELECT 1 FROM messenger.chats WHERE id = $1"

@@ -17,7 +17,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import refuse_if_blocked
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.messenger.sessions import direct_intents, new_room_name
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind

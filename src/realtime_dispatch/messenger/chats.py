@@ -17,8 +17,8 @@ from uuid import UUID
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import has_blocked, require_active_member
-from realtime_dispatch.messenger.errors import Forbidden, NotFound
 from realtime_dispatch.messenger.membership import notify_membership
+from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 

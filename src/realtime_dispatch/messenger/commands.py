@@ -45,13 +45,6 @@ from realtime_dispatch.messenger.contacts import (
     remove_contact,
     request_contact,
 )
-from realtime_dispatch.messenger.errors import (
-    Conflict,
-    DomainError,
-    Forbidden,
-    InvalidInput,
-    NotFound,
-)
 from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.messages import (
     EDIT_WINDOW_SECONDS,
@@ -70,6 +63,13 @@ from realtime_dispatch.messenger.recordings import (
     mark_recording_failed,
     start_recording,
     stop_recording,
+)
+from realtime_dispatch.messenger.refusals import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
 )
 from realtime_dispatch.messenger.screenshare import (
     get_screen_share,

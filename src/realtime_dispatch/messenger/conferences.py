@@ -21,7 +21,7 @@ from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     require_active_member,
 )
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 from realtime_dispatch.messenger.sessions import new_room_name
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import (

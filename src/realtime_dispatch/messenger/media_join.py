@@ -12,7 +12,7 @@ from realtime_dispatch.contracts.media import MediaJoin
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import require_active_member
 from realtime_dispatch.messenger.calls import LIVE_STATUSES
-from realtime_dispatch.messenger.errors import Conflict, MediaUnavailable, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable, NotFound
 
 
 def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:

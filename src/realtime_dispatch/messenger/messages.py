@@ -22,7 +22,7 @@ from realtime_dispatch.contracts.rest import MessageKind, content_problems
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import require_active_member
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import require_active_member
-from realtime_dispatch.messenger.errors import InvalidInput
+from realtime_dispatch.messenger.refusals import InvalidInput
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 

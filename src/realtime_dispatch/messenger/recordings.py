@@ -16,7 +16,7 @@ import asyncpg
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
 from realtime_dispatch.messenger.sessions import (
     MediaSession,
     load_session,

@@ -11,7 +11,7 @@ import asyncpg
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.errors import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 from realtime_dispatch.messenger.sessions import load_session, visible_session_record
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind

@@ -12,7 +12,7 @@ import asyncpg
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import require_active_member
-from realtime_dispatch.messenger.errors import Conflict, InvalidInput, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
     RealtimeDispatchKind,

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute
 from realtime_dispatch.auth.media import MediaMinter, MediaOptions
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.messenger.api import chats, media, social
-from realtime_dispatch.messenger.api.errors import install_error_handlers
+from realtime_dispatch.messenger.api.error_responses import install_error_handlers
 
 DESCRIPTION = """The reference messenger owner service. Every command writes its domain change
 and its realtime push intent in one transaction; the dispatcher delivers the push to the hub

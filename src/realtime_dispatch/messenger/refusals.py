@@ -1,5 +1,6 @@
 """Why an owner command refused. The REST layer maps each class to one status code
-(``realtime_dispatch.messenger.api.errors``); messages are short and carry no ids or bodies.
+(``realtime_dispatch.messenger.api.error_responses``); messages are short and carry no ids or
+bodies.
 
 ::
 

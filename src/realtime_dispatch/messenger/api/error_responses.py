@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 
 from realtime_dispatch.auth.tokens import AuthError
 from realtime_dispatch.database import is_unavailable
-from realtime_dispatch.messenger.errors import (
+from realtime_dispatch.messenger.refusals import (
     Conflict,
     DomainError,
     Forbidden,
