@@ -21,8 +21,8 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from realtime_dispatch.ids import new_id
+from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.observability import configure_logging
-from realtime_dispatch.outbox.migrate import migrate
 from realtime_dispatch.push import PublishResult, Push
 
 DEFAULT_DSN = os.environ.get(

@@ -147,7 +147,7 @@ async def prepare_database(dsn: str, members: int) -> tuple[str, uuid.UUID]:
     import asyncpg
 
     from realtime_dispatch.messenger.commands import create_chat
-    from realtime_dispatch.outbox.migrate import migrate
+    from realtime_dispatch.messenger.schema import migrate
 
     name = f"rd_bench_hub_{os.getpid()}"
     admin = await asyncpg.connect(dsn)

@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.database import EmbeddedPostgres
-from realtime_dispatch.outbox.migrate import migrate
+from realtime_dispatch.messenger.schema import migrate
 
 _counter = itertools.count()
 

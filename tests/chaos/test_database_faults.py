@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.database import EmbeddedPostgres
-from realtime_dispatch.outbox.migrate import migrate
+from realtime_dispatch.messenger.schema import migrate
 from tests.chaos.harness import delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress, tolerant_status
 from tests.conftest import wait_until

@@ -4,13 +4,15 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from realtime_dispatch.outbox.migrate import applied_versions, migrate, packaged_migrations
+from realtime_dispatch.messenger.schema import all_migrations, migrate
+from realtime_dispatch.outbox import migrate as outbox_schema
+from realtime_dispatch.outbox.migrate import applied_versions
 from tests.conftest import with_database
 
 
 async def test_template_has_every_packaged_migration(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
-        assert await applied_versions(conn) == {m.version for m in packaged_migrations()}
+        assert await applied_versions(conn) == {m.version for m in all_migrations()}
         assert await migrate(conn) == []  # idempotent
 
 
@@ -22,11 +24,42 @@ async def test_concurrent_migrate_on_empty_database(pg_server_url: str) -> None:
         conns = [await asyncpg.connect(with_database(pg_server_url, name)) for _ in range(3)]
         try:
             results = await asyncio.gather(*(migrate(c) for c in conns))
-            assert sorted(len(r) for r in results) == [0, 0, len(packaged_migrations())]
-            assert await applied_versions(conns[0]) == {m.version for m in packaged_migrations()}
+            assert sorted(len(r) for r in results) == [0, 0, len(all_migrations())]
+            assert await applied_versions(conns[0]) == {m.version for m in all_migrations()}
         finally:
             for c in conns:
                 await c.close()
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_the_outbox_migrates_alone_and_the_messenger_after_it(pg_server_url: str) -> None:
+    """An owner service with its own domain takes the outbox's migrations only; the messenger's
+    tables come with the messenger's migrations, later, without touching the outbox's."""
+    name = f"rd_mig_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    tables = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'messenger'"
+    try:
+        conn = await asyncpg.connect(with_database(pg_server_url, name))
+        try:
+            outbox_only = await outbox_schema.migrate(conn)
+            assert outbox_only == outbox_schema.packaged_migrations()
+            assert {r["table_name"] for r in await conn.fetch(tables)} == {
+                "realtime_outbox",
+                "realtime_dispatch_state",
+                "realtime_schema_migrations",
+            }
+            rest = await migrate(conn)
+            assert {m.version for m in rest} == {m.version for m in all_migrations()} - {
+                m.version for m in outbox_only
+            }
+            assert {"chats", "messages", "call_sessions"} <= {
+                r["table_name"] for r in await conn.fetch(tables)
+            }
+        finally:
+            await conn.close()
     finally:
         await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         await admin.close()

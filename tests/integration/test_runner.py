@@ -201,7 +201,7 @@ async def test_pending_gauge_and_last_pass_are_exported(
 async def test_database_restart_mid_run_recovers_without_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A private PostgreSQL is stopped and started under a running dispatcher."""
     from realtime_dispatch.database import EmbeddedPostgres
-    from realtime_dispatch.outbox.migrate import migrate
+    from realtime_dispatch.messenger.schema import migrate
 
     server = EmbeddedPostgres(tmp_path / "pg")
     dsn = server.start()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from realtime_dispatch.database import EmbeddedPostgres, default_data_dir
-from realtime_dispatch.outbox.migrate import migrate
+from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.settings import Settings
 
 

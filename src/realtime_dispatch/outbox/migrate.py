@@ -1,4 +1,7 @@
-"""Versioned SQL migrations shipped in the package (``migrations/NNNN_name.sql``).
+"""Versioned SQL migrations (``<package>/migrations/NNNN_name.sql``): the outbox's own here, and
+whatever the owner service adds (the reference messenger's:
+:mod:`realtime_dispatch.messenger.schema`). Versions are one sequence across all sources, so
+each file keeps its number wherever it lives.
 
 Applied in order under an advisory lock, each in its own transaction, and recorded in
 ``messenger.realtime_schema_migrations``: running ``migrate`` twice, or from two processes at
@@ -8,6 +11,7 @@ once, is safe — the second waits for the lock and then finds nothing to do.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -25,13 +29,19 @@ class Migration:
     sql: str
 
 
-def packaged_migrations() -> list[Migration]:
-    """Every migration file shipped in the package, in version order."""
+def migrations_in(package: str) -> list[Migration]:
+    """The migration files shipped in ``package``'s ``migrations`` folder."""
     found: list[Migration] = []
-    for entry in resources.files("realtime_dispatch.outbox").joinpath("migrations").iterdir():
+    for entry in resources.files(package).joinpath("migrations").iterdir():
         match = _NAME.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    return found
+
+
+def packaged_migrations(extra: Sequence[Migration] = ()) -> list[Migration]:
+    """The outbox's migrations and ``extra`` (an owner service's), in version order."""
+    found = [*migrations_in("realtime_dispatch.outbox"), *extra]
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
@@ -47,8 +57,9 @@ async def applied_versions(conn: asyncpg.Connection) -> set[int]:
     return {int(r["version"]) for r in rows}
 
 
-async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply the pending migrations; return those applied by this call."""
+async def migrate(conn: asyncpg.Connection, extra: Sequence[Migration] = ()) -> list[Migration]:
+    """Apply the pending migrations, the outbox's and ``extra``; return those applied by this
+    call."""
     applied: list[Migration] = []
     await conn.execute(MIGRATION_LOCK_SQL)
     try:
@@ -63,7 +74,7 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
             """
         )
         done = await applied_versions(conn)
-        for migration in packaged_migrations():
+        for migration in packaged_migrations(extra):
             if migration.version in done:
                 continue
             async with conn.transaction():
