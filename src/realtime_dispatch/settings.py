@@ -11,6 +11,7 @@ the CLI turns that into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -103,20 +104,7 @@ class Settings(BaseSettings):
         return "redis" if self.backplane_enabled else "none"
 
     def dispatch_options(self) -> RealtimeDispatchOptions:
-        return RealtimeDispatchOptions(
-            polling_interval=self.dispatch_polling_interval,
-            batch_size=self.dispatch_batch_size,
-            max_run_duration=self.dispatch_max_run_duration,
-            max_attempts=self.dispatch_max_attempts,
-            backoff_base=self.dispatch_backoff_base,
-            backoff_factor=self.dispatch_backoff_factor,
-            backoff_cap=self.dispatch_backoff_cap,
-            lock_ttl=self.dispatch_lock_ttl,
-            retention_done=self.dispatch_retention_done,
-            listen=self.dispatch_listen,
-            linger=self.dispatch_linger,
-            partitions=self.dispatch_partitions,
-        )
+        return RealtimeDispatchOptions(**self._prefixed("dispatch_", RealtimeDispatchOptions))
 
     def api_options(self) -> ApiOptions:
         secret = self.hub_jwt_secret
@@ -126,14 +114,12 @@ class Settings(BaseSettings):
         )
 
     def media_options(self) -> MediaOptions:
-        return MediaOptions(
-            jitsi_app_id=self.media_jitsi_app_id,
-            jitsi_app_secret=self.media_jitsi_app_secret,
-            jitsi_domain=self.media_jitsi_domain,
-            turn_urls=self.media_turn_urls,
-            turn_secret=self.media_turn_secret,
-            token_ttl=self.media_token_ttl,
-        )
+        return MediaOptions(**self._prefixed("media_", MediaOptions))
+
+    def _prefixed(self, prefix: str, options: type[Any]) -> dict[str, Any]:
+        """The values of ``options``' fields from the settings named ``prefix`` + field (the
+        environment variable ``REALTIME_`` + that, upper-cased)."""
+        return {f.name: getattr(self, prefix + f.name) for f in fields(options)}
 
 
 def _variable_for(loc: tuple[int | str, ...], message: str) -> str:

@@ -7,7 +7,7 @@ from uuid import uuid4
 import pytest
 
 from realtime_dispatch.client.connection import ConnectionOptions, hub_ws_url
-from realtime_dispatch.client.events import MessageReceived, parse_event
+from realtime_dispatch.client.events import parse_event
 from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.client.protocol import (
     CloseRecord,
@@ -18,6 +18,7 @@ from realtime_dispatch.client.protocol import (
     parse_server_record,
     reconnect_delay,
 )
+from realtime_dispatch.contracts.messages import MessageReceived
 
 
 def test_records_split_across_and_within_frames() -> None:

@@ -10,15 +10,11 @@ from uuid import UUID, uuid4
 import pytest
 
 from realtime_dispatch.client.apply import Timelines, apply_event
-from realtime_dispatch.client.events import (
-    BY_EVENT_NAME,
-    CallInvited,
-    MessageDeleted,
-    MessageEdited,
-    MessageReceived,
-    ReadReceiptUpdated,
-)
+from realtime_dispatch.client.events import BY_EVENT_NAME
 from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage, merge
+from realtime_dispatch.contracts.calls import CallInvited
+from realtime_dispatch.contracts.chats import ReadReceiptUpdated
+from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 CHAT = uuid4()

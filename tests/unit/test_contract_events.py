@@ -16,3 +16,10 @@ def test_group_shapes_are_picked_by_their_field() -> None:
         assert event_model(event, {"conferenceId": "x"}) is group
         assert event_model(event, {"callId": "x"}) is EVENT_MODELS[event]
     assert event_model("no_such_event", {}) is None
+
+
+def test_the_client_events_module_still_names_every_model() -> None:
+    from realtime_dispatch.client import events
+
+    assert events.CallInvited is EVENT_MODELS["call_invited"]
+    assert events.GroupCallEnded is GROUP_EVENT_MODELS["call_ended"]

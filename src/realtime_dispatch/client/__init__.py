@@ -16,16 +16,11 @@ detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloa
 
 from realtime_dispatch.client.client import ClientOptions, ClientStats, MessengerClient
 from realtime_dispatch.client.connection import ConnectionOptions
-from realtime_dispatch.client.events import (
-    ChatUpdated,
-    MessageDeleted,
-    MessageEdited,
-    MessageReceived,
-    ReadReceiptUpdated,
-)
 from realtime_dispatch.client.exceptions import ClientError, HubProtocolError, HubRefused, RestError
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
+from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
+from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 
 __all__ = [
     "Change",

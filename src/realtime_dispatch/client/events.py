@@ -14,39 +14,7 @@ from pydantic import ValidationError
 
 from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.calls import (
-    CallAnswered,
-    CallCancelled,
-    CallDeclined,
-    CallEnded,
-    CallInvited,
-    CallMissed,
-    GroupCallEnded,
-    GroupCallInvited,
-)
-from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
-from realtime_dispatch.contracts.conferences import (
-    ConferenceEnded,
-    ConferenceInvited,
-    ConferenceParticipantJoined,
-    ConferenceParticipantLeft,
-    ConferenceStarted,
-)
-from realtime_dispatch.contracts.contacts import (
-    BlacklistChanged,
-    ContactRemoved,
-    ContactRequestAccepted,
-    ContactRequestReceived,
-)
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
-from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
-from realtime_dispatch.contracts.recordings import (
-    RecordingAvailable,
-    RecordingFailed,
-    RecordingStarted,
-    RecordingStopped,
-)
-from realtime_dispatch.contracts.screenshare import ScreenShareStarted, ScreenShareStopped
 
 E = TypeVar("E", bound=Contract)
 
@@ -83,36 +51,15 @@ def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
         raise HubProtocolError(f"{target}: payload does not match its contract") from exc
 
 
-__all__ = [
-    "BY_EVENT_NAME",
-    "EVENT_NAME",
-    "BlacklistChanged",
-    "CallAnswered",
-    "CallCancelled",
-    "CallDeclined",
-    "CallEnded",
-    "CallInvited",
-    "CallMissed",
-    "ChatUpdated",
-    "ConferenceEnded",
-    "ConferenceInvited",
-    "ConferenceParticipantJoined",
-    "ConferenceParticipantLeft",
-    "ConferenceStarted",
-    "ContactRemoved",
-    "ContactRequestAccepted",
-    "ContactRequestReceived",
-    "GroupCallEnded",
-    "GroupCallInvited",
-    "MessageDeleted",
-    "MessageEdited",
-    "MessageReceived",
-    "ReadReceiptUpdated",
-    "RecordingAvailable",
-    "RecordingFailed",
-    "RecordingStarted",
-    "RecordingStopped",
-    "ScreenShareStarted",
-    "ScreenShareStopped",
-    "parse_event",
-]
+def __getattr__(name: str) -> type[Contract]:
+    """Every payload model by its class name (``from realtime_dispatch.client.events import
+    CallInvited``), taken from the published map rather than listed again here."""
+    model = _BY_CLASS_NAME.get(name)
+    if model is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return model
+
+
+_BY_CLASS_NAME = {m.__name__: m for m in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values())}
+
+__all__ = ["BY_EVENT_NAME", "EVENT_NAME", "parse_event"]

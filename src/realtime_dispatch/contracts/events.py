@@ -10,73 +10,50 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from realtime_dispatch.contracts import (
+    calls,
+    chats,
+    conferences,
+    contacts,
+    messages,
+    recordings,
+    screenshare,
+)
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.calls import (
-    CallAnswered,
-    CallCancelled,
-    CallDeclined,
-    CallEnded,
-    CallInvited,
-    CallMissed,
-    GroupCallEnded,
-    GroupCallInvited,
-)
-from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
-from realtime_dispatch.contracts.conferences import (
-    ConferenceEnded,
-    ConferenceInvited,
-    ConferenceParticipantJoined,
-    ConferenceParticipantLeft,
-    ConferenceStarted,
-)
-from realtime_dispatch.contracts.contacts import (
-    BlacklistChanged,
-    ContactRemoved,
-    ContactRequestAccepted,
-    ContactRequestReceived,
-)
-from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
-from realtime_dispatch.contracts.recordings import (
-    RecordingAvailable,
-    RecordingFailed,
-    RecordingStarted,
-    RecordingStopped,
-)
-from realtime_dispatch.contracts.screenshare import ScreenShareStarted, ScreenShareStopped
 
 EVENT_MODELS: Mapping[str, type[Contract]] = {
-    "message_received": MessageReceived,
-    "message_edited": MessageEdited,
-    "message_deleted": MessageDeleted,
-    "read_receipt_updated": ReadReceiptUpdated,
-    "chat_updated": ChatUpdated,
-    "contact_request_received": ContactRequestReceived,
-    "contact_request_accepted": ContactRequestAccepted,
-    "contact_removed": ContactRemoved,
-    "call_invited": CallInvited,
-    "call_answered": CallAnswered,
-    "call_declined": CallDeclined,
-    "call_missed": CallMissed,
-    "call_cancelled": CallCancelled,
-    "call_ended": CallEnded,
-    "conference_invited": ConferenceInvited,
-    "conference_started": ConferenceStarted,
-    "conference_ended": ConferenceEnded,
-    "conference_participant_joined": ConferenceParticipantJoined,
-    "conference_participant_left": ConferenceParticipantLeft,
-    "recording_started": RecordingStarted,
-    "recording_stopped": RecordingStopped,
-    "recording_available": RecordingAvailable,
-    "recording_failed": RecordingFailed,
-    "screen_share_started": ScreenShareStarted,
-    "screen_share_stopped": ScreenShareStopped,
-    "blacklist_changed": BlacklistChanged,
+    "message_received": messages.MessageReceived,
+    "message_edited": messages.MessageEdited,
+    "message_deleted": messages.MessageDeleted,
+    "read_receipt_updated": chats.ReadReceiptUpdated,
+    "chat_updated": chats.ChatUpdated,
+    "contact_request_received": contacts.ContactRequestReceived,
+    "contact_request_accepted": contacts.ContactRequestAccepted,
+    "contact_removed": contacts.ContactRemoved,
+    "call_invited": calls.CallInvited,
+    "call_answered": calls.CallAnswered,
+    "call_declined": calls.CallDeclined,
+    "call_missed": calls.CallMissed,
+    "call_cancelled": calls.CallCancelled,
+    "call_ended": calls.CallEnded,
+    "conference_invited": conferences.ConferenceInvited,
+    "conference_started": conferences.ConferenceStarted,
+    "conference_ended": conferences.ConferenceEnded,
+    "conference_participant_joined": conferences.ConferenceParticipantJoined,
+    "conference_participant_left": conferences.ConferenceParticipantLeft,
+    "recording_started": recordings.RecordingStarted,
+    "recording_stopped": recordings.RecordingStopped,
+    "recording_available": recordings.RecordingAvailable,
+    "recording_failed": recordings.RecordingFailed,
+    "screen_share_started": screenshare.ScreenShareStarted,
+    "screen_share_stopped": screenshare.ScreenShareStopped,
+    "blacklist_changed": contacts.BlacklistChanged,
 }
 """Event name → the payload model of its 1:1 (or only) shape."""
 
 GROUP_EVENT_MODELS: Mapping[str, type[Contract]] = {
-    "call_invited": GroupCallInvited,
-    "call_ended": GroupCallEnded,
+    "call_invited": calls.GroupCallInvited,
+    "call_ended": calls.GroupCallEnded,
 }
 """Event name → the payload model of its group shape (``session_kind = Conference``)."""
 
