@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test check lint format typecheck bench clean js
+.PHONY: serve test check lint format typecheck layers bench clean js
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,8 @@ serve: $(STAMP)
 test: $(STAMP) node_modules/.package-lock.json
 	$(BIN)/python -m pytest
 
-## check: lint, format and strict typing
-check: lint typecheck
+## check: lint, format, strict typing and the layer contracts
+check: lint typecheck layers
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -36,6 +36,10 @@ format: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## layers: the import contracts of pyproject.toml (docs/architecture.md)
+layers: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 
 ## js: regenerate the TypeScript SDK's types and rebuild its dist/ and committed browser bundle
 js: $(STAMP) node_modules/.package-lock.json

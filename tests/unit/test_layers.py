@@ -1,0 +1,65 @@
+"""The layer contracts of ``pyproject.toml`` (``lint-imports``) hold for the source, and fail
+once a forbidden import is added to a copy of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint_imports(source: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    return subprocess.run(
+        [LINT_IMPORTS, ROOT / "pyproject.toml", "--no-cache"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def copy_of_source(tmp_path: Path) -> Path:
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "src" / "realtime_dispatch",
+        source / "realtime_dispatch",
+        ignore=shutil.ignore_patterns("__pycache__", "static", "*.sql"),
+    )
+    return source
+
+
+def test_the_source_keeps_every_contract(tmp_path: Path) -> None:
+    result = lint_imports(copy_of_source(tmp_path), tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "3 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("hub/registry.py", "import realtime_dispatch.messenger.chats", "Layers"),
+        ("outbox/store.py", "import realtime_dispatch.dispatch.options", "Layers"),
+        ("contracts/base.py", "import realtime_dispatch.database", "wire format only"),
+        ("client/timeline.py", "import asyncpg", "client SDK"),
+    ],
+)
+def test_a_forbidden_import_breaks_a_contract(
+    tmp_path: Path, module: str, line: str, contract: str
+) -> None:
+    source = copy_of_source(tmp_path)
+    target = source / "realtime_dispatch" / module
+    target.write_text(target.read_text() + f"\n{line}  # added by the test\n")
+    result = lint_imports(source, tmp_path)
+    assert result.returncode == 1, result.stdout[-3000:]
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken
+    assert module.replace("/", ".").removesuffix(".py") in broken
