@@ -8,12 +8,11 @@ at delivery for each party; only the room name is stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.contracts.rest import CallOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import refuse_if_blocked
@@ -23,18 +22,6 @@ from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 K = RealtimeDispatchKind
-
-
-@dataclass(frozen=True, slots=True)
-class CallView:
-    call_id: UUID
-    caller_user_id: UUID
-    callee_user_id: UUID
-    room_name: str
-    status: str
-    created_at: datetime
-    answered_at: datetime | None
-    ended_at: datetime | None
 
 
 async def start_call(conn: DbConnection, *, caller: UUID, callee: UUID) -> UUID:
@@ -156,8 +143,8 @@ _CALL_COLUMNS = (
 LIVE_STATUSES = ("Ringing", "Active")
 
 
-def _view(r: asyncpg.Record) -> CallView:
-    return CallView(
+def _view(r: asyncpg.Record) -> CallOut:
+    return CallOut(
         call_id=r["id"],
         caller_user_id=r["caller_user_id"],
         callee_user_id=r["callee_user_id"],
@@ -169,7 +156,7 @@ def _view(r: asyncpg.Record) -> CallView:
     )
 
 
-async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallView:
+async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallOut:
     r = await conn.fetchrow(
         f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions WHERE id = $1", call_id
     )
@@ -180,7 +167,7 @@ async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallVi
 
 async def list_calls(
     conn: DbConnection, *, user: UUID, statuses: tuple[str, ...] = LIVE_STATUSES
-) -> list[CallView]:
+) -> list[CallOut]:
     """``user``'s calls (as caller or callee) in one of ``statuses``, newest first."""
     rows = await conn.fetch(
         f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions"

@@ -8,12 +8,11 @@ for ``ConferenceInvited`` / ``ConferenceParticipantJoined`` / ``ConferencePartic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.contracts.rest import ConferenceOut, RosterOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
@@ -32,24 +31,6 @@ from realtime_dispatch.outbox.model import (
 )
 
 K = RealtimeDispatchKind
-
-
-@dataclass(frozen=True, slots=True)
-class RosterEntry:
-    user_id: UUID
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class ConferenceView:
-    conference_id: UUID
-    chat_id: UUID
-    room_name: str
-    status: str
-    started_by_user_id: UUID
-    started_at: datetime
-    ended_at: datetime | None
-    roster: tuple[RosterEntry, ...]
 
 
 def _to_chat(kind: RealtimeDispatchKind, chat_id: UUID, ref_id: UUID) -> OutboxIntent:
@@ -212,7 +193,7 @@ async def end_conference(conn: DbConnection, *, conference_id: UUID, actor: UUID
 _CONFERENCE_COLUMNS = "id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
 
 
-async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> ConferenceView:
+async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> ConferenceOut:
     """The conference with its roster, for an active member of its chat (inside a read
     transaction)."""
     if r is None:
@@ -223,7 +204,7 @@ async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> C
         " WHERE conference_id = $1 ORDER BY id",
         r["id"],
     )
-    return ConferenceView(
+    return ConferenceOut(
         conference_id=r["id"],
         chat_id=r["chat_id"],
         room_name=r["room_name"],
@@ -231,13 +212,11 @@ async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> C
         started_by_user_id=r["started_by_user_id"],
         started_at=r["started_at"],
         ended_at=r["ended_at"],
-        roster=tuple(RosterEntry(e["user_id"], e["status"]) for e in roster),
+        roster=[RosterOut(user_id=e["user_id"], status=e["status"]) for e in roster],
     )
 
 
-async def get_conference(
-    conn: DbConnection, *, conference_id: UUID, viewer: UUID
-) -> ConferenceView:
+async def get_conference(conn: DbConnection, *, conference_id: UUID, viewer: UUID) -> ConferenceOut:
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         r = await conn.fetchrow(
             f"SELECT {_CONFERENCE_COLUMNS} FROM messenger.conference_sessions WHERE id = $1",
@@ -246,7 +225,7 @@ async def get_conference(
         return await _view(conn, r, viewer)
 
 
-async def live_conference(conn: DbConnection, *, chat_id: UUID, viewer: UUID) -> ConferenceView:
+async def live_conference(conn: DbConnection, *, chat_id: UUID, viewer: UUID) -> ConferenceOut:
     """The chat's running conference; NotFound when there is none."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         await require_active_member(conn, chat_id, viewer)

@@ -18,7 +18,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from realtime_dispatch.contracts.rest import MessageKind, content_problems
+from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import require_active_member
@@ -64,20 +64,6 @@ class SentMessage:
     """None for a repeat: nothing was written."""
     repeated: bool = False
     """The ``clientMessageId`` was sent before: this is the first send's answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class MessageView:
-    message_id: UUID
-    seq: int
-    sender_user_id: UUID | None
-    body: str | None
-    sent_at: datetime
-    edited_at: datetime | None
-    deleted_at: datetime | None
-    kind: str = MessageKind.TEXT.value
-    file_meta: dict[str, Any] | None = None
-    card_text: str | None = None
 
 
 # The sender's membership, how many other active members the chat has, and whether one of them
@@ -335,7 +321,7 @@ async def list_messages(
     after_seq: int = 0,
     limit: int = 50,
     before_seq: int | None = None,
-) -> list[MessageView]:
+) -> list[MessageOut]:
     """Messages with ``seq > after_seq`` in seq order, or (``before_seq``) the ``limit``
     messages just below it, also in seq order. Deleted ones come without content."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -345,7 +331,7 @@ async def list_messages(
         else:
             rows = await conn.fetch(_BEFORE_SQL, chat_id, before_seq, limit)
     return [
-        MessageView(
+        MessageOut(
             message_id=r["id"],
             seq=int(r["seq"]),
             sender_user_id=r["sender_user_id"],

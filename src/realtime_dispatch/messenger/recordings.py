@@ -8,12 +8,11 @@ its own service identity)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.contracts.rest import RecordingOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
@@ -135,22 +134,7 @@ async def mark_recording_failed(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RecordingView:
-    recording_id: UUID
-    session_kind: str
-    call_id: UUID | None
-    conference_id: UUID | None
-    started_by_user_id: UUID
-    status: str
-    started_at: datetime
-    stopped_at: datetime | None
-    available_at: datetime | None
-    failed_at: datetime | None
-    failure_code: str | None
-
-
-async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingView:
+async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingOut:
     row = await visible_session_record(
         conn,
         "SELECT id AS recording_id, session_kind, call_id, conference_id, started_by_user_id,"
@@ -160,4 +144,4 @@ async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID)
         viewer,
         "recording",
     )
-    return RecordingView(**dict(row))
+    return RecordingOut(**dict(row))

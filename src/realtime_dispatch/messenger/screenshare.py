@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.contracts.rest import ScreenShareOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
@@ -69,18 +68,7 @@ async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) 
         await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STOPPED, share_id))
 
 
-@dataclass(frozen=True, slots=True)
-class ScreenShareView:
-    screen_share_id: UUID
-    session_kind: str
-    call_id: UUID | None
-    conference_id: UUID | None
-    user_id: UUID
-    started_at: datetime
-    stopped_at: datetime | None
-
-
-async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) -> ScreenShareView:
+async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) -> ScreenShareOut:
     row = await visible_session_record(
         conn,
         "SELECT id AS screen_share_id, session_kind, call_id, conference_id, user_id,"
@@ -89,4 +77,4 @@ async def get_screen_share(conn: DbConnection, *, share_id: UUID, viewer: UUID) 
         viewer,
         "screen share",
     )
-    return ScreenShareView(**dict(row))
+    return ScreenShareOut(**dict(row))

@@ -20,7 +20,6 @@ from realtime_dispatch.contracts.rest import (
     EditMessage,
     MessageEditedReply,
     MessageKind,
-    MessageOut,
     MessagePage,
     MessageSent,
     ParticipantOut,
@@ -183,7 +182,7 @@ async def list_messages(  # noqa: PLR0917 (FastAPI passes parameters by name)
         before_seq=before_seq,
         limit=limit,
     )
-    return MessagePage(items=[MessageOut.model_validate(m, from_attributes=True) for m in items])
+    return MessagePage(items=items)
 
 
 @router.patch(

@@ -18,7 +18,6 @@ from realtime_dispatch.contracts.rest import (
     RecordingCreated,
     RecordingFailure,
     RecordingOut,
-    RosterOut,
     ScreenShareCreated,
     ScreenShareOut,
     SessionRef,
@@ -56,10 +55,6 @@ _MEDIA_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-def _call_out(view: calls.CallView) -> CallOut:
-    return CallOut.model_validate(view, from_attributes=True)
-
-
 @router.get("/calls", tags=["calls"], summary="The caller's calls in a status, newest first")
 async def list_calls(
     user: User,
@@ -67,14 +62,12 @@ async def list_calls(
     status: Annotated[list[Literal["Ringing", "Active"]] | None, Query()] = None,
 ) -> CallList:
     statuses = tuple(dict.fromkeys(status)) if status else calls.LIVE_STATUSES
-    return CallList(
-        items=[_call_out(v) for v in await calls.list_calls(conn, user=user, statuses=statuses)]
-    )
+    return CallList(items=await calls.list_calls(conn, user=user, statuses=statuses))
 
 
 @router.get("/calls/{callId}", tags=["calls"], summary="A call (its parties only)")
 async def get_call(call_id: CallId, user: User, conn: Conn) -> CallOut:
-    return _call_out(await calls.get_call(conn, call_id=call_id, viewer=user))
+    return await calls.get_call(conn, call_id=call_id, viewer=user)
 
 
 @router.post(
@@ -145,25 +138,11 @@ async def start_conference(chat_id: ChatId, user: User, conn: Conn) -> Conferenc
     return ConferenceCreated(conference_id=conference_id)
 
 
-def _conference_out(v: conferences.ConferenceView) -> ConferenceOut:
-    return ConferenceOut(
-        conference_id=v.conference_id,
-        chat_id=v.chat_id,
-        room_name=v.room_name,
-        status=v.status,
-        started_by_user_id=v.started_by_user_id,
-        started_at=v.started_at,
-        ended_at=v.ended_at,
-        roster=[RosterOut(user_id=e.user_id, status=e.status) for e in v.roster],
-    )
-
-
 @router.get(
     "/conferences/{conferenceId}", tags=["conferences"], summary="A conference and its roster"
 )
 async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) -> ConferenceOut:
-    view = await conferences.get_conference(conn, conference_id=conference_id, viewer=user)
-    return _conference_out(view)
+    return await conferences.get_conference(conn, conference_id=conference_id, viewer=user)
 
 
 @router.get(
@@ -172,8 +151,7 @@ async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) ->
     summary="The chat's live conference with its roster, or 404",
 )
 async def live_conference(chat_id: ChatId, user: User, conn: Conn) -> ConferenceOut:
-    view = await conferences.live_conference(conn, chat_id=chat_id, viewer=user)
-    return _conference_out(view)
+    return await conferences.live_conference(conn, chat_id=chat_id, viewer=user)
 
 
 @router.post(
@@ -253,8 +231,7 @@ async def start_recording(body: SessionRef, user: User, conn: Conn) -> Recording
     summary="A recording (a party of its call, a member of its conference's chat)",
 )
 async def get_recording(recording_id: RecordingId, user: User, conn: Conn) -> RecordingOut:
-    view = await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
-    return RecordingOut.model_validate(view, from_attributes=True)
+    return await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
 
 
 @router.post(
@@ -304,8 +281,7 @@ async def start_screen_share(body: SessionRef, user: User, conn: Conn) -> Screen
     summary="A screen share (a party of its call, a member of its conference's chat)",
 )
 async def get_screen_share(share_id: ShareId, user: User, conn: Conn) -> ScreenShareOut:
-    view = await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
-    return ScreenShareOut.model_validate(view, from_attributes=True)
+    return await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
 
 
 @router.post(
