@@ -16,6 +16,7 @@ from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
 from realtime_dispatch.dispatch.projections.encoding import FAST
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
+from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger import calls, conferences, messages
 from realtime_dispatch.messenger.messages import MessageContent, MessageKind
 from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
@@ -30,7 +31,7 @@ CLAIMED_COLUMNS = (
 INSERT = (
     "INSERT INTO messenger.realtime_outbox"
     " (id, kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
-    " VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)"
+    " VALUES ($7, $1, $2, $3, $4, $5, $6)"  # a UUIDv7: after every id written so far
 )
 
 
@@ -99,15 +100,17 @@ async def test_fast_payload_json_is_the_contracts_json_for_every_kind(pool: asyn
     await pool.executemany(
         INSERT,
         [
-            ("CallInvited", "ChatGroup", chat, None, conference, "Conference"),
-            ("ConferenceInvited", "User", None, ctx.carol, roster, "Direct"),
+            ("CallInvited", "ChatGroup", chat, None, conference, "Conference", new_id()),
+            ("ConferenceInvited", "User", None, ctx.carol, roster, "Direct", new_id()),
         ],
     )
     pushes += await _build_new(pool, after, encoder)
     after = await last_id(pool)
     async with pool.acquire() as conn:
         await conferences.end_conference(conn, conference_id=conference, actor=alice)
-    await pool.execute(INSERT, "CallEnded", "ChatGroup", chat, None, conference, "Conference")
+    await pool.execute(
+        INSERT, "CallEnded", "ChatGroup", chat, None, conference, "Conference", new_id()
+    )
     pushes += await _build_new(pool, after, encoder)
 
     # Same JSON, model by model.

@@ -72,8 +72,11 @@ class CompositePayloadBuilder:
         for builder, items in groups.values():
             built = await builder.build(conn, items)
             for item in items:
-                results[item.row.id] = built.get(
-                    item.row.id, PayloadBuildError("builder returned nothing", code="NotBuilt")
+                result = built.get(item.row.id)
+                results[item.row.id] = (
+                    PayloadBuildError("builder returned nothing", code="NotBuilt")
+                    if result is None
+                    else result
                 )
         await _mark_gone_targets(conn, rows, results)
         return results

@@ -43,7 +43,7 @@ class PayloadEncoder(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Plan:
     aliases: Mapping[str, str]  # Python name → wire name
-    required: tuple[str, ...]  # wire names that must be present (not null)
+    required: frozenset[str]  # wire names that must be present (not null)
 
 
 _PLANS: dict[type[BaseModel], _Plan] = {}
@@ -53,7 +53,7 @@ def _plan(model: type[BaseModel]) -> _Plan:
     plan = _PLANS.get(model)
     if plan is None:
         aliases = {name: info.alias or name for name, info in model.model_fields.items()}
-        required = tuple(
+        required = frozenset(
             aliases[name] for name, info in model.model_fields.items() if info.is_required()
         )
         plan = _PLANS[model] = _Plan(aliases, required)
@@ -86,18 +86,15 @@ class FastEncoder:
     """The hot path: ``{wireName: value}`` of the non-null fields, dumped once by orjson."""
 
     def encode(self, model: type[Contract], fields: Fields) -> bytes:
-        plan = _plan(model)
+        plan = _PLANS.get(model) or _plan(model)
         aliases = plan.aliases
-        out: dict[str, Any] = {}
-        for name, value in fields.items():
-            alias = aliases.get(name)
-            if alias is None:
-                raise _invalid(model, f"unknown field {name}")
-            if value is not None:
-                out[alias] = value
-        for alias in plan.required:
-            if alias not in out:
-                raise _invalid(model, f"{alias} is missing")
+        try:
+            out = {aliases[name]: value for name, value in fields.items() if value is not None}
+        except KeyError as exc:
+            raise _invalid(model, f"unknown field {exc.args[0]}") from None
+        if not plan.required <= out.keys():
+            missing = ", ".join(sorted(plan.required - out.keys()))
+            raise _invalid(model, f"{missing} missing")
         return orjson.dumps(out, default=_default, option=_OPTIONS)
 
 
