@@ -10,7 +10,7 @@ from uuid import uuid4
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
-from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.metrics import DispatchMetrics, observe_all
 from realtime_dispatch.dispatch.observer import DispatchObserver, PassReport
 from realtime_dispatch.dispatch.outcome import (
     Verdict,
@@ -151,3 +151,24 @@ async def test_the_observer_counts_only_what_was_written() -> None:
     assert registry.get_sample_value("messenger_realtime_retried_total", labels) == 1
     assert registry.get_sample_value("messenger_realtime_quarantined_total", labels) == 1
     assert registry.get_sample_value("messenger_realtime_lag_seconds_count") == 1
+
+
+def test_observing_a_batch_of_lags_equals_observing_each() -> None:
+    lags = [0.0, 0.001, 0.0011, 0.3, 0.5, 7.0, 1e6, 0.25, 0.25]
+    batched, each = CollectorRegistry(), CollectorRegistry()
+    observe_all(DispatchMetrics(batched).lag, lags)
+    one_by_one = DispatchMetrics(each).lag
+    for lag in lags:
+        one_by_one.observe(lag)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, s.value)
+            for metric in registry.collect()
+            if metric.name == "messenger_realtime_lag_seconds"
+            for s in metric.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert samples(batched) == samples(each)
+    assert batched.get_sample_value("messenger_realtime_lag_seconds_count") == len(lags)

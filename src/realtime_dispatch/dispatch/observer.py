@@ -17,7 +17,7 @@ import structlog
 from opentelemetry import trace
 
 from realtime_dispatch.dispatch.alerts import AlertSink, RealtimeDispatchQuarantinedEvent
-from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.metrics import DispatchMetrics, observe_all
 from realtime_dispatch.dispatch.outcome import Classification, Decided, Verdict
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.outbox.model import ClaimedRow
@@ -131,8 +131,7 @@ class DispatchObserver:
             metrics.dispatched.labels(kind).inc(count)
         for kind, count in _by_kind(d.row for d in classified.retry).items():
             metrics.retried.labels(kind).inc(count)
-        for lag in written.done_lags:
-            metrics.lag.observe(lag)
+        observe_all(metrics.lag, written.done_lags)
         report.error_codes.update(d.error.code for d in classified.retry)
         report.lags.extend(written.done_lags)
         report.dispatched += len(written.done_lags)
