@@ -68,7 +68,10 @@ class CompositePayloadBuilder:
                     f"no payload builder for {intent.kind}", code="NoBuilder"
                 )
                 continue
-            groups.setdefault(id(builder), (builder, []))[1].append(RowIntent(row, intent))
+            group = groups.get(id(builder))
+            if group is None:
+                group = groups[id(builder)] = (builder, [])
+            group[1].append(RowIntent(row, intent))
         for builder, items in groups.values():
             built = await builder.build(conn, items)
             for item in items:

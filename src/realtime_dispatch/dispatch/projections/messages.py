@@ -70,8 +70,15 @@ class MessagePayloadBuilder:
 
 
 def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
-    """The payload's contract and fields; a deleted message keeps no content."""
-    chat_id, message_id, seq, deleted_at = r["chat_id"], r["id"], r["seq"], r["deleted_at"]
+    """The payload's contract and fields; a deleted message keeps no content. Ids are given
+    as their strings (what the wire carries; orjson writes the driver's UUID type only through
+    a Python hook)."""
+    chat_id, message_id, seq, deleted_at = (
+        str(r["chat_id"]),
+        str(r["id"]),
+        r["seq"],
+        r["deleted_at"],
+    )
     if kind is RealtimeDispatchKind.MESSAGE_RECEIVED:
         if deleted_at is not None:
             body = file_meta = card_text = None
@@ -79,11 +86,12 @@ def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
             body, file_meta, card_text = r["body"], r["file_meta"], r["card_text"]
             if file_meta is not None:
                 file_meta = orjson.loads(file_meta)
+        sender = r["sender_user_id"]
         return MessageReceived, {
             "chat_id": chat_id,
             "message_id": message_id,
             "seq": seq,
-            "sender_user_id": r["sender_user_id"],
+            "sender_user_id": None if sender is None else str(sender),
             "kind": r["kind"],
             "sent_at": r["sent_at"],
             "body": body,
