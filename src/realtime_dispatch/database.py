@@ -4,15 +4,18 @@ settings, and the embedded server used when no database URL is configured."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
+
+from realtime_dispatch.errors import DatabaseUnavailable
 
 # A plain connection or one borrowed from a pool: the queries run the same on both.
 DbConnection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -176,11 +179,6 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("realtime-dispatch"))
 
 
-# SQLSTATE classes that mean "the server or the connection went away": 08 connection exception,
-# 57 operator intervention (admin shutdown, cannot connect now), 53 insufficient resources.
-_UNAVAILABLE_CLASSES = ("08", "57", "53")
-
-
 async def close_quietly(conn: Any, within: float = 2.0) -> None:
     """Close a dedicated connection (a LISTEN session, say); terminate it if closing fails or
     takes longer than ``within`` seconds. Never raises for a connection already gone."""
@@ -192,8 +190,42 @@ async def close_quietly(conn: Any, within: float = 2.0) -> None:
         conn.terminate()
 
 
+# The database's errors, in one place -----------------------------------------------------------
+
+# What a query can raise when the server, the connection or the driver fails (InternalClientError:
+# what asyncpg raises for a query on a connection the server just killed). Code that must survive
+# a database outage catches these.
+DB_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    TimeoutError,
+)
+
+# SQLSTATE classes that mean "the server or the connection went away": 08 connection exception,
+# 57 operator intervention (admin shutdown, cannot connect now), 53 insufficient resources.
+_UNAVAILABLE_CLASSES = ("08", "57", "53")
+
+
 def is_unavailable(exc: BaseException) -> bool:
-    """True when ``exc`` means PostgreSQL cannot be reached right now (retry later)."""
+    """True when ``exc`` means PostgreSQL cannot be reached right now (retry later): a
+    :class:`~realtime_dispatch.errors.DatabaseUnavailable` already translated, a connection-class
+    SQLSTATE, or a transport failure."""
+    if isinstance(exc, DatabaseUnavailable):
+        return True
     if isinstance(exc, asyncpg.PostgresError):
         return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
     return isinstance(exc, OSError | asyncpg.InterfaceError | TimeoutError)
+
+
+@contextlib.asynccontextmanager
+async def translate_errors() -> AsyncIterator[None]:
+    """Turn "database unreachable" driver errors into :class:`DatabaseUnavailable`; any other
+    error goes through unchanged."""
+    try:
+        yield
+    except DB_ERRORS as exc:
+        if is_unavailable(exc):
+            raise DatabaseUnavailable(f"{type(exc).__name__}") from exc
+        raise

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Protocol, TypeAlias
+
+import orjson
 
 from realtime_dispatch.errors import RealtimeDispatchError, TransientError
 
@@ -33,13 +34,70 @@ JsonValue: TypeAlias = str | int | float | bool | list["JsonValue"] | dict[str, 
 JsonObject: TypeAlias = dict[str, JsonValue]
 
 
-@dataclass(frozen=True, slots=True)
 class Push:
-    """One hub invocation for one group: ``{"type":1,"target":target,"arguments":[payload]}``."""
+    """One hub invocation for one group: ``{"type":1,"target":target,"arguments":[payload]}``.
+
+    Built from the payload object (``Push(group, target, payload)``) or from its JSON already
+    encoded (``Push(group, target, payload_json=b"{...}")``, what the dispatcher's projections
+    produce): a publisher that writes JSON takes :attr:`payload_json` as is; :attr:`payload`
+    decodes it on first use. Either one is worked out at most once. Immutable."""
+
+    __slots__ = ("_payload", "_payload_json", "group", "target")
 
     group: str
     target: str
-    payload: JsonObject
+    _payload: JsonObject | None
+    _payload_json: bytes | None
+
+    def __init__(
+        self,
+        group: str,
+        target: str,
+        payload: JsonObject | None = None,
+        *,
+        payload_json: bytes | None = None,
+    ) -> None:
+        if payload is None and payload_json is None:
+            raise TypeError("Push needs payload or payload_json")
+        init = object.__setattr__
+        init(self, "group", group)
+        init(self, "target", target)
+        init(self, "_payload", payload)
+        init(self, "_payload_json", payload_json)
+
+    @property
+    def payload(self) -> JsonObject:
+        """The payload object (decoded from :attr:`payload_json` on first use)."""
+        payload = self._payload
+        if payload is None:
+            payload = orjson.loads(self._payload_json or b"{}")
+            object.__setattr__(self, "_payload", payload)
+        return payload
+
+    @property
+    def payload_json(self) -> bytes:
+        """The payload as UTF-8 JSON bytes (encoded from :attr:`payload` on first use)."""
+        encoded = self._payload_json
+        if encoded is None:
+            encoded = orjson.dumps(self._payload)
+            object.__setattr__(self, "_payload_json", encoded)
+        return encoded
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Push is immutable: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Push is immutable: cannot delete {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Push):
+            return NotImplemented
+        return (self.group, self.target, self.payload) == (other.group, other.target, other.payload)
+
+    __hash__ = None  # type: ignore[assignment]  # the payload is a dict
+
+    def __repr__(self) -> str:
+        return f"Push(group={self.group!r}, target={self.target!r}, payload={self.payload!r})"
 
 
 PublishResult: TypeAlias = RealtimeDispatchError | None

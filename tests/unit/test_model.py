@@ -106,3 +106,47 @@ def test_outbox_insert_for_a_data_modifying_cte() -> None:
         enqueue_select_sql({**values, "sequence": "1"}, "src")
     with pytest.raises(ValueError, match="missing \\['target_kind'\\]"):
         enqueue_select_sql({k: v for k, v in values.items() if k != "target_kind"}, "src")
+
+
+def test_claimed_row_intent_checks_every_row_after_a_valid_one_of_its_kind() -> None:
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from realtime_dispatch.errors import IntentError
+    from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent
+
+    chat, message = uuid4(), uuid4()
+    valid = ClaimedRow(
+        id=uuid4(),
+        kind="MessageReceived",
+        target_kind="ChatGroup",
+        chat_id=chat,
+        target_user_id=None,
+        message_id=message,
+        ref_id=None,
+        session_kind=None,
+        seq=3,
+        attempts=1,
+        row_version=1,
+        created_at=datetime.now(UTC),
+    )
+    for _ in range(2):  # the second time through the remembered shape
+        intent = valid.intent()
+        assert intent == OutboxIntent(
+            kind=RealtimeDispatchKind.MESSAGE_RECEIVED,
+            target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat,
+            message_id=message,
+            seq=3,
+        )
+        assert intent.group == f"chat:{chat}"
+    for broken, code in [
+        (replace(valid, seq=-1), "InvalidSeq"),
+        (replace(valid, message_id=None), "MissingMessageId"),
+        (replace(valid, chat_id=None), "MissingChatId"),
+        (replace(valid, session_kind="Direct"), "UnexpectedSessionKind"),
+        (replace(valid, kind="NoSuchKind"), "UnknownEnumValue"),
+    ]:
+        with pytest.raises(IntentError) as caught:
+            broken.intent()
+        assert caught.value.code == code

@@ -32,36 +32,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import structlog
 from opentelemetry import trace
 
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.alerts import AlertSink, RealtimeDispatchQuarantinedEvent
+from realtime_dispatch.database import DbConnection, translate_errors
+from realtime_dispatch.dispatch.alerts import AlertSink
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.observer import DispatchObserver, PassReport
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.dispatch.outcome import Verdict, decide, exhausted_before_push
+from realtime_dispatch.dispatch.outcome import (
+    Errors,
+    classify,
+    screen,
+    sort_published,
+    split_built,
+)
 from realtime_dispatch.dispatch.pipeline import InFlight, Lanes
 from realtime_dispatch.dispatch.projections.builder import BuildResults, PayloadBuilder
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
-    PayloadBuildError,
     RealtimeDispatchError,
     TransientError,
 )
 from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
-from realtime_dispatch.outbox.store import OutboxStore, Outcomes, translate_errors
-from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, NotPushed, PublishResult, Push
+from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, PublishResult, Push
 
-_log = structlog.get_logger(__name__)
+__all__ = ["Dispatcher", "PassReport"]
+
 _tracer = trace.get_tracer("realtime_dispatch.dispatch")
 
 PUSH_SLICE = 50  # rows handed to the publisher at once; a stop request is honoured between slices
@@ -70,28 +74,6 @@ PIPELINE_LANES = 3  # connections a pipelined pass uses: claims, payload queries
 OUTCOME_DELAY = 0.05  # seconds a pushed slice may wait for its outcome while later slices push
 PUSH_GRACE = 1.0  # seconds: the least time a pass's first slice gets; and how long past the
 # pass's end a publisher runs before it is cut (past MIN_PUSH_TIME, for one that ignores it)
-
-
-@dataclass
-class PassReport:
-    batches: int = 0
-    claimed: int = 0
-    dispatched: int = 0
-    retried: int = 0
-    quarantined: int = 0
-    target_gone: int = 0
-    released: int = 0
-    stopped: bool = False
-    lost_lock: bool = False
-    more_waiting: bool = False  # ended by max_run_duration while rows were still coming
-    pipelined: int = 0  # batches handled while the next claim already ran
-    duration: float = 0.0
-    lags: list[float] = field(default_factory=list)
-    error_codes: Counter[str] = field(default_factory=Counter)  # of rows retried or quarantined
-
-    @property
-    def worked(self) -> bool:
-        return self.claimed > 0
 
 
 class Dispatcher:
@@ -104,19 +86,17 @@ class Dispatcher:
         options: RealtimeDispatchOptions,
         metrics: DispatchMetrics,
         alerts: AlertSink,
-        on_first_claim: Callable[[], object] | None = None,
         partition: Partition = WHOLE,
+        observer: DispatchObserver | None = None,
     ) -> None:
         self.partition = partition
         self._store = store
         self._builder = builder
         self._publisher = publisher
         self._options = options
-        self._metrics = metrics
-        self._alerts = alerts
+        self._observer = observer or DispatchObserver(metrics, alerts)
         self._stop = asyncio.Event()
         self._flight: InFlight | None = None  # the current pass's rows in flight
-        self.on_first_claim = on_first_claim
         # Pipelining keeps a batch in flight for about two batch cycles instead of one. A row in
         # flight longer than its shortest backoff could be claimed by a second runner (if one
         # ever runs, e.g. while the lock changes hands); with backoffs this short, stay simple.
@@ -154,7 +134,15 @@ class Dispatcher:
         flight.discard(rows)
         return await self._store.release(rows)
 
-    async def run_pass(self, *, still_locked: Callable[[], bool] = lambda: True) -> PassReport:
+    async def run_pass(
+        self,
+        *,
+        still_locked: Callable[[], bool] = lambda: True,
+        on_first_claim: Callable[[], object] | None = None,
+    ) -> PassReport:
+        """One pass. ``still_locked`` tells whether the single-runner lock is still ours;
+        ``on_first_claim`` runs once the pass's first claim found rows (the runner clears its
+        idle flag there; a coroutine it returns is awaited before the first push)."""
         report = PassReport()
         started = time.monotonic()
         job_run_id = str(uuid4())
@@ -167,28 +155,16 @@ class Dispatcher:
                 lanes = Lanes(self._store.pool, stack)
                 flight = self._flight = InFlight()
                 try:
-                    await self._batches(report, started, still_locked, lanes, flight)
+                    await self._batches(
+                        report, started, still_locked, lanes, flight, on_first_claim=on_first_claim
+                    )
                     await flight.wait()
                 finally:
                     await flight.settle()
                     await lanes.settle()
             report.stopped = self._stop.is_set()
             report.duration = time.monotonic() - started
-            span.set_attribute("realtime.claimed", report.claimed)
-            span.set_attribute("realtime.dispatched", report.dispatched)
-            if report.worked:
-                # The spec's per-row events, summed: one line per pass, ids and codes only.
-                _log.info(
-                    "job_completed",
-                    batches=report.batches,
-                    claimed=report.claimed,
-                    dispatched=report.dispatched,
-                    retried=report.retried,
-                    quarantined=report.quarantined,
-                    released=report.released,
-                    error_codes=dict(report.error_codes),
-                    duration_ms=round(report.duration * 1000, 2),
-                )
+            self._observer.pass_finished(report, span)
         return report
 
     async def _batches(
@@ -198,6 +174,8 @@ class Dispatcher:
         still_locked: Callable[[], bool],
         lanes: Lanes,
         flight: InFlight,
+        *,
+        on_first_claim: Callable[[], object] | None,
     ) -> None:
         """Claim → handle, batch after batch. While a full batch is handled, the next claim
         already runs on another connection (and the batch's outcome is written on a third while
@@ -208,8 +186,8 @@ class Dispatcher:
             return
         lane0 = await lanes.get(0)
         rows = await self._store.claim(size, conn=lane0, partition=self.partition)
-        if rows and self.on_first_claim is not None:
-            result = self.on_first_claim()
+        if rows and on_first_claim is not None:
+            result = on_first_claim()
             if asyncio.iscoroutine(result):
                 # Runs while the first batch is built; done before its first push.
                 flight.before_push = asyncio.ensure_future(result)
@@ -219,7 +197,7 @@ class Dispatcher:
                 report.batches += 1
                 report.claimed += len(rows)
                 flight.add(rows)
-                _log.debug("batch_claimed", rows=len(rows))
+                self._observer.batch_claimed(rows)
                 full = len(rows) >= size
                 pipelined = (
                     full
@@ -284,7 +262,7 @@ class Dispatcher:
             return False
         if not still_locked():
             report.lost_lock = True
-            _log.warning("dispatch_lock_lost")
+            self._observer.lock_lost()
             return False
         return True
 
@@ -302,26 +280,12 @@ class Dispatcher:
         # background, else they are written on lane 0 before the pass goes on.
         conn = await lanes.get(1 if pipelined else 0)
         outcome_conn = await lanes.get(2) if pipelined else conn
-        max_attempts = self._options.max_attempts
-        errors: dict[UUID, RealtimeDispatchError] = {}
-        live: list[ClaimedRow] = []
-        for row in rows:
-            if exhausted_before_push(row.attempts, max_attempts):
-                errors[row.id] = PayloadBuildError(
-                    "attempts exhausted without a recorded outcome", code="AttemptsExhausted"
-                )
-            else:
-                live.append(row)
+        live, errors = screen(rows, self._options.max_attempts)
         began = time.time_ns()  # each row's span times its build, push and outcome
         built = await self._build(conn, live)
         await flight.ready_to_push()
-        pushes: list[tuple[ClaimedRow, Push]] = []
-        for row in live:
-            result = built[row.id]
-            if isinstance(result, Push):
-                pushes.append((row, result))
-            else:
-                errors[row.id] = result
+        pushes, unbuilt = split_built(live, built)
+        errors.update(unbuilt)
         # Rows that failed before any push get their outcome with the first write.
         unwritten = [row for row in rows if row.id in errors]
         unwritten_since: float | None = None
@@ -341,14 +305,9 @@ class Dispatcher:
             else:
                 part = pushes[offset : offset + PUSH_SLICE]
             results = await self._publish(part, deadline=until)
-            late: list[ClaimedRow] = []
-            for (row, _), published in zip(part, results, strict=True):
-                if isinstance(published, NotPushed):
-                    late.append(row)
-                    continue
-                if published is not None:
-                    errors[row.id] = published
-                unwritten.append(row)
+            settled, late, failed = sort_published(part, results)
+            errors.update(failed)
+            unwritten.extend(settled)
             if late:  # never sent, the pass being out of time: due again at once
                 report.more_waiting = report.more_waiting or not self._stop.is_set()
                 report.released += await self._store.release(late, conn=conn)
@@ -385,7 +344,7 @@ class Dispatcher:
                 if isinstance(exc, RealtimeDispatchError)
                 else TransientError(type(exc).__name__, code="BuildFailed")
             )
-            _log.error("payload_build_failed", error=error.describe(), rows=len(rows))
+            self._observer.build_failed(error, len(rows))
             return dict.fromkeys((row.id for row in rows), _as_retry(error))
 
     async def _publish(
@@ -408,7 +367,7 @@ class Dispatcher:
                 error = exc
             else:
                 error = TransientError(type(exc).__name__, code="PublishFailed")
-            _log.error("publish_failed", error=error.describe(), rows=len(part))
+            self._observer.publish_failed(error, len(part))
             return [error] * len(part)
         finally:
             PUSH_DEADLINE.reset(token)
@@ -421,95 +380,21 @@ class Dispatcher:
         self,
         conn: DbConnection,
         rows: Sequence[ClaimedRow],
-        errors: dict[UUID, RealtimeDispatchError],
+        errors: Errors,
         report: PassReport,
         flight: InFlight,
         *,
         began: int,
     ) -> None:
+        """Decide (pure), tell the observer, write the outcomes in one commit, tell it again.
+        Runs as a task of InFlight: it completes even if the pass is stopped or cancelled."""
         if not rows:
             return
-        max_attempts = self._options.max_attempts
-        done: list[tuple[UUID, int]] = []
-        retry: list[tuple[UUID, int, str]] = []
-        quarantine: list[tuple[UUID, int, str]] = []
-        gone: list[tuple[UUID, int, str]] = []
-        by_id = {row.id: row for row in rows}
-        debug = _log.is_enabled_for(logging.DEBUG)
-        for row in rows:
-            decision = decide(errors.get(row.id), attempts=row.attempts, max_attempts=max_attempts)
-            # One span per row, child of the pass span; attributes only if it is recorded.
-            span = _tracer.start_span("realtime_dispatch.row", start_time=began)
-            if span.is_recording():
-                span.set_attribute("realtime.kind", row.kind)
-                span.set_attribute("realtime.outbox_id", str(row.id))
-                if row.chat_id:
-                    span.set_attribute("realtime.chat_id", str(row.chat_id))
-                span.set_attribute("realtime.verdict", decision.verdict.value)
-            span.end()
-            if decision.verdict is Verdict.DONE:
-                done.append((row.id, row.row_version))
-                if debug:
-                    _log.debug(
-                        "dispatched",
-                        kind=row.kind,
-                        chat_id=str(row.chat_id) if row.chat_id else None,
-                        target_user_id=str(row.target_user_id) if row.target_user_id else None,
-                        seq=row.seq,
-                        attempts=row.attempts,
-                    )
-            elif decision.verdict is Verdict.RETRY:
-                retry.append((row.id, row.row_version, decision.last_error or ""))
-                report.error_codes[errors[row.id].code] += 1
-                if debug:
-                    _log.debug(
-                        "dispatch_retry",
-                        entry_id=str(row.id),
-                        kind=row.kind,
-                        attempts=row.attempts,
-                        error_code=errors[row.id].code,
-                    )
-            elif decision.verdict is Verdict.GONE:
-                gone.append((row.id, row.row_version, decision.last_error or ""))
-            else:
-                quarantine.append((row.id, row.row_version, decision.last_error or ""))
-        # Runs as a task of InFlight: it completes even if the pass is stopped or cancelled.
-        written = await self._store.write_outcomes(
-            Outcomes(done, retry, quarantine, gone), conn=conn
-        )
+        classified = classify(rows, errors, max_attempts=self._options.max_attempts)
+        self._observer.decided(classified, began=began)
+        written = await self._store.write_outcomes(classified.outcomes(), conn=conn)
         flight.discard(rows)
-        for kind, count in Counter(by_id[row_id].kind for row_id, _ in done).items():
-            self._metrics.dispatched.labels(kind).inc(count)
-        for kind, count in Counter(by_id[row_id].kind for row_id, _, _ in retry).items():
-            self._metrics.retried.labels(kind).inc(count)
-        for lag in written.done_lags:
-            self._metrics.lag.observe(lag)
-        report.lags.extend(written.done_lags)
-        report.dispatched += len(written.done_lags)
-        report.retried += written.retried
-        report.quarantined += len(written.quarantined)
-        report.target_gone += len(written.gone)
-        for kind, count in Counter(by_id[row_id].kind for row_id in written.gone).items():
-            self._metrics.target_gone.labels(kind).inc(count)
-        for row_id in written.quarantined:
-            row = by_id[row_id]
-            self._metrics.quarantined.labels(row.kind).inc()
-            report.error_codes[errors[row.id].code] += 1
-            _log.debug(
-                "quarantined", entry_id=str(row.id), kind=row.kind, error_code=errors[row.id].code
-            )
-            try:
-                await self._alerts.quarantined(
-                    RealtimeDispatchQuarantinedEvent(
-                        outbox_entry_id=row.id,
-                        kind=row.kind,
-                        chat_id=row.chat_id,
-                        attempts=row.attempts,
-                        reason=errors[row.id].describe(),
-                    )
-                )
-            except Exception as exc:
-                _log.error("alert_sink_failed", error=type(exc).__name__)
+        await self._observer.written(classified, written, report)
 
 
 def _loop_time(monotonic: float) -> float:

@@ -72,7 +72,10 @@ class HttpHubPublisher:
         return results
 
     async def _send(self, push: Push, left: float | None) -> RealtimeDispatchError | None:
-        body = orjson.dumps({"target": push.target, "arguments": [push.payload]})
+        # The payload's JSON goes in as encoded (no decode and re-encode of the payload).
+        body = b"".join(
+            (b'{"target":', orjson.dumps(push.target), b',"arguments":[', push.payload_json, b"]}")
+        )
         timeout = self._timeout if left is None else min(self._timeout, max(left, MIN_PUSH_TIME))
         try:
             response = await self._client.post(

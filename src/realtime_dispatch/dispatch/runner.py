@@ -25,13 +25,10 @@ from typing import Any
 import structlog
 
 from realtime_dispatch.channels import OUTBOX_CHANNEL
-from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.database import is_unavailable, translate_errors
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.retention import RetentionPolicy
-from realtime_dispatch.errors import DatabaseUnavailable
-from realtime_dispatch.outbox.queries import QUERIES
-from realtime_dispatch.outbox.store import translate_errors
 
 _log = structlog.get_logger(__name__)
 
@@ -68,7 +65,6 @@ class DispatchRunner:
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self._abandoned: set[asyncio.Future[PassReport]] = set()  # passes that ignored a cancel
         self.passes_run = 0
-        dispatcher.on_first_claim = self._mark_busy
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -124,11 +120,12 @@ class DispatchRunner:
                 return True  # more may be due: the next pass finds out, no extra query
             return await self._go_idle()
         except Exception as exc:
-            reason = "database_unavailable" if _unavailable(exc) else type(exc).__name__
+            unavailable = is_unavailable(exc)
+            reason = "database_unavailable" if unavailable else type(exc).__name__
             self._metrics.passes.labels("failed").inc()
             self._metrics.errors.labels(reason).inc()
             _log.error("dispatch_pass_failed", reason=reason)
-            if _unavailable(exc):
+            if unavailable:
                 await self._close_connection()
             return False
 
@@ -152,9 +149,8 @@ class DispatchRunner:
 
     async def _locked_pass(self) -> PassReport | None:
         conn = self._conn
-        async with translate_errors():
-            locked = await conn.fetchval(QUERIES["try_lock"], self._partition.lock_name)
-        if not locked:
+        store = self._dispatcher.store
+        if not await store.try_lock(conn, self._partition):
             self._metrics.passes.labels("skipped_locked").inc()
             _log.debug("dispatch_pass_skipped", reason="lock_busy")
             return None
@@ -170,15 +166,16 @@ class DispatchRunner:
         finally:
             if not conn.is_closed():
                 with contextlib.suppress(Exception):
-                    async with translate_errors():
-                        await conn.fetchval(QUERIES["unlock"], self._partition.lock_name)
+                    await store.unlock(conn, self._partition)
 
     async def _leased_pass(self, conn: Any) -> PassReport | None:
         """Run a pass for at most ``lock_ttl``: the lock is a lease, not a possession. A pass
         still running then (a hung push, a stuck hub client) loses the lock and its rows, so
         another runner takes over within lock_ttl + polling_interval. None when that happened."""
         task = asyncio.ensure_future(
-            self._dispatcher.run_pass(still_locked=lambda: not conn.is_closed())
+            self._dispatcher.run_pass(
+                still_locked=lambda: not conn.is_closed(), on_first_claim=self._mark_busy
+            )
         )
         try:
             done, _ = await asyncio.wait({task}, timeout=self._options.lock_ttl)
@@ -217,23 +214,10 @@ class DispatchRunner:
         return await self._due_now()
 
     async def _due_now(self) -> bool:
-        async with translate_errors():
-            partition = self._partition
-            pool = self._dispatcher.store.pool
-            return bool(
-                await pool.fetchval(QUERIES["due_exists"], partition.count, partition.index)
-            )
+        return await self._dispatcher.store.due_exists(self._partition)
 
     async def _set_flag(self, *, idle: bool) -> None:
-        pool = self._dispatcher.store.pool
-        async with translate_errors(), pool.acquire() as conn:
-            key = (self._partition.count, self._partition.index)
-            if idle:
-                async with conn.transaction():
-                    await conn.execute(QUERIES["wait_writers"])
-                    await conn.execute(QUERIES["set_idle"], *key)
-            else:
-                await conn.execute(QUERIES["set_busy"], *key)
+        await self._dispatcher.store.set_idle_flag(self._partition, idle=idle)
         self._flag_idle = idle
 
     async def _refresh_pending(self) -> None:
@@ -317,10 +301,6 @@ class DispatchRunner:
                 await asyncio.wait_for(conn.close(), 2)
         elif conn is not None:
             conn.terminate()
-
-
-def _unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, DatabaseUnavailable) or is_unavailable(exc)
 
 
 def _options_log(dispatcher: Dispatcher) -> dict[str, object]:

@@ -22,6 +22,7 @@ import asyncpg
 import structlog
 
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
 
@@ -36,15 +37,6 @@ SELECT user_id, chat_id FROM messenger.participants WHERE user_id = $1 AND activ
 SQL_ACTIVE_CHATS_OF_USERS = """
 SELECT user_id, chat_id FROM messenger.participants WHERE user_id = ANY($1::uuid[]) AND active
 """
-
-# InternalClientError: what asyncpg raises for a query on a connection the server just killed.
-DB_ERRORS = (
-    OSError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncio.TimeoutError,
-)
 
 
 class MembershipFeed:

@@ -9,10 +9,11 @@ from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.database import translate_errors
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.queries import load_queries
-from realtime_dispatch.outbox.store import OutboxStats, OutboxStore, translate_errors
+from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
 
 QUERIES = load_queries("realtime_dispatch.ops")
 

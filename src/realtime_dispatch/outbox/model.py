@@ -120,43 +120,60 @@ class OutboxIntent:
         return group_name(self.target_kind, self.chat_id, self.target_user_id)
 
 
-def _need(condition: bool, message: str, code: str) -> None:
-    if not condition:
-        raise IntentError(message, code=code)
+def _fail(message: str, code: str) -> IntentError:
+    return IntentError(message, code=code)
+
+
+_KIND_OF = {kind.value: kind for kind in RealtimeDispatchKind}
+_TARGET_OF = {target.value: target for target in RealtimeTargetKind}
+_SESSION_OF = {session.value: session for session in SessionKind}
 
 
 def validate_intent(intent: OutboxIntent) -> None:
-    """Check that ``intent`` carries the ids its kind needs; raise :class:`IntentError` if not."""
-    kind = RealtimeDispatchKind(intent.kind)
-    target = RealtimeTargetKind(intent.target_kind)
+    """Check that ``intent`` carries the ids its kind needs; raise :class:`IntentError` if not.
+
+    Runs for every claimed row: the checks are plain comparisons, and a reason is only
+    formatted when a check fails."""
+    kind = _KIND_OF.get(intent.kind) or RealtimeDispatchKind(intent.kind)
+    target = _TARGET_OF.get(intent.target_kind) or RealtimeTargetKind(intent.target_kind)
     group_name(target, intent.chat_id, intent.target_user_id)
-    if intent.seq is not None:
-        _need(intent.seq >= 0, "seq must be >= 0", "InvalidSeq")
+    if intent.seq is not None and intent.seq < 0:
+        raise _fail("seq must be >= 0", "InvalidSeq")
+    chat_group = target is RealtimeTargetKind.CHAT_GROUP
     if kind in _MESSAGE_KINDS:
-        _need(target is RealtimeTargetKind.CHAT_GROUP, f"{kind} goes to a ChatGroup", "BadTarget")
-        _need(intent.message_id is not None, f"{kind} needs message_id", "MissingMessageId")
-        _need(intent.seq is not None, f"{kind} needs seq", "MissingSeq")
+        if not chat_group:
+            raise _fail(f"{kind} goes to a ChatGroup", "BadTarget")
+        if intent.message_id is None:
+            raise _fail(f"{kind} needs message_id", "MissingMessageId")
+        if intent.seq is None:
+            raise _fail(f"{kind} needs seq", "MissingSeq")
     elif kind in _CHAT_KINDS:
-        _need(target is RealtimeTargetKind.CHAT_GROUP, f"{kind} goes to a ChatGroup", "BadTarget")
-        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
+        if not chat_group:
+            raise _fail(f"{kind} goes to a ChatGroup", "BadTarget")
+        if intent.ref_id is None:
+            raise _fail(f"{kind} needs ref_id", "MissingRefId")
     elif kind in _USER_KINDS:
-        _need(target is RealtimeTargetKind.USER, f"{kind} goes to a User", "BadTarget")
-        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
+        if chat_group:
+            raise _fail(f"{kind} goes to a User", "BadTarget")
+        if intent.ref_id is None:
+            raise _fail(f"{kind} needs ref_id", "MissingRefId")
     else:
-        _need(intent.ref_id is not None, f"{kind} needs ref_id", "MissingRefId")
-        _need(intent.session_kind is not None, f"{kind} needs session_kind", "MissingSessionKind")
+        if intent.ref_id is None:
+            raise _fail(f"{kind} needs ref_id", "MissingRefId")
+        if intent.session_kind is None:
+            raise _fail(f"{kind} needs session_kind", "MissingSessionKind")
         expected = (
             RealtimeTargetKind.USER
             if intent.session_kind is SessionKind.DIRECT
             else RealtimeTargetKind.CHAT_GROUP
         )
-        _need(
-            target is expected,
-            f"{kind} with session_kind {intent.session_kind} goes to a {expected}",
-            "BadTarget",
-        )
-    if kind not in _MEDIA_KINDS:
-        _need(intent.session_kind is None, f"{kind} takes no session_kind", "UnexpectedSessionKind")
+        if target is not expected:
+            raise _fail(
+                f"{kind} with session_kind {intent.session_kind} goes to a {expected}",
+                "BadTarget",
+            )
+    if kind not in _MEDIA_KINDS and intent.session_kind is not None:
+        raise _fail(f"{kind} takes no session_kind", "UnexpectedSessionKind")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,19 +194,58 @@ class ClaimedRow:
     created_at: datetime
 
     def intent(self) -> OutboxIntent:
-        """The typed intent; raises :class:`IntentError` for a row nobody could have enqueued."""
+        """The typed intent; raises :class:`IntentError` for a row nobody could have enqueued.
+
+        Whether a row is valid depends only on its kind, target, session kind, which ids it
+        has and the sign of its seq: a shape seen valid once is not checked again."""
+        seq = self.seq
+        shape = (
+            self.kind,
+            self.target_kind,
+            self.session_kind,
+            self.chat_id is None,
+            self.target_user_id is None,
+            self.message_id is None,
+            self.ref_id is None,
+            None if seq is None else seq >= 0,
+        )
+        if shape in _VALID_SHAPES:
+            intent = object.__new__(OutboxIntent)
+            fill = object.__setattr__
+            fill(intent, "kind", _KIND_OF[self.kind])
+            fill(intent, "target_kind", _TARGET_OF[self.target_kind])
+            fill(intent, "chat_id", self.chat_id)
+            fill(intent, "target_user_id", self.target_user_id)
+            fill(intent, "message_id", self.message_id)
+            fill(intent, "ref_id", self.ref_id)
+            fill(
+                intent,
+                "session_kind",
+                _SESSION_OF[self.session_kind] if self.session_kind else None,
+            )
+            fill(intent, "seq", seq)
+            return intent
         try:
-            return OutboxIntent(
-                kind=RealtimeDispatchKind(self.kind),
-                target_kind=RealtimeTargetKind(self.target_kind),
+            intent = OutboxIntent(
+                kind=_KIND_OF.get(self.kind) or RealtimeDispatchKind(self.kind),
+                target_kind=_TARGET_OF.get(self.target_kind)
+                or RealtimeTargetKind(self.target_kind),
                 chat_id=self.chat_id,
                 target_user_id=self.target_user_id,
                 message_id=self.message_id,
                 ref_id=self.ref_id,
-                session_kind=SessionKind(self.session_kind) if self.session_kind else None,
-                seq=self.seq,
+                session_kind=(_SESSION_OF.get(self.session_kind) or SessionKind(self.session_kind))
+                if self.session_kind
+                else None,
+                seq=seq,
             )
         except ValueError as exc:
             if isinstance(exc, IntentError):
                 raise
             raise IntentError("unknown enum value in row", code="UnknownEnumValue") from exc
+        _VALID_SHAPES.add(shape)
+        return intent
+
+
+# Row shapes (see ClaimedRow.intent) that passed validate_intent: at most a few hundred.
+_VALID_SHAPES: set[tuple[object, ...]] = set()

@@ -4,32 +4,19 @@ named query, rows turned into frozen values, driver errors translated here (the 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import DbConnection, is_unavailable
-from realtime_dispatch.errors import DatabaseUnavailable
+from realtime_dispatch.database import DbConnection, translate_errors
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.backoff import JITTER, Backoff
 from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.queries import QUERIES
-
-
-@contextlib.asynccontextmanager
-async def translate_errors() -> AsyncIterator[None]:
-    """Turn "database unreachable" driver errors into :class:`DatabaseUnavailable`."""
-    try:
-        yield
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-        if is_unavailable(exc):
-            raise DatabaseUnavailable(f"{type(exc).__name__}") from exc
-        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +88,35 @@ class OutboxStore:
             )
         # RETURNING lists the columns in ClaimedRow's field order.
         return [ClaimedRow(*record) for record in records]
+
+    async def try_lock(self, conn: DbConnection, partition: Partition = WHOLE) -> bool:
+        """Take ``partition``'s single-runner lock on ``conn`` (a session advisory lock: it lives
+        as long as that connection, outside the pool); False when another session holds it."""
+        async with translate_errors():
+            return bool(await conn.fetchval(QUERIES["try_lock"], partition.lock_name))
+
+    async def unlock(self, conn: DbConnection, partition: Partition = WHOLE) -> None:
+        async with translate_errors():
+            await conn.fetchval(QUERIES["unlock"], partition.lock_name)
+
+    async def due_exists(self, partition: Partition = WHOLE) -> bool:
+        """Is any row of ``partition`` due now?"""
+        async with translate_errors():
+            return bool(
+                await self._pool.fetchval(QUERIES["due_exists"], partition.count, partition.index)
+            )
+
+    async def set_idle_flag(self, partition: Partition = WHOLE, *, idle: bool) -> None:
+        """The idle flag that makes owners' inserts notify. Setting it waits for the writers
+        that passed the trigger before it flipped (so a check for due rows after it sees them)."""
+        key = (partition.count, partition.index)
+        async with translate_errors(), self._pool.acquire() as conn:
+            if idle:
+                async with conn.transaction():
+                    await conn.execute(QUERIES["wait_writers"])
+                    await conn.execute(QUERIES["set_idle"], *key)
+            else:
+                await conn.execute(QUERIES["set_busy"], *key)
 
     async def forget_other_partitionings(self, partitions: int) -> None:
         """Drop the idle flags of another partition count (left by an earlier configuration)."""

@@ -68,12 +68,18 @@ class CompositePayloadBuilder:
                     f"no payload builder for {intent.kind}", code="NoBuilder"
                 )
                 continue
-            groups.setdefault(id(builder), (builder, []))[1].append(RowIntent(row, intent))
+            group = groups.get(id(builder))
+            if group is None:
+                group = groups[id(builder)] = (builder, [])
+            group[1].append(RowIntent(row, intent))
         for builder, items in groups.values():
             built = await builder.build(conn, items)
             for item in items:
-                results[item.row.id] = built.get(
-                    item.row.id, PayloadBuildError("builder returned nothing", code="NotBuilt")
+                result = built.get(item.row.id)
+                results[item.row.id] = (
+                    PayloadBuildError("builder returned nothing", code="NotBuilt")
+                    if result is None
+                    else result
                 )
         await _mark_gone_targets(conn, rows, results)
         return results

@@ -28,13 +28,13 @@ from realtime_dispatch.contracts.calls import (
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
 from realtime_dispatch.dispatch.projections.conferences import ConferencePayloadBuilder
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
     require_session,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
-from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 
@@ -58,10 +58,11 @@ class GroupCallPayloadBuilder(RefProjectionBuilder):
     entity = ConferencePayloadBuilder.entity
     sql = ConferencePayloadBuilder.sql  # the same projection of the conference
 
-    def __init__(self, minter: MediaMinter) -> None:
+    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
+        super().__init__(encoder=encoder)
         self.minter = minter
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require(intent.kind in self.kinds, f"{intent.kind} is 1:1 only", "BadSessionKind")
         require_session(intent, record, expected=SessionKind.CONFERENCE)
         ids = {"call_id": record["id"], "conference_id": record["id"], "chat_id": record["chat_id"]}
@@ -71,17 +72,17 @@ class GroupCallPayloadBuilder(RefProjectionBuilder):
                 if record["status"] == "Active"
                 else None
             )
-            return GroupCallInvited(
+            return GroupCallInvited, dict(
                 **ids,
                 room_name=record["room_name"],
                 started_by_user_id=record["started_by_user_id"],
                 invited_at=record["started_at"],
                 media=media,
-            ).wire()
+            )
         require(record["status"] == "Ended", "call has not ended", "NotEnded")
-        return GroupCallEnded(
+        return GroupCallEnded, dict(
             **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
-        ).wire()
+        )
 
 
 class CallPayloadBuilder(RefProjectionBuilder):
@@ -104,9 +105,10 @@ class CallPayloadBuilder(RefProjectionBuilder):
     FROM messenger.call_sessions WHERE id = ANY($1::uuid[])
     """
 
-    def __init__(self, minter: MediaMinter) -> None:
+    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
+        super().__init__(encoder=encoder)
         self.minter = minter
-        self.group = GroupCallPayloadBuilder(minter)
+        self.group = GroupCallPayloadBuilder(minter, encoder=encoder)
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         group = [i for i in items if i.intent.session_kind is SessionKind.CONFERENCE]
@@ -116,7 +118,7 @@ class CallPayloadBuilder(RefProjectionBuilder):
             results.update(await self.group.build(conn, group))
         return results
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record, expected=SessionKind.DIRECT)
         ids = {
             "call_id": record["id"],
@@ -131,17 +133,17 @@ class CallPayloadBuilder(RefProjectionBuilder):
                 if record["status"] in _LIVE
                 else None
             )
-            return CallInvited(
+            return CallInvited, dict(
                 **ids, room_name=record["room_name"], invited_at=record["created_at"], media=media
-            ).wire()
+            )
         if kind is K.CALL_ANSWERED:
             require(record["answered_at"] is not None, "call was not answered", "NotAnswered")
-            return CallAnswered(**ids, answered_at=record["answered_at"]).wire()
+            return CallAnswered, dict(**ids, answered_at=record["answered_at"])
         if kind is K.CALL_ENDED:
             require(record["status"] == "Ended", "call has not ended", "NotEnded")
-            return CallEnded(
+            return CallEnded, dict(
                 **ids, ended_by_user_id=record["ended_by_user_id"], ended_at=record["ended_at"]
-            ).wire()
+            )
         status, model, field = _TERMINAL[kind]
         require(record["status"] == status, f"call is not {status}", f"Not{status}")
-        return model(**ids, **{field: record["ended_at"]}).wire()
+        return model, dict(**ids, **{field: record["ended_at"]})

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncpg
 
 from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
+from realtime_dispatch.dispatch.projections.encoding import Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
     require_chat,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject
 
 
 class ReadReceiptBuilder(RefProjectionBuilder):
@@ -24,15 +24,15 @@ class ReadReceiptBuilder(RefProjectionBuilder):
     FROM messenger.participants WHERE id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_chat(intent, record)
         require(record["last_read_at"] is not None, "nothing was read", "NotRead")
-        return ReadReceiptUpdated(
-            chat_id=record["chat_id"],
-            user_id=record["user_id"],
-            last_read_seq=record["last_read_seq"],
-            read_at=record["last_read_at"],
-        ).wire()
+        return ReadReceiptUpdated, {
+            "chat_id": record["chat_id"],
+            "user_id": record["user_id"],
+            "last_read_seq": record["last_read_seq"],
+            "read_at": record["last_read_at"],
+        }
 
 
 class ChatEventBuilder(RefProjectionBuilder):
@@ -45,13 +45,13 @@ class ChatEventBuilder(RefProjectionBuilder):
     FROM messenger.chat_events WHERE id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_chat(intent, record)
-        return ChatUpdated(
-            chat_id=record["chat_id"],
-            event_id=record["id"],
-            event_kind=record["event_kind"],
-            actor_user_id=record["actor_user_id"],
-            subject_user_id=record["subject_user_id"],
-            occurred_at=record["occurred_at"],
-        ).wire()
+        return ChatUpdated, {
+            "chat_id": record["chat_id"],
+            "event_id": record["id"],
+            "event_kind": record["event_kind"],
+            "actor_user_id": record["actor_user_id"],
+            "subject_user_id": record["subject_user_id"],
+            "occurred_at": record["occurred_at"],
+        }

@@ -17,6 +17,7 @@ from realtime_dispatch.contracts.conferences import (
     ConferenceParticipantLeft,
     ConferenceStarted,
 )
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
@@ -24,7 +25,6 @@ from realtime_dispatch.dispatch.projections.projection import (
     require_user,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
-from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 
@@ -40,30 +40,31 @@ class ConferencePayloadBuilder(RefProjectionBuilder):
     FROM messenger.conference_sessions WHERE id = ANY($1::uuid[])
     """
 
-    def __init__(self, minter: MediaMinter) -> None:
+    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
+        super().__init__(encoder=encoder)
         self.minter = minter
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record, expected=SessionKind.CONFERENCE)
         if intent.kind is K.CONFERENCE_STARTED:
             live = record["status"] == "Active"
-            return ConferenceStarted(
-                conference_id=record["id"],
-                chat_id=record["chat_id"],
-                room_name=record["room_name"],
-                started_by_user_id=record["started_by_user_id"],
-                started_at=record["started_at"],
-                media=self.minter.mint(record["room_name"], chat_id=record["chat_id"])
+            return ConferenceStarted, {
+                "conference_id": record["id"],
+                "chat_id": record["chat_id"],
+                "room_name": record["room_name"],
+                "started_by_user_id": record["started_by_user_id"],
+                "started_at": record["started_at"],
+                "media": self.minter.mint(record["room_name"], chat_id=record["chat_id"])
                 if live
                 else None,
-            ).wire()
+            }
         require(record["status"] == "Ended", "conference has not ended", "NotEnded")
-        return ConferenceEnded(
-            conference_id=record["id"],
-            chat_id=record["chat_id"],
-            ended_by_user_id=record["ended_by_user_id"],
-            ended_at=record["ended_at"],
-        ).wire()
+        return ConferenceEnded, {
+            "conference_id": record["id"],
+            "chat_id": record["chat_id"],
+            "ended_by_user_id": record["ended_by_user_id"],
+            "ended_at": record["ended_at"],
+        }
 
 
 class RosterPayloadBuilder(RefProjectionBuilder):
@@ -82,10 +83,11 @@ class RosterPayloadBuilder(RefProjectionBuilder):
     WHERE p.id = ANY($1::uuid[])
     """
 
-    def __init__(self, minter: MediaMinter) -> None:
+    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
+        super().__init__(encoder=encoder)
         self.minter = minter
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         personal = intent.kind is K.CONFERENCE_INVITED and intent.session_kind is SessionKind.DIRECT
         if personal:
             require_user(intent, record["user_id"])  # the invited user only
@@ -105,20 +107,20 @@ class RosterPayloadBuilder(RefProjectionBuilder):
                     if personal
                     else self.minter.mint(record["room_name"], chat_id=record["chat_id"])
                 )
-            return ConferenceInvited(
+            return ConferenceInvited, dict(
                 **ids,
                 room_name=record["room_name"],
                 invited_user_id=record["user_id"],
                 invited_by_user_id=record["invited_by_user_id"],
                 invited_at=record["invited_at"],
                 media=media,
-            ).wire()
+            )
         if intent.kind is K.CONFERENCE_PARTICIPANT_JOINED:
             require(record["joined_at"] is not None, "user never joined", "NotJoined")
-            return ConferenceParticipantJoined(
+            return ConferenceParticipantJoined, dict(
                 **ids, user_id=record["user_id"], joined_at=record["joined_at"]
-            ).wire()
+            )
         require(record["left_at"] is not None, "user has not left", "NotLeft")
-        return ConferenceParticipantLeft(
+        return ConferenceParticipantLeft, dict(
             **ids, user_id=record["user_id"], left_at=record["left_at"]
-        ).wire()
+        )

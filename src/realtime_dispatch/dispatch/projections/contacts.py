@@ -11,13 +11,13 @@ from realtime_dispatch.contracts.contacts import (
     ContactRequestAccepted,
     ContactRequestReceived,
 )
+from realtime_dispatch.dispatch.projections.encoding import Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
     require_user,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 
@@ -32,15 +32,15 @@ class ContactRequestBuilder(RefProjectionBuilder):
     FROM messenger.contact_requests WHERE id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_user(intent, record["addressee_user_id"])
-        return ContactRequestReceived(
-            request_id=record["id"],
-            from_user_id=record["requester_user_id"],
-            to_user_id=record["addressee_user_id"],
-            status=record["status"],
-            created_at=record["created_at"],
-        ).wire()
+        return ContactRequestReceived, {
+            "request_id": record["id"],
+            "from_user_id": record["requester_user_id"],
+            "to_user_id": record["addressee_user_id"],
+            "status": record["status"],
+            "created_at": record["created_at"],
+        }
 
 
 class ContactBuilder(RefProjectionBuilder):
@@ -55,23 +55,25 @@ class ContactBuilder(RefProjectionBuilder):
     FROM messenger.contacts WHERE id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         pair = (record["user_low"], record["user_high"])
         if intent.kind is K.CONTACT_REQUEST_ACCEPTED:
             accepter = record["accepted_by_user_id"]
             require_user(intent, *(u for u in pair if u != accepter))
-            return ContactRequestAccepted(
-                contact_id=record["id"],
-                request_id=record["request_id"],
-                accepted_by_user_id=accepter,
-                accepted_at=record["created_at"],
-            ).wire()
+            return ContactRequestAccepted, {
+                "contact_id": record["id"],
+                "request_id": record["request_id"],
+                "accepted_by_user_id": accepter,
+                "accepted_at": record["created_at"],
+            }
         remover = record["removed_by_user_id"]
         require(record["removed_at"] is not None, "contact was not removed", "NotRemoved")
         require_user(intent, *(u for u in pair if u != remover))
-        return ContactRemoved(
-            contact_id=record["id"], removed_by_user_id=remover, removed_at=record["removed_at"]
-        ).wire()
+        return ContactRemoved, {
+            "contact_id": record["id"],
+            "removed_by_user_id": remover,
+            "removed_at": record["removed_at"],
+        }
 
 
 class BlacklistBuilder(RefProjectionBuilder):
@@ -85,12 +87,12 @@ class BlacklistBuilder(RefProjectionBuilder):
     FROM messenger.blacklist WHERE id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_user(intent, record["owner_user_id"])
         removed = record["removed_at"]
-        return BlacklistChanged(
-            entry_id=record["id"],
-            blocked_user_id=record["blocked_user_id"],
-            blocked=removed is None,
-            changed_at=removed or record["created_at"],
-        ).wire()
+        return BlacklistChanged, {
+            "entry_id": record["id"],
+            "blocked_user_id": record["blocked_user_id"],
+            "blocked": removed is None,
+            "changed_at": removed or record["created_at"],
+        }

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import asyncpg
 import orjson
 
-from realtime_dispatch.contracts.base import wire
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject, Push
+from realtime_dispatch.push import Push
 
 # Projection of the messages a batch references; the chat id is part of the key so a row can
 # never be built from another chat's message.
@@ -42,10 +42,14 @@ _EVENT_NAMES = {kind: kind.event_name for kind in _KINDS}
 class MessagePayloadBuilder:
     kinds = _KINDS
 
+    def __init__(self, *, encoder: PayloadEncoder = FAST) -> None:
+        self.encoder = encoder
+
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         ids = list({item.intent.message_id for item in items if item.intent.message_id})
         records = {r["id"]: r for r in await conn.fetch(MESSAGES_SQL, ids)}
         results: BuildResults = {}
+        encode = self.encoder.encode
         for item in items:
             intent = item.intent
             record = records.get(intent.message_id) if intent.message_id else None
@@ -55,46 +59,62 @@ class MessagePayloadBuilder:
                 )
                 continue
             try:
-                payload = _shape(intent.kind, record)
+                payload = encode(*shape_message(intent.kind, record))
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
-            results[item.row.id] = Push(intent.group, _EVENT_NAMES[intent.kind], payload)
+            results[item.row.id] = Push(
+                intent.group, _EVENT_NAMES[intent.kind], payload_json=payload
+            )
         return results
 
 
-def _shape(kind: RealtimeDispatchKind, r: asyncpg.Record) -> JsonObject:
-    """The wire payload: the contract validated from the row's fields and dumped at once (the
-    same as ``Contract(**fields).wire()``, without the per-row Python model round trip)."""
-    common = {"chat_id": r["chat_id"], "message_id": r["id"], "seq": r["seq"]}
+def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
+    """The payload's contract and fields; a deleted message keeps no content. Ids are given
+    as their strings (what the wire carries; orjson writes the driver's UUID type only through
+    a Python hook)."""
+    chat_id, message_id, seq, deleted_at = (
+        str(r["chat_id"]),
+        str(r["id"]),
+        r["seq"],
+        r["deleted_at"],
+    )
     if kind is RealtimeDispatchKind.MESSAGE_RECEIVED:
-        deleted = r["deleted_at"] is not None
-        file_meta = r["file_meta"]
-        return wire(
-            MessageReceived,
-            {
-                **common,
-                "sender_user_id": r["sender_user_id"],
-                "kind": r["kind"],
-                "sent_at": r["sent_at"],
-                "body": None if deleted else r["body"],
-                "file_meta": None if deleted or file_meta is None else orjson.loads(file_meta),
-                "card_text": None if deleted else r["card_text"],
-            },
-        )
+        if deleted_at is not None:
+            body = file_meta = card_text = None
+        else:
+            body, file_meta, card_text = r["body"], r["file_meta"], r["card_text"]
+            if file_meta is not None:
+                file_meta = orjson.loads(file_meta)
+        sender = r["sender_user_id"]
+        return MessageReceived, {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "seq": seq,
+            "sender_user_id": None if sender is None else str(sender),
+            "kind": r["kind"],
+            "sent_at": r["sent_at"],
+            "body": body,
+            "file_meta": file_meta,
+            "card_text": card_text,
+        }
     if kind is RealtimeDispatchKind.MESSAGE_EDITED:
         if r["edited_at"] is None:
             raise PayloadBuildError("message was never edited", code="NotEdited")
-        deleted = r["deleted_at"] is not None
-        return wire(
-            MessageEdited,
-            {
-                **common,
-                "edited_at": r["edited_at"],
-                "body": None if deleted else r["body"],
-                "card_text": None if deleted else r["card_text"],
-            },
-        )
-    if r["deleted_at"] is None:
+        deleted = deleted_at is not None
+        return MessageEdited, {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "seq": seq,
+            "edited_at": r["edited_at"],
+            "body": None if deleted else r["body"],
+            "card_text": None if deleted else r["card_text"],
+        }
+    if deleted_at is None:
         raise PayloadBuildError("message is not deleted", code="NotDeleted")
-    return wire(MessageDeleted, {**common, "deleted_at": r["deleted_at"]})
+    return MessageDeleted, {
+        "chat_id": chat_id,
+        "message_id": message_id,
+        "seq": seq,
+        "deleted_at": deleted_at,
+    }

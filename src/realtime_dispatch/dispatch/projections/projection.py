@@ -12,23 +12,29 @@ from pydantic import ValidationError
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
-from realtime_dispatch.push import JsonObject, Push
+from realtime_dispatch.push import Push
 
 
 class RefProjectionBuilder:
     """Subclasses set ``kinds``, ``sql`` (one ``$1::uuid[]`` parameter, an ``id`` column),
-    ``entity`` (for the not-found reason) and implement :meth:`shape`."""
+    ``entity`` (for the not-found reason) and implement :meth:`shape`; ``encoder`` writes the
+    shaped payload's JSON (:data:`~.encoding.FAST` unless a test swaps it)."""
 
     kinds: frozenset[RealtimeDispatchKind]
     sql: ClassVar[str]
     entity: ClassVar[str]
 
+    def __init__(self, *, encoder: PayloadEncoder = FAST) -> None:
+        self.encoder = encoder
+
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         ids = list({item.intent.ref_id for item in items if item.intent.ref_id is not None})
         records = {r["id"]: r for r in await conn.fetch(self.sql, ids)} if ids else {}
         results: BuildResults = {}
+        encode = self.encoder.encode
         for item in items:
             intent = item.intent
             record = records.get(intent.ref_id) if intent.ref_id is not None else None
@@ -38,7 +44,7 @@ class RefProjectionBuilder:
                 )
                 continue
             try:
-                payload = self.shape(intent, record)
+                payload = encode(*self.shape(intent, record))
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
@@ -48,10 +54,11 @@ class RefProjectionBuilder:
                     code="InvalidPayload",
                 )
                 continue
-            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload)
+            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload_json=payload)
         return results
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
+        """The payload's contract and its fields, from the entity's current state."""
         raise NotImplementedError
 
 

@@ -11,13 +11,13 @@ from realtime_dispatch.contracts.recordings import (
     RecordingStarted,
     RecordingStopped,
 )
+from realtime_dispatch.dispatch.projections.encoding import Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
     require_session,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 
@@ -37,7 +37,7 @@ class RecordingPayloadBuilder(RefProjectionBuilder):
     WHERE r.id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record)
         common = {
             "recording_id": record["id"],
@@ -49,14 +49,14 @@ class RecordingPayloadBuilder(RefProjectionBuilder):
         }
         kind = intent.kind
         if kind is K.RECORDING_STARTED:
-            return RecordingStarted(**common, started_at=record["started_at"]).wire()
+            return RecordingStarted, dict(**common, started_at=record["started_at"])
         if kind is K.RECORDING_STOPPED:
             require(record["stopped_at"] is not None, "recording not stopped", "NotStopped")
-            return RecordingStopped(**common, stopped_at=record["stopped_at"]).wire()
+            return RecordingStopped, dict(**common, stopped_at=record["stopped_at"])
         if kind is K.RECORDING_AVAILABLE:
             require(record["available_at"] is not None, "recording not available", "NotAvailable")
-            return RecordingAvailable(**common, available_at=record["available_at"]).wire()
+            return RecordingAvailable, dict(**common, available_at=record["available_at"])
         require(record["failed_at"] is not None, "recording did not fail", "NotFailed")
-        return RecordingFailed(
+        return RecordingFailed, dict(
             **common, failed_at=record["failed_at"], failure_code=record["failure_code"]
-        ).wire()
+        )

@@ -16,29 +16,35 @@ from realtime_dispatch.dispatch.projections.contacts import (
     ContactBuilder,
     ContactRequestBuilder,
 )
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
 
 
-def default_builders(media: MediaOptions | None = None) -> list[KindBuilder]:
+def default_builders(
+    media: MediaOptions | None = None, *, encoder: PayloadEncoder = FAST
+) -> list[KindBuilder]:
     """Every builder; ``media`` supplies the secrets for join tokens (without them the media
-    invites go out without ``media``)."""
+    invites go out without ``media``); ``encoder`` writes the payloads' JSON."""
     minter = MediaMinter(media or MediaOptions())
+    e = encoder
     return [
-        MessagePayloadBuilder(),
-        ReadReceiptBuilder(),
-        ChatEventBuilder(),
-        ContactRequestBuilder(),
-        ContactBuilder(),
-        BlacklistBuilder(),
-        CallPayloadBuilder(minter),
-        ConferencePayloadBuilder(minter),
-        RosterPayloadBuilder(minter),
-        RecordingPayloadBuilder(),
-        ScreenSharePayloadBuilder(),
+        MessagePayloadBuilder(encoder=e),
+        ReadReceiptBuilder(encoder=e),
+        ChatEventBuilder(encoder=e),
+        ContactRequestBuilder(encoder=e),
+        ContactBuilder(encoder=e),
+        BlacklistBuilder(encoder=e),
+        CallPayloadBuilder(minter, encoder=e),
+        ConferencePayloadBuilder(minter, encoder=e),
+        RosterPayloadBuilder(minter, encoder=e),
+        RecordingPayloadBuilder(encoder=e),
+        ScreenSharePayloadBuilder(encoder=e),
     ]
 
 
-def default_payload_builder(media: MediaOptions | None = None) -> CompositePayloadBuilder:
-    return CompositePayloadBuilder(default_builders(media))
+def default_payload_builder(
+    media: MediaOptions | None = None, *, encoder: PayloadEncoder = FAST
+) -> CompositePayloadBuilder:
+    return CompositePayloadBuilder(default_builders(media, encoder=encoder))

@@ -8,13 +8,13 @@ from realtime_dispatch.contracts.screenshare import (
     ScreenShareStarted,
     ScreenShareStopped,
 )
+from realtime_dispatch.dispatch.projections.encoding import Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
     require,
     require_session,
 )
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import JsonObject
 
 K = RealtimeDispatchKind
 
@@ -31,7 +31,7 @@ class ScreenSharePayloadBuilder(RefProjectionBuilder):
     WHERE s.id = ANY($1::uuid[])
     """
 
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> JsonObject:
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record)
         common = {
             "screen_share_id": record["id"],
@@ -42,6 +42,6 @@ class ScreenSharePayloadBuilder(RefProjectionBuilder):
             "user_id": record["user_id"],
         }
         if intent.kind is K.SCREEN_SHARE_STARTED:
-            return ScreenShareStarted(**common, started_at=record["started_at"]).wire()
+            return ScreenShareStarted, dict(**common, started_at=record["started_at"])
         require(record["stopped_at"] is not None, "screen share not stopped", "NotStopped")
-        return ScreenShareStopped(**common, stopped_at=record["stopped_at"]).wire()
+        return ScreenShareStopped, dict(**common, stopped_at=record["stopped_at"])
