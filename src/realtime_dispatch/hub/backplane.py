@@ -21,7 +21,7 @@ log = structlog.get_logger(__name__)
 CHANNEL = "realtime-dispatch:hub:messenger"
 MAX_BATCH = 256
 
-Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[None]]
+Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 
 
 def encode_push(group: str, frame: bytes) -> bytes:
