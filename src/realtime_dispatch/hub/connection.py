@@ -152,7 +152,18 @@ class HubConnection:
 
         Straight to the batch when nothing is queued and the transport takes writes; the
         connection is then appended to ``touched`` (once), whose owner calls :meth:`flush`.
+        Once a record of this delivery went to the batch, the next ones go there too without
+        checking the transport again: nothing is written to it, nor can its state change, before
+        the owner's :meth:`flush` at the end of the same synchronous delivery.
         """
+        batch = self.batch
+        if batch:
+            if self.closing is None:
+                if self.outbound.push_written(record):
+                    batch.append(frame)
+                else:
+                    self._too_slow()
+            return
         sink = self.sink
         if (
             sink is None
@@ -162,9 +173,7 @@ class HubConnection:
         ):
             self.send(record)
         elif self.outbound.push_written(record):
-            batch = self.batch
-            if not batch:
-                touched.append(self)
+            touched.append(self)
             batch.append(frame)
         else:
             self._too_slow()
@@ -247,5 +256,5 @@ async def _write(websocket: WebSocket, sink: RawSink | None, records: list[bytes
     payload = records[0] if len(records) == 1 else b"".join(records)
     if sink is not None:
         sink.transport.write(text_frame(payload))
-    else:
+    else:  # ASGI carries a text frame as str only: a server without the raw transport
         await websocket.send_text(payload.decode())

@@ -62,12 +62,15 @@ class Outbound:
 
     def push_written(self, record: bytes) -> bool:
         """:meth:`push` for a record the caller writes at once (nothing was pending)."""
+        if not self.stateful:  # numbered and forgotten: nothing is kept for replay
+            if self._next_id - self._unsent_from >= self._max_pending:
+                return False
+            self._next_id += 1
+            self._unsent_from = self._first_id = self._next_id
+            return True
         if not self.push(record):
             return False
         self._unsent_from = self._next_id
-        if not self.stateful:
-            self._entries.pop()
-            self._first_id = self._next_id
         return True
 
     def push_control(self, record: bytes) -> None:

@@ -92,6 +92,7 @@ class Hub:
         self.options = options
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
+        self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.verifier = TokenVerifier(self.options.jwt_secret)
@@ -247,10 +248,10 @@ class Hub:
                 return False
             log.warning("membership_barrier_timeout", pushes=len(items))
             self.send_to_groups(items)
-            self.metrics.pushes.labels(source).inc(len(items))
+            self._pushes[source].inc(len(items))
             return False
         self.send_to_groups(items)
-        self.metrics.pushes.labels(source).inc(len(items))
+        self._pushes[source].inc(len(items))
         return True
 
     def send_to_group(self, group: str, record: bytes | str) -> int:
