@@ -65,6 +65,8 @@ def group_channel(group: str) -> str:
 
 
 def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
     try:
         data.decode()
     except UnicodeDecodeError:
