@@ -17,6 +17,8 @@ Servers, each in its own process, each measured with the clients process of
 * ``floor``: a minimal server in this file (uvloop): it answers the WebSocket upgrade and the
   hub handshake, then writes pre-framed records to every member's transport; no protocol, no
   auth;
+* ``floor-batched``: the floor writing the 8 frames of an event-loop turn, joined once, in one
+  ``write`` per member (as the hub coalesces the records due to one connection in a batch);
 * ``ws``: ``bench/ws_broadcast.mjs``, a Node.js ``ws`` broadcast server writing the same record
   bytes;
 * ``socketio``: python-socketio (``AsyncServer`` under uvicorn on uvloop): members enter a
@@ -133,9 +135,11 @@ async def floor_main(args: argparse.Namespace) -> None:
     print(json.dumps({"event": "listening"}), flush=True)
     reader = await stdin_lines()
     chat = args.chat
+    batched = args.mode == "floor-batched"
     while line := await reader.readline():
         pushes = json.loads(line)["pushes"]
         for start in range(0, pushes, 8):
+            frames = []
             for n in range(start, min(start + 8, pushes)):
                 record = orjson.dumps(
                     {
@@ -145,6 +149,13 @@ async def floor_main(args: argparse.Namespace) -> None:
                     }
                 )
                 data = frame(record + RS)
+                if batched:
+                    frames.append(data)
+                    continue
+                for transport in members:
+                    transport.write(data)
+            if batched:  # the turn's frames, joined once, in one write per member
+                data = b"".join(frames)
                 for transport in members:
                     transport.write(data)
             await asyncio.sleep(0)
@@ -240,7 +251,7 @@ async def socketio_main(args: argparse.Namespace) -> None:
 # --- driver -------------------------------------------------------------------------------------
 
 
-SERVERS = ("hub", "hub-http", "floor", "ws", "socketio")
+SERVERS = ("hub", "hub-http", "floor", "floor-batched", "ws", "socketio")
 HUBS = ("hub", "hub-http")
 
 
@@ -260,7 +271,7 @@ async def start_server(
         await wait_http(port)
         return proc, (str(bench_dsn), chat)
     chat_arg = str(uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")) if kind not in HUBS else chat
-    if kind in ("hub", "floor", "socketio"):
+    if kind in ("hub", "floor", "floor-batched", "socketio"):
         command = [sys.executable, __file__, kind, "--port", str(port), "--chat", chat_arg]
         if kind == "hub":
             command += ["--dsn", str(bench_dsn)]
@@ -377,7 +388,10 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
-        "mode", nargs="?", default="driver", choices=["driver", "hub", "floor", "socketio"]
+        "mode",
+        nargs="?",
+        default="driver",
+        choices=["driver", "hub", "floor", "floor-batched", "socketio"],
     )
     parser.add_argument("--dsn")
     parser.add_argument("--port", type=int)
@@ -391,7 +405,7 @@ def main() -> None:
     if args.mode != "driver":
         import uvloop
 
-        server = {"hub": hub_main, "floor": floor_main, "socketio": socketio_main}[args.mode]
+        server = {"hub": hub_main, "socketio": socketio_main}.get(args.mode, floor_main)
         uvloop.run(server(args))
     else:
         print(json.dumps(asyncio.run(driver(args)), indent=2))
