@@ -263,21 +263,31 @@ class Hub:
     def send_to_groups(self, items: GroupFrames) -> int:
         """Send serialised records, in order, to their groups' members on this replica.
 
-        Each record is framed once; the frames due to one connection are written to its
-        transport in one call at the end. Returns how many deliveries were made.
+        Each record is framed once. Consecutive records for the same group are a run: their
+        frames are joined once, and every member without stateful reconnect gets the run as that
+        one piece. What is due to one connection is written to its transport in one call at the
+        end. Returns how many deliveries were made.
         """
         connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
         deliveries = 0
-        for group, record in items:
+        count = len(items)
+        start = 0
+        while start < count:
+            group = items[start][0]
+            end = start + 1
+            while end < count and items[end][0] == group:
+                end += 1
             members = members_of(group)
-            if not members:
-                continue
-            deliveries += len(members)
-            frame = text_frame(record)
-            for connection_id in members:
-                connections[connection_id].offer(record, frame, touched)
+            if members:
+                records = [record for _, record in items[start:end]]
+                frames = [text_frame(record) for record in records]
+                data = frames[0] if len(frames) == 1 else b"".join(frames)
+                deliveries += len(members) * len(records)
+                for connection_id in members:
+                    connections[connection_id].offer(records, frames, data, touched)
+            start = end
         if touched:
             loop_time = asyncio.get_running_loop().time()
             written = 0
