@@ -43,6 +43,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -319,6 +320,22 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         rss_connected = rss_kib(server.pid)
         pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
         rates, cpu_us = [], []
+        profiler = None
+        if args.perf:  # the server's CPU during the runs only, kernel included
+            profiler = await asyncio.create_subprocess_exec(
+                "perf",
+                "record",
+                "-F",
+                "999",
+                "-g",
+                "-p",
+                str(server.pid),
+                "-o",
+                f"{args.perf}.{kind}.{members}",
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.sleep(1.0)
         for _ in range(args.runs):
             cpu0 = cpu_seconds(server.pid)
             expect = pushes * members
@@ -337,6 +354,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             rates.append(expect / elapsed)
             cpu_us.append((cpu_seconds(server.pid) - cpu0) / expect * 1e6)
             await asyncio.sleep(0.5)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            await profiler.wait()
         # nothing lost, nothing twice, nothing to anyone else
         clients.stdin.write(json.dumps({"expect": 0}).encode() + b"\n")
         await clients.stdin.drain()
@@ -401,6 +421,11 @@ def main() -> None:
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--pushes", type=int, default=2000, help="pushes at 100 members per run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--perf",
+        metavar="PREFIX",
+        help="record each server's runs with `perf record -g` into PREFIX.<server>.<members>",
+    )
     args = parser.parse_args()
     if args.mode != "driver":
         import uvloop
