@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
@@ -53,8 +53,9 @@ from realtime_dispatch.push import HubPublisher, PublishResult
 
 log = structlog.get_logger(__name__)
 
-LOCAL = "local"
-BACKPLANE = "backplane"
+PushSource = Literal["local", "backplane"]
+LOCAL: PushSource = "local"
+BACKPLANE: PushSource = "backplane"
 IDLE_TIMEOUT_ERROR = "Server timeout elapsed without receiving a message from the client."
 
 
@@ -93,6 +94,7 @@ class Hub:
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
         self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
+        """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.verifier = TokenVerifier(self.options.jwt_secret)
@@ -231,7 +233,7 @@ class Hub:
             raise RuntimeError("the hub is not started")
         return await self._publisher.publish_frames(items)
 
-    async def deliver(self, items: GroupFrames, *, source: str = LOCAL) -> bool:
+    async def deliver(self, items: GroupFrames, *, source: PushSource = LOCAL) -> bool:
         """Fan out serialised records to this replica's members, after the membership barrier
         when a chat is among their groups: the one delivery path of pushes made in this process
         (``source`` ``local``, through the in-process publisher) and of pushes received from the
@@ -241,18 +243,16 @@ class Hub:
         is then not delivered: its publisher reports it unavailable and the dispatcher retries
         it. A push from the backplane is delivered anyway, with a warning: nobody could retry it.
         """
-        if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
+        ordered = not any(group.startswith(CHAT_PREFIX) for group, _ in items) or (
             await self.membership.barrier(self.options.barrier_timeout)
-        ):
+        )
+        if not ordered:
             if source == LOCAL:
                 return False
             log.warning("membership_barrier_timeout", pushes=len(items))
-            self.send_to_groups(items)
-            self._pushes[source].inc(len(items))
-            return False
         self.send_to_groups(items)
         self._pushes[source].inc(len(items))
-        return True
+        return ordered
 
     def send_to_group(self, group: str, record: bytes | str) -> int:
         """Send one serialised record to every member on this replica; returns how many."""
