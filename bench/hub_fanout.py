@@ -61,13 +61,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 def hub_main(args: argparse.Namespace) -> None:
+    import uvloop
+
+    from realtime_dispatch.hub import HubOptions
     from realtime_dispatch.hub.server import run_hub
     from realtime_dispatch.observability import configure_logging
-    from realtime_dispatch.settings import Settings
 
     configure_logging("warning")
-    settings = Settings(hub_jwt_secret=SECRET, hub_service_key=SERVICE_KEY, log_level="warning")  # type: ignore[call-arg]
-    asyncio.run(run_hub(settings, host="127.0.0.1", port=args.port, dsn=args.dsn))
+    options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
+    run = run_hub(options, host="127.0.0.1", port=args.port, dsn=args.dsn, log_level="warning")
+    uvloop.run(run)  # as the CLI runs it
 
 
 # --- clients process --------------------------------------------------------------------------
@@ -78,6 +81,7 @@ async def clients_main(args: argparse.Namespace) -> None:
     from websockets.asyncio.client import ClientConnection, connect
 
     url = f"ws://127.0.0.1:{args.port}/hubs/messenger"
+    socketio = args.protocol == "socketio"
     received = [0] * args.clients
     target = 0
     done = asyncio.Event()
@@ -90,27 +94,43 @@ async def clients_main(args: argparse.Namespace) -> None:
     async def run_client(index: int, ready: asyncio.Event) -> None:
         nonlocal total
         # the first --members clients say so (peer servers of bench/hub_peers.py read it)
+        member = index < args.members
+        if socketio:
+            address = f"ws://127.0.0.1:{args.port}/socket.io/?EIO=4&transport=websocket"
+            address += "&member=1" if member else ""
+        else:
+            address = url + ("?member=1" if member else "")
         async with connect(
-            url + ("?member=1" if index < args.members else ""),
+            address,
             additional_headers={"Authorization": f"Bearer {token(index)}"},
             ping_interval=None,
             max_size=None,
             compression=None,
         ) as ws:
-            await ws.send('{"protocol":"json","version":1}' + RS)
-            assert await ws.recv() == "{}" + RS
+            if socketio:  # engine.io open packet, then connect to the default namespace
+                assert str(await ws.recv()).startswith("0{")
+                await ws.send("40")
+                assert str(await ws.recv()).startswith("40")
+                mark = '42["message_received",'
+            else:
+                await ws.send('{"protocol":"json","version":1}' + RS)
+                assert await ws.recv() == "{}" + RS
+                mark = '{"type":1,'  # invocations; pings are not counted
             ready.set()
-            keepalive = asyncio.create_task(ping(ws))
+            keepalive = None if socketio else asyncio.create_task(ping(ws))
             try:
                 async for frame in ws:
-                    count = frame.count('{"type":1,')  # invocations; pings are not counted
+                    count = frame.count(mark)  # type: ignore[arg-type]
                     if count:
                         received[index] += count
                         total += count
                         if target and total >= target:
                             done.set()
+                    elif socketio and frame == "2":  # the server's ping
+                        await ws.send("3")
             finally:
-                keepalive.cancel()
+                if keepalive is not None:
+                    keepalive.cancel()
 
     async def ping(ws: ClientConnection) -> None:
         while True:
@@ -134,7 +154,9 @@ async def clients_main(args: argparse.Namespace) -> None:
             done.clear()
             target = total + command["expect"]
             await done.wait()
-        print(json.dumps({"event": "received", "total": total}), flush=True)
+        members, others = received[: args.members], received[args.members :]
+        counts = {"member_min": min(members), "member_max": max(members), "others": sum(others)}
+        print(json.dumps({"event": "received", "total": total, **counts}), flush=True)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -315,6 +337,9 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=100)
     parser.add_argument("--pushes", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--protocol", choices=["hub", "socketio"], default="hub", help="what the clients speak"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hold", type=float, default=5.0)
     args = parser.parse_args()

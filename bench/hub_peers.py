@@ -6,17 +6,33 @@ Servers, each in its own process, each measured with the clients process of
 ``bench/hub_fanout.py`` (``--clients`` WebSocket connections sending the hub handshake; the first
 ``--members`` of them are the chat's members and connect with ``?member=1``):
 
-* ``hub``: the real hub (``run_hub``, JWT auth, membership from PostgreSQL); pushes arrive
-  through the HTTP push endpoint, 8 requests in flight, as in ``hub_fanout.py``;
-* ``floor``: a minimal asyncio server in this file: it answers the WebSocket upgrade and the hub
-  handshake, then writes pre-framed records to every member's transport; no protocol, no auth;
+* ``hub``: the real hub (the same app, WebSocket route, JWT auth, JSON hub protocol and
+  membership from PostgreSQL as ``realtime-dispatch serve``, on uvloop as the CLI runs it);
+  pushes arrive on stdin like the peers' and go the way the dispatcher's go in ``serve``: 8 per
+  ``publish`` call to the in-process publisher, which passes the membership barrier (one
+  PostgreSQL round trip per call) and hands them to the hub's fan-out;
+* ``hub-http``: the real hub under ``run_hub``, each push its own ``POST`` to the HTTP push
+  endpoint, 8 requests in flight, as in ``hub_fanout.py`` (the cost of a push from another
+  process, HTTP request and barrier included);
+* ``floor``: a minimal server in this file (uvloop): it answers the WebSocket upgrade and the
+  hub handshake, then writes pre-framed records to every member's transport; no protocol, no
+  auth;
+* ``floor-batched``: the floor writing the 8 frames of an event-loop turn, joined once, in one
+  ``write`` per member (as the hub coalesces the records due to one connection in a batch);
 * ``ws``: ``bench/ws_broadcast.mjs``, a Node.js ``ws`` broadcast server writing the same record
-  bytes.
+  bytes;
+* ``socketio``: python-socketio (``AsyncServer`` under uvicorn on uvloop): members enter a
+  room on connect and every push is ``emit`` to that room. Its clients are the same clients
+  process speaking engine.io v4 / socket.io v5 framing over the same WebSocket client library
+  (open packet, namespace connect, pong to the server's pings) and counting event packets the
+  way the others count hub records.
 
-Both peers take a stdin line ``{"pushes": n}`` and send n records, 8 pushes per event-loop
-turn. For each server and layout (members per push): delivered frames/s and the server's CPU
-µs per delivered frame, as the median of ``--runs`` runs with their range, and the server's RSS
-per connection (after connecting, before any push).
+Every server but ``hub-http`` takes a stdin line ``{"pushes": n}`` and sends n records, 8
+pushes per event-loop turn; the records carry the same chat id, so they are the same size. For
+each server and layout (members per push): delivered frames/s and the server's CPU µs per
+delivered frame, as the median of ``--runs`` runs with their range, and the server's RSS per
+connection (after connecting, before any push). After the runs every member must have received
+every push exactly once, and nobody else any.
 """
 
 from __future__ import annotations
@@ -27,13 +43,17 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from hub_fanout import (
+    SECRET,
+    SERVICE_KEY,
     cpu_seconds,
     drop_database,
     fanout_run,
@@ -68,8 +88,7 @@ class FloorProtocol(asyncio.Protocol):
         self.member = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -101,6 +120,13 @@ class FloorProtocol(asyncio.Protocol):
             self.members.remove(self.transport)
 
 
+async def stdin_lines() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
 async def floor_main(args: argparse.Namespace) -> None:
     import orjson
 
@@ -108,12 +134,13 @@ async def floor_main(args: argparse.Namespace) -> None:
     members: list[asyncio.Transport] = []
     server = await loop.create_server(lambda: FloorProtocol(members), "127.0.0.1", args.port)
     print(json.dumps({"event": "listening"}), flush=True)
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reader = await stdin_lines()
     chat = args.chat
+    batched = args.mode == "floor-batched"
     while line := await reader.readline():
         pushes = json.loads(line)["pushes"]
         for start in range(0, pushes, 8):
+            frames = []
             for n in range(start, min(start + 8, pushes)):
                 record = orjson.dumps(
                     {
@@ -123,36 +150,141 @@ async def floor_main(args: argparse.Namespace) -> None:
                     }
                 )
                 data = frame(record + RS)
+                if batched:
+                    frames.append(data)
+                    continue
+                for transport in members:
+                    transport.write(data)
+            if batched:  # the turn's frames, joined once, in one write per member
+                data = b"".join(frames)
                 for transport in members:
                     transport.write(data)
             await asyncio.sleep(0)
     server.close()
 
 
+async def started(server: Any, serving: asyncio.Task[None]) -> None:
+    """Wait until a uvicorn server listens (or raise what stopped it)."""
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+
+
+# --- the hub, pushes in-process as in `serve` ---------------------------------------------------
+
+
+async def hub_main(args: argparse.Namespace) -> None:
+    from starlette.applications import Starlette
+
+    from realtime_dispatch.hub import Hub, HubOptions
+    from realtime_dispatch.hub.server import HubServer, uvicorn_config
+    from realtime_dispatch.observability import configure_logging
+    from realtime_dispatch.push import Push
+
+    configure_logging("warning")
+    options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
+    async with Hub(options, pool=None, dsn=args.dsn) as hub:
+        app = Starlette(routes=hub.routes)
+        config = uvicorn_config(app, host="127.0.0.1", port=args.port, log_level="warning")
+        server = HubServer(config, hub, install_signal_handlers=False)
+        serving = asyncio.create_task(server.serve())
+        await started(server, serving)
+        await hub.wait_ready()
+        print(json.dumps({"event": "listening"}), flush=True)
+        publisher = hub.publisher()
+        group, chat = f"chat:{args.chat}", args.chat
+        reader = await stdin_lines()
+        while line := await reader.readline():
+            pushes = json.loads(line)["pushes"]
+            for start in range(0, pushes, 8):
+                batch = [
+                    Push(group, "message_received", {"chatId": chat, "seq": n})
+                    for n in range(start, min(start + 8, pushes))
+                ]
+                results = await publisher.publish(batch)
+                if any(result is not None for result in results):
+                    raise SystemExit(f"push failed: {results}")
+        server.should_exit = True
+        await serving
+
+
+# --- python-socketio: rooms and emit to a room --------------------------------------------------
+
+
+async def socketio_main(args: argparse.Namespace) -> None:
+    import socketio
+    import uvicorn
+
+    sio = socketio.AsyncServer(async_mode="asgi", logger=False, engineio_logger=False)
+
+    @sio.event  # type: ignore[misc]
+    async def connect(sid: str, environ: dict[str, Any]) -> None:
+        if "member=1" in environ.get("QUERY_STRING", ""):
+            await sio.enter_room(sid, "members")
+
+    config = uvicorn.Config(
+        socketio.ASGIApp(sio),
+        host="127.0.0.1",
+        port=args.port,
+        lifespan="off",
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
+        access_log=False,
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    await started(server, serving)
+    print(json.dumps({"event": "listening"}), flush=True)
+    reader = await stdin_lines()
+    chat = args.chat
+    while line := await reader.readline():
+        pushes = json.loads(line)["pushes"]
+        for start in range(0, pushes, 8):
+            for n in range(start, min(start + 8, pushes)):
+                await sio.emit("message_received", {"chatId": chat, "seq": n}, room="members")
+            await asyncio.sleep(0)
+    server.should_exit = True
+    await serving
+
+
 # --- driver -------------------------------------------------------------------------------------
 
 
-async def start_server(kind: str, port: int, members: int, dsn: str) -> tuple[Any, Any]:
+SERVERS = ("hub", "hub-http", "floor", "floor-batched", "ws", "socketio")
+HUBS = ("hub", "hub-http")
+
+
+async def start_server(
+    kind: str, port: int, members: int, dsn: str
+) -> tuple[Any, tuple[str, str] | None]:
     """The server process, and (for the hub) the benchmark database and chat."""
-    me = str(HERE / "hub_fanout.py")
-    if kind == "hub":
-        bench_dsn, chat = await prepare_database(dsn, members)
+    bench_dsn, chat = None, "c"
+    if kind in HUBS:
+        bench_dsn, chat_id = await prepare_database(dsn, members)
+        chat = str(chat_id)
+    if kind == "hub-http":
+        me = str(HERE / "hub_fanout.py")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, me, "hub", "--port", str(port), "--dsn", bench_dsn
+            sys.executable, me, "hub", "--port", str(port), "--dsn", str(bench_dsn)
         )
         await wait_http(port)
-        return proc, (bench_dsn, chat)
-    if kind == "floor":
-        command = [sys.executable, __file__, "floor", "--port", str(port), "--chat", "c"]
+        return proc, (str(bench_dsn), chat)
+    chat_arg = str(uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")) if kind not in HUBS else chat
+    if kind in ("hub", "floor", "floor-batched", "socketio"):
+        command = [sys.executable, __file__, kind, "--port", str(port), "--chat", chat_arg]
+        if kind == "hub":
+            command += ["--dsn", str(bench_dsn)]
     else:
-        command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), "c"]
+        command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), chat_arg]
     proc = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 30)
     assert json.loads(line)["event"] == "listening", line
-    return proc, None
+    return proc, (str(bench_dsn), chat) if bench_dsn is not None else None
 
 
 async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -175,6 +307,8 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             str(args.clients),
             "--members",
             str(members),
+            "--protocol",
+            "socketio" if kind == "socketio" else "hub",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -186,14 +320,31 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         rss_connected = rss_kib(server.pid)
         pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
         rates, cpu_us = [], []
+        profiler = None
+        if args.perf:  # the server's CPU during the runs only, kernel included
+            profiler = await asyncio.create_subprocess_exec(
+                "perf",
+                "record",
+                "-F",
+                "999",
+                "-g",
+                "-p",
+                str(server.pid),
+                "-o",
+                f"{args.perf}.{kind}.{members}",
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.sleep(1.0)
         for _ in range(args.runs):
             cpu0 = cpu_seconds(server.pid)
             expect = pushes * members
             clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
             await clients.stdin.drain()
             t0 = time.perf_counter()
-            if hub_db is not None:
-                await fanout_run(port, hub_db[1], pushes, 8)
+            if kind == "hub-http":
+                assert hub_db is not None
+                await fanout_run(port, uuid.UUID(hub_db[1]), pushes, 8)
             else:
                 server.stdin.write(json.dumps({"pushes": pushes}).encode() + b"\n")
                 await server.stdin.drain()
@@ -203,6 +354,17 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             rates.append(expect / elapsed)
             cpu_us.append((cpu_seconds(server.pid) - cpu0) / expect * 1e6)
             await asyncio.sleep(0.5)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            await profiler.wait()
+        # nothing lost, nothing twice, nothing to anyone else
+        clients.stdin.write(json.dumps({"expect": 0}).encode() + b"\n")
+        await clients.stdin.drain()
+        counts = json.loads(await asyncio.wait_for(clients.stdout.readline(), 60))
+        each = pushes * args.runs
+        exact = counts["member_min"] == counts["member_max"] == each
+        assert exact, (kind, members, each, counts)
+        assert counts["others"] == 0, (kind, members, counts)
         return {
             "server": kind,
             "members": members,
@@ -233,29 +395,43 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
         cost = {
             r["server"]: r["cpu_us_per_frame_median"] for r in results if r["members"] == members
         }
-        if "hub" in cost:
-            ratios[f"{members}_members"] = {
-                f"hub_vs_{peer}": round(cost["hub"] / value, 2)
-                for peer, value in cost.items()
-                if peer != "hub" and value
-            }
+        ratios[f"{members}_members"] = {
+            f"{hub}_vs_{peer}": round(cost[hub] / value, 2)
+            for hub in HUBS
+            if hub in cost
+            for peer, value in cost.items()
+            if peer not in HUBS and value
+        }
     return {"clients": args.clients, "results": results, "cpu_ratios": ratios}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("mode", nargs="?", default="driver", choices=["driver", "floor"])
+    parser.add_argument(
+        "mode",
+        nargs="?",
+        default="driver",
+        choices=["driver", "hub", "floor", "floor-batched", "socketio"],
+    )
     parser.add_argument("--dsn")
     parser.add_argument("--port", type=int)
     parser.add_argument("--chat", default="c")
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--layouts", default="100,10")
-    parser.add_argument("--servers", default="hub,floor,ws")
+    parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--pushes", type=int, default=2000, help="pushes at 100 members per run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--perf",
+        metavar="PREFIX",
+        help="record each server's runs with `perf record -g` into PREFIX.<server>.<members>",
+    )
     args = parser.parse_args()
-    if args.mode == "floor":
-        asyncio.run(floor_main(args))
+    if args.mode != "driver":
+        import uvloop
+
+        server = {"hub": hub_main, "socketio": socketio_main}.get(args.mode, floor_main)
+        uvloop.run(server(args))
     else:
         print(json.dumps(asyncio.run(driver(args)), indent=2))
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
+from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings
@@ -73,14 +74,9 @@ async def running_hub(
 ) -> AsyncIterator[RunningHub]:
     """A started :class:`Hub` served by uvicorn on a free port (in this event loop);
     ``plain_asgi`` serves it with uvicorn's stock WebSocket protocol (no raw transport)."""
-    async with Hub(
-        settings,
-        pool=pool,
-        dsn=dsn,
-        redis_url=redis_url,
-        options=options,
-        metrics_registry=registry,
-    ) as hub:
+    if options is None:
+        options = hub_options(settings, redis_url=redis_url)
+    async with Hub(options, pool=pool, dsn=dsn, metrics_registry=registry) as hub:
         port = free_port()
         app = Starlette(routes=hub.routes)
         config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -104,7 +100,7 @@ async def running_hub(
 def options_for(settings: Settings, **changes: Any) -> HubOptions:
     import dataclasses
 
-    return dataclasses.replace(HubOptions.from_settings(settings), **changes)
+    return dataclasses.replace(hub_options(settings), **changes)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import httpx
 
+from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
@@ -74,7 +75,7 @@ async def messenger_stack(
     settings: Settings | None = None,
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
-    async with Hub(settings, pool=pool, dsn=database_url) as hub:
+    async with Hub(hub_options(settings), pool=pool, dsn=database_url) as hub:
         app = create_api(pool=pool, options=settings.api_options(), routes=hub.routes)
         port = free_port()
         server = HubServer(

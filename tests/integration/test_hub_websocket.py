@@ -271,6 +271,35 @@ async def test_each_push_is_one_prebuilt_frame_written_to_the_transport(hub):
         assert frames == [r.decode() for r in records]
 
 
+async def test_runs_of_records_for_one_group_keep_order_across_groups(hub):
+    """Consecutive records for one group go to each member as one joined piece; interleaved
+    groups still arrive in order, each record its own frame, and every record is counted."""
+    both, only_chat = uuid.uuid4(), uuid.uuid4()
+
+    def record(name: str) -> bytes:
+        return f'{{"type":1,"target":"t","arguments":["{name}"]}}{RS}'.encode()
+
+    async with raw_client(hub, make_token(both)) as a, raw_client(hub, make_token(only_chat)) as b:
+        by_user = {c.user_id: c for c in hub.hub.connections.values()}
+        for user in (both, only_chat):
+            hub.hub.registry.join(by_user[user].connection_id, "chat:runs")
+        registry = hub.hub.metrics_registry
+
+        def sent_frames() -> float:
+            return registry.get_sample_value("messenger_realtime_hub_sent_frames_total") or 0.0
+
+        sent = sent_frames()
+        chat, mine = "chat:runs", user_group(both)
+        items = [(chat, record("c1")), (chat, record("c2")), (mine, record("u1"))]
+        items += [(chat, record("c3"))]
+        assert hub.hub.send_to_groups(items) == 3 * 2 + 1
+        assert sent_frames() - sent == 7
+        got_a = [await asyncio.wait_for(a.ws.recv(), 5) for _ in range(4)]
+        got_b = [await asyncio.wait_for(b.ws.recv(), 5) for _ in range(3)]
+        assert got_a == [record(n).decode() for n in ("c1", "c2", "u1", "c3")]
+        assert got_b == [record(n).decode() for n in ("c1", "c2", "c3")]
+
+
 async def test_pushes_without_a_raw_transport_go_through_asgi(database_url, pool):
     settings = hub_settings()
     async with running_hub(settings, dsn=database_url, pool=pool, plain_asgi=True) as running:

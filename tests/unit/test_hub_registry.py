@@ -138,6 +138,18 @@ def test_outbound_push_written_counts_as_sent_and_keeps_replay():
     assert not stateful.push_written(b"x")  # replay bound: the consumer is too slow
 
 
+def test_outbound_push_written_run_numbers_records_without_keeping_them():
+    plain = Outbound(stateful=False, max_pending=2, max_replay_chars=0)
+    for _ in range(3):  # written at once: never pending, whatever the run's length
+        assert plain.push_written_run(8)
+    assert not plain.has_pending()
+    assert plain.push(b"q")
+    assert plain.take(max_chars=100) == ([b"q"], 1)
+    stateful = Outbound(stateful=True, max_pending=100, max_replay_chars=100)
+    with pytest.raises(ValueError, match="stateful"):
+        stateful.push_written_run(1)
+
+
 def test_negotiation_store_claims_by_token_or_id_once():
     store = NegotiationStore(ttl=10)
     n = store.create(U1, stateful=True, now=0)

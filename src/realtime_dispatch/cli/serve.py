@@ -25,7 +25,7 @@ from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
-from realtime_dispatch.hub import Hub
+from realtime_dispatch.hub import Hub, HubOptions
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
@@ -34,6 +34,24 @@ from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
 
 log = structlog.get_logger(__name__)
+
+
+def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptions:
+    """The hub's options from the settings (``REALTIME_HUB_*``, the backplane's Redis URL,
+    ``redis_url`` overriding it)."""
+    secret = settings.hub_jwt_secret
+    key = settings.hub_service_key
+    url = redis_url
+    if url is None and settings.redis_url is not None:
+        url = settings.redis_url.get_secret_value()
+    return HubOptions(
+        jwt_secret=secret.get_secret_value() if secret is not None else None,
+        service_key=key.get_secret_value() if key is not None else None,
+        backplane_url=url if settings.backplane_mode != "none" else None,
+        backplane_mode=settings.backplane_mode,
+        ping_interval=settings.hub_ping_interval,
+        idle_timeout=settings.hub_idle_timeout,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -91,7 +109,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
         pool = await create_pool(url, min_size=1, max_size=10)
         try:
             async with (
-                Hub(settings, pool=pool, dsn=url, metrics_registry=registry) as hub,
+                Hub(hub_options(settings), pool=pool, dsn=url, metrics_registry=registry) as hub,
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
             ):
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)

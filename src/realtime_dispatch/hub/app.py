@@ -14,27 +14,17 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from realtime_dispatch.hub.runtime import Hub, HubOptions
-from realtime_dispatch.settings import Settings
 
 
 def create_hub_app(
-    settings: Settings,
+    options: HubOptions,
     *,
     dsn: str,
     pool: asyncpg.Pool | None = None,
-    redis_url: str | None = None,
     metrics_registry: CollectorRegistry | None = None,
-    options: HubOptions | None = None,
 ) -> Starlette:
     """The hub as a Starlette app; ``app.state.hub`` is its :class:`Hub`."""
-    hub = Hub(
-        settings,
-        pool=pool,
-        dsn=dsn,
-        redis_url=redis_url,
-        metrics_registry=metrics_registry,
-        options=options,
-    )
+    hub = Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

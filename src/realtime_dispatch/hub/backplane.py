@@ -21,7 +21,7 @@ log = structlog.get_logger(__name__)
 CHANNEL = "realtime-dispatch:hub:messenger"
 MAX_BATCH = 256
 
-Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[None]]
+Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 
 
 def encode_push(group: str, frame: bytes) -> bytes:
@@ -34,7 +34,8 @@ def decode_push(data: bytes) -> tuple[str, bytes] | None:
     if not sep or not group or not frame:
         return None
     try:
-        frame.decode()
+        if not frame.isascii():  # checked, never kept as str: the bytes go out as they are
+            frame.decode()
         return group.decode(), frame
     except UnicodeDecodeError:
         return None

@@ -11,7 +11,7 @@ connection's batch, and the hub writes each batch to its transport once per deli
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -90,6 +90,7 @@ class HubConnection:
         "_on_sent",
         "attachment",
         "batch",
+        "batched",
         "closing",
         "connection_id",
         "detached_at",
@@ -133,6 +134,8 @@ class HubConnection:
         """The attached transport, while frames may be written to it directly."""
         self.batch: list[bytes] = []
         """Frames offered during the current delivery, written by :meth:`flush`."""
+        self.batched = 0
+        """How many records those frames hold."""
 
     @property
     def stateful(self) -> bool:
@@ -147,40 +150,65 @@ class HubConnection:
         else:
             self._too_slow()
 
-    def offer(self, record: bytes, frame: bytes, touched: list[HubConnection]) -> None:
-        """Send one sequenced record whose complete frame (``text_frame(record)``) is built.
+    def offer(
+        self,
+        records: Sequence[bytes],
+        frames: Sequence[bytes],
+        data: bytes,
+        touched: list[HubConnection],
+    ) -> None:
+        """Send a run of sequenced records for one group, whose frames are built already:
+        ``frames[i]`` is ``text_frame(records[i])`` and ``data`` is the frames joined.
 
-        Straight to the batch when nothing is queued and the transport takes writes; the
-        connection is then appended to ``touched`` (once), whose owner calls :meth:`flush`.
+        Straight to the batch when nothing is queued and the transport takes writes (without
+        stateful reconnect, ``data`` as one piece); the connection is then appended to
+        ``touched`` (once), whose owner calls :meth:`flush`. Once this delivery put something in
+        the batch, later runs go there too without checking the transport again: nothing is
+        written to it, nor can its state change, before the owner's :meth:`flush` at the end of
+        the same synchronous delivery. Otherwise the records queue for the writer task.
         """
-        sink = self.sink
-        if (
-            sink is None
-            or self.closing is not None
-            or self.outbound.has_pending()
-            or not sink.open()
-        ):
-            self.send(record)
-        elif self.outbound.push_written(record):
-            batch = self.batch
-            if not batch:
-                touched.append(self)
+        batch = self.batch
+        if not batch:
+            sink = self.sink
+            if (
+                sink is None
+                or self.closing is not None
+                or self.outbound.has_pending()
+                or not sink.open()
+            ):
+                for record in records:
+                    self.send(record)
+                return
+            touched.append(self)
+        elif self.closing is not None:
+            return
+        outbound = self.outbound
+        if not outbound.stateful:
+            if outbound.push_written_run(len(records)):
+                batch.append(data)
+                self.batched += len(records)
+            else:
+                self._too_slow()
+            return
+        for record, frame in zip(records, frames, strict=True):  # each kept for replay
+            if not outbound.push_written(record):
+                self._too_slow()
+                return
             batch.append(frame)
-        else:
-            self._too_slow()
+            self.batched += 1
 
     def flush(self) -> int:
-        """Write the batched frames to the transport in one call; returns how many."""
-        batch = self.batch
-        self.batch = []
+        """Write the batched frames to the transport in one call; returns how many records."""
+        batch, records = self.batch, self.batched
+        self.batch, self.batched = [], 0
         sink = self.sink
-        if sink is None:  # detached since: under stateful reconnect the records are replayed
+        if sink is None or not batch:  # detached since: stateful records are replayed
             return 0
         if len(batch) == 1:
             sink.transport.write(batch[0])
         else:
             sink.transport.writelines(batch)
-        return len(batch)
+        return records
 
     def _too_slow(self) -> None:
         self.close(
@@ -247,5 +275,5 @@ async def _write(websocket: WebSocket, sink: RawSink | None, records: list[bytes
     payload = records[0] if len(records) == 1 else b"".join(records)
     if sink is not None:
         sink.transport.write(text_frame(payload))
-    else:
+    else:  # ASGI carries a text frame as str only: a server without the raw transport
         await websocket.send_text(payload.decode())

@@ -62,12 +62,22 @@ class Outbound:
 
     def push_written(self, record: bytes) -> bool:
         """:meth:`push` for a record the caller writes at once (nothing was pending)."""
+        if not self.stateful:
+            return self.push_written_run(1)
         if not self.push(record):
             return False
         self._unsent_from = self._next_id
-        if not self.stateful:
-            self._entries.pop()
-            self._first_id = self._next_id
+        return True
+
+    def push_written_run(self, count: int) -> bool:
+        """:meth:`push_written` for ``count`` records without stateful reconnect: they are only
+        numbered, since nothing is kept for replay."""
+        if self.stateful:
+            raise ValueError("a stateful connection keeps each record: use push_written")
+        if self._next_id - self._unsent_from >= self._max_pending:
+            return False
+        self._next_id += count
+        self._unsent_from = self._first_id = self._next_id
         return True
 
     def push_control(self, record: bytes) -> None:

@@ -3,7 +3,7 @@ subscriber, the metrics, and their background tasks; an explicit async lifecycle
 
 ::
 
-    async with Hub(settings, pool=pool, dsn=dsn, redis_url=url) as hub:
+    async with Hub(HubOptions(jwt_secret=secret), pool=pool, dsn=dsn) as hub:
         app = Starlette(routes=hub.routes)           # or mount them beside other routes
         publisher = hub.publisher()                  # a HubPublisher for the dispatcher
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
@@ -49,16 +50,19 @@ from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
-from realtime_dispatch.settings import Settings
 
 log = structlog.get_logger(__name__)
 
+PushSource = Literal["local", "backplane"]
+LOCAL: PushSource = "local"
+BACKPLANE: PushSource = "backplane"
 IDLE_TIMEOUT_ERROR = "Server timeout elapsed without receiving a message from the client."
 
 
 @dataclass(frozen=True, slots=True)
 class HubOptions:
-    """Everything the hub needs to know, as values (built from :class:`Settings`)."""
+    """Everything the hub needs to know, as values. The CLI builds them from the settings
+    (``realtime_dispatch.cli.serve.hub_options``); the hub never reads settings itself."""
 
     jwt_secret: str | None = None
     service_key: str | None = None
@@ -76,37 +80,21 @@ class HubOptions:
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, *, redis_url: str | None = None) -> HubOptions:
-        secret = settings.hub_jwt_secret
-        key = settings.hub_service_key
-        url = redis_url
-        if url is None and settings.redis_url is not None:
-            url = settings.redis_url.get_secret_value()
-        return cls(
-            jwt_secret=secret.get_secret_value() if secret is not None else None,
-            service_key=key.get_secret_value() if key is not None else None,
-            backplane_url=url if settings.backplane_mode != "none" else None,
-            backplane_mode=settings.backplane_mode,
-            ping_interval=settings.hub_ping_interval,
-            idle_timeout=settings.hub_idle_timeout,
-        )
-
 
 class Hub:
     def __init__(
         self,
-        settings: Settings,
+        options: HubOptions,
         *,
         pool: asyncpg.Pool | None,
         dsn: str,
-        redis_url: str | None = None,
         metrics_registry: CollectorRegistry | None = None,
-        options: HubOptions | None = None,
     ) -> None:
-        self.options = options or HubOptions.from_settings(settings, redis_url=redis_url)
+        self.options = options
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
+        self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
+        """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.verifier = TokenVerifier(self.options.jwt_secret)
@@ -120,14 +108,15 @@ class Hub:
             dsn=dsn, pool=pool, tracker=self.tracker, connected_users=self.registry.users
         )
         url = self.options.backplane_url
+        from_backplane = functools.partial(self.deliver, source=BACKPLANE)
         self.backplane: BackplaneSubscriber | ShardedBackplaneSubscriber | None = None
         if url and self.sharded:
-            sharded = ShardedBackplaneSubscriber(url, self._from_backplane, replica_id=new_id().hex)
+            sharded = ShardedBackplaneSubscriber(url, from_backplane, replica_id=new_id().hex)
             self.registry.on_group_change = sharded.group_changed
             self.membership.on_barrier = sharded.barrier
             self.backplane = sharded
         elif url:
-            self.backplane = BackplaneSubscriber(url, self._from_backplane)
+            self.backplane = BackplaneSubscriber(url, from_backplane)
         self._publisher: FramePublisher | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed = asyncio.Event()
@@ -244,23 +233,26 @@ class Hub:
             raise RuntimeError("the hub is not started")
         return await self._publisher.publish_frames(items)
 
-    async def deliver(self, items: GroupFrames) -> bool:
-        """Local fan-out of pushes produced in this process, after the membership barrier."""
-        if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
-            await self.membership.barrier(self.options.barrier_timeout)
-        ):
-            return False
-        self.send_to_groups(items)
-        self.metrics.pushes.labels("local").inc(len(items))
-        return True
+    async def deliver(self, items: GroupFrames, *, source: PushSource = LOCAL) -> bool:
+        """Fan out serialised records to this replica's members, after the membership barrier
+        when a chat is among their groups: the one delivery path of pushes made in this process
+        (``source`` ``local``, through the in-process publisher) and of pushes received from the
+        backplane (``backplane``).
 
-    async def _from_backplane(self, items: GroupFrames) -> None:
-        if any(group.startswith(CHAT_PREFIX) for group, _ in items) and not (
+        False when the barrier could not be passed (the membership feed is down). A local push
+        is then not delivered: its publisher reports it unavailable and the dispatcher retries
+        it. A push from the backplane is delivered anyway, with a warning: nobody could retry it.
+        """
+        ordered = not any(group.startswith(CHAT_PREFIX) for group, _ in items) or (
             await self.membership.barrier(self.options.barrier_timeout)
-        ):
+        )
+        if not ordered:
+            if source == LOCAL:
+                return False
             log.warning("membership_barrier_timeout", pushes=len(items))
         self.send_to_groups(items)
-        self.metrics.pushes.labels("backplane").inc(len(items))
+        self._pushes[source].inc(len(items))
+        return ordered
 
     def send_to_group(self, group: str, record: bytes | str) -> int:
         """Send one serialised record to every member on this replica; returns how many."""
@@ -271,21 +263,31 @@ class Hub:
     def send_to_groups(self, items: GroupFrames) -> int:
         """Send serialised records, in order, to their groups' members on this replica.
 
-        Each record is framed once; the frames due to one connection are written to its
-        transport in one call at the end. Returns how many deliveries were made.
+        Each record is framed once. Consecutive records for the same group are a run: their
+        frames are joined once, and every member without stateful reconnect gets the run as that
+        one piece. What is due to one connection is written to its transport in one call at the
+        end. Returns how many deliveries were made.
         """
         connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
         deliveries = 0
-        for group, record in items:
+        count = len(items)
+        start = 0
+        while start < count:
+            group = items[start][0]
+            end = start + 1
+            while end < count and items[end][0] == group:
+                end += 1
             members = members_of(group)
-            if not members:
-                continue
-            deliveries += len(members)
-            frame = text_frame(record)
-            for connection_id in members:
-                connections[connection_id].offer(record, frame, touched)
+            if members:
+                records = [record for _, record in items[start:end]]
+                frames = [text_frame(record) for record in records]
+                data = frames[0] if len(frames) == 1 else b"".join(frames)
+                deliveries += len(members) * len(records)
+                for connection_id in members:
+                    connections[connection_id].offer(records, frames, data, touched)
+            start = end
         if touched:
             loop_time = asyncio.get_running_loop().time()
             written = 0

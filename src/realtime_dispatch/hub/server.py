@@ -21,10 +21,9 @@ from starlette.routing import BaseRoute
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 
-from realtime_dispatch.errors import ConfigurationError, RealtimeDispatchError
+from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
 from realtime_dispatch.hub.runtime import Hub, HubOptions
-from realtime_dispatch.settings import Settings
 
 MAX_WS_FRAME_BYTES = 1 << 20
 """uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""
@@ -120,34 +119,22 @@ def uvicorn_config(app: Starlette, *, host: str, port: int, log_level: str) -> u
 
 
 async def run_hub(
-    settings: Settings,
+    options: HubOptions,
     *,
+    dsn: str,
     host: str = "127.0.0.1",
     port: int = 8080,
-    dsn: str | None = None,
+    log_level: str = "info",
     pool: asyncpg.Pool | None = None,
-    redis_url: str | None = None,
     metrics_registry: CollectorRegistry | None = None,
-    options: HubOptions | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     install_signal_handlers: bool = True,
 ) -> None:
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
     ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
-    if dsn is None:
-        if settings.database_url is None:
-            raise ConfigurationError("REALTIME_DATABASE_URL", "required by the hub")
-        dsn = settings.database_url.get_secret_value()
-    async with Hub(
-        settings,
-        pool=pool,
-        dsn=dsn,
-        redis_url=redis_url,
-        metrics_registry=metrics_registry,
-        options=options,
-    ) as hub:
+    async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
         app = Starlette(routes=[*hub.routes, *extra_routes])
-        config = uvicorn_config(app, host=host, port=port, log_level=settings.log_level.lower())
+        config = uvicorn_config(app, host=host, port=port, log_level=log_level.lower())
         server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
 
         async def stop_on_failure() -> None:

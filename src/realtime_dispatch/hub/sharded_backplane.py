@@ -56,7 +56,7 @@ MAX_BATCH = 256
 # SlotNotCoveredError are not RedisErrors).
 REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
-Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[None]]
+Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 
 
 def group_channel(group: str) -> str:
@@ -65,6 +65,8 @@ def group_channel(group: str) -> str:
 
 
 def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
     try:
         data.decode()
     except UnicodeDecodeError:
