@@ -25,8 +25,10 @@ from realtime_dispatch.hub.protocol import (
     invocation_frame,
     parse_handshake,
     parse_message,
+    push_record,
 )
 from realtime_dispatch.hub.session import CloseReason, InboundSession
+from realtime_dispatch.push import Push
 
 HANDSHAKE = '{"protocol":"json","version":1}' + RS
 
@@ -186,3 +188,23 @@ def test_fuzz_structured_records_never_raise(records):
         CloseReason.PROTOCOL_ERROR,
         CloseReason.CLIENT_CLOSE,
     }
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"chatId": "c", "seq": 1, "body": 'héllo ✓ \u2028 "quoted"', "nested": {"a": [1, None]}},
+        {},
+    ],
+)
+def test_a_push_record_from_payload_json_is_the_invocation_frame(
+    payload: dict[str, object],
+) -> None:
+    push = Push("chat:c", "message_received", payload)
+    assert push_record(push.target, push.payload_json) == invocation_frame(
+        push.target, [push.payload]
+    )
+    rebuilt = Push("chat:c", "message_received", payload_json=push.payload_json)
+    assert push_record(rebuilt.target, rebuilt.payload_json) == push_record(
+        push.target, push.payload_json
+    )

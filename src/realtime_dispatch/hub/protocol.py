@@ -243,6 +243,18 @@ def sequence_message(sequence_id: int) -> str:
     return _record({"type": MessageType.SEQUENCE.value, "sequenceId": sequence_id})
 
 
+def push_record(target: str, payload_json: bytes) -> bytes:
+    """The invocation record of one push, around its payload's JSON as it comes (the
+    dispatcher's projections encode it once): the same bytes as ``invocation_frame(target,
+    [payload])``, without decoding and encoding the payload again."""
+    return b"".join(
+        (_INVOCATION_HEAD, orjson.dumps(target), b',"arguments":[', payload_json, b"]}", _RS_BYTES)
+    )
+
+
+_INVOCATION_HEAD = b'{"type":%d,"target":' % MessageType.INVOCATION.value
+
+
 def invocation_frame(target: str, arguments: list[JsonValue]) -> bytes:
     """A server → client invocation record, serialised once for every recipient."""
     return (

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane import CHANNEL, encode_push, redis_client
-from realtime_dispatch.hub.protocol import invocation_frame
+from realtime_dispatch.hub.protocol import push_record
 from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
@@ -38,7 +38,7 @@ class FramePublisher(Protocol):
 
 
 def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:
-    return [(p.group, invocation_frame(p.target, [p.payload])) for p in pushes]
+    return [(p.group, push_record(p.target, p.payload_json)) for p in pushes]
 
 
 class InProcessHubPublisher:
