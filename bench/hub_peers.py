@@ -177,7 +177,7 @@ async def started(server: Any, serving: asyncio.Task[None]) -> None:
 async def hub_main(args: argparse.Namespace) -> None:
     from starlette.applications import Starlette
 
-    from realtime_dispatch.hub import Hub, HubOptions
+    from realtime_dispatch.hub import Hub, HubOptions, hub_routes
     from realtime_dispatch.hub.server import HubServer, uvicorn_config
     from realtime_dispatch.observability import configure_logging
     from realtime_dispatch.push import Push
@@ -185,7 +185,7 @@ async def hub_main(args: argparse.Namespace) -> None:
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
     async with Hub(options, pool=None, dsn=args.dsn) as hub:
-        app = Starlette(routes=hub.routes)
+        app = Starlette(routes=hub_routes(hub))
         config = uvicorn_config(app, host="127.0.0.1", port=args.port, log_level="warning")
         server = HubServer(config, hub, install_signal_handlers=False)
         serving = asyncio.create_task(server.serve())

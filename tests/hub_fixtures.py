@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
 from realtime_dispatch.cli.serve import hub_options
+from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings
@@ -78,7 +79,7 @@ async def running_hub(
         options = hub_options(settings, redis_url=redis_url)
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=registry) as hub:
         port = free_port()
-        app = Starlette(routes=hub.routes)
+        app = Starlette(routes=hub_routes(hub))
         config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
         if plain_asgi:
             config.ws = "websockets-sansio"

@@ -19,7 +19,7 @@ from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
-from realtime_dispatch.hub import Hub
+from realtime_dispatch.hub import Hub, hub_routes
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.push import HubPublisher
@@ -76,7 +76,7 @@ async def messenger_stack(
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
     async with Hub(hub_options(settings), pool=pool, dsn=database_url) as hub:
-        app = create_api(pool=pool, options=settings.api_options(), routes=hub.routes)
+        app = create_api(pool=pool, options=settings.api_options(), routes=hub_routes(hub))
         port = free_port()
         server = HubServer(
             uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"),

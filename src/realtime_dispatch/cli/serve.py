@@ -25,7 +25,7 @@ from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
-from realtime_dispatch.hub import Hub, HubOptions
+from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
@@ -118,7 +118,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 app = create_api(
                     pool=pool,
                     options=settings.api_options(),
-                    routes=[*hub.routes, *operator_routes, *demo],
+                    routes=[*hub_routes(hub), *operator_routes, *demo],
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub

@@ -1,7 +1,7 @@
 """An ASGI app of the hub alone, its :class:`~.runtime.Hub` entered and left by the lifespan.
 
 For a bigger app (REST + hub), enter a :class:`~.runtime.Hub` in that app's lifespan and mount
-``hub.routes`` instead.
+``hub_routes(hub)`` instead.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
+from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 
 
@@ -31,6 +32,6 @@ def create_hub_app(
         async with hub:
             yield
 
-    app = Starlette(routes=hub.routes, lifespan=lifespan)
+    app = Starlette(routes=hub_routes(hub), lifespan=lifespan)
     app.state.hub = hub
     return app

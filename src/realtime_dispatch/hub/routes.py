@@ -27,6 +27,9 @@ PUSH_PATH = "/api/v1/hubs/messenger/groups/{group:str}"
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
+    """The hub's HTTP face: negotiate, the WebSocket, the push endpoint, ``/healthz``,
+    ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
+
     async def negotiate(request: Request) -> Response:
         try:
             user_id = hub.verifier.user_of(request_token(request.headers, request.query_params))

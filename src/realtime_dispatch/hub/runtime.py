@@ -4,7 +4,7 @@ subscriber, the metrics, and their background tasks; an explicit async lifecycle
 ::
 
     async with Hub(HubOptions(jwt_secret=secret), pool=pool, dsn=dsn) as hub:
-        app = Starlette(routes=hub.routes)           # or mount them beside other routes
+        app = Starlette(routes=hub_routes(hub))      # or mount them beside other routes
         publisher = hub.publisher()                  # a HubPublisher for the dispatcher
 
 Nothing happens in ``__init__`` beyond building values; ``__aenter__`` starts the tasks and
@@ -25,7 +25,6 @@ from uuid import UUID
 import asyncpg
 import structlog
 from prometheus_client import CollectorRegistry
-from starlette.routing import BaseRoute
 
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.database import create_pool
@@ -44,7 +43,6 @@ from realtime_dispatch.hub.publishers import (
     RedisHubPublisher,
 )
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
-from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
@@ -213,11 +211,6 @@ class Hub:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.options.shutdown_grace):
                     await self._ended.wait()
-
-    @property
-    def routes(self) -> list[BaseRoute]:
-        """Negotiate, the WebSocket, the push endpoint, ``/healthz``, ``/readyz``, ``/metrics``."""
-        return hub_routes(self)
 
     # publishing ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from websockets.http11 import Request
 
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
+from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 
 MAX_WS_FRAME_BYTES = 1 << 20
@@ -133,7 +134,7 @@ async def run_hub(
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
     ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
-        app = Starlette(routes=[*hub.routes, *extra_routes])
+        app = Starlette(routes=[*hub_routes(hub), *extra_routes])
         config = uvicorn_config(app, host=host, port=port, log_level=log_level.lower())
         server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
 

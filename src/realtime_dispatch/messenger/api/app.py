@@ -2,7 +2,7 @@
 
 ::
 
-    app = create_api(pool=pool, options=settings.api_options(), routes=hub.routes)  # hub beside it
+    app = create_api(pool=pool, options=settings.api_options(), routes=hub_routes(hub))
 
 The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked with
 :class:`~realtime_dispatch.auth.tokens.TokenVerifier` against the hub's secret
