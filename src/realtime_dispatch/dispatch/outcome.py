@@ -18,7 +18,6 @@ from realtime_dispatch.errors import (
     PermanentError,
     RealtimeDispatchError,
     TargetGone,
-    TransientError,
 )
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.store import Outcomes
@@ -48,11 +47,7 @@ def decide(error: RealtimeDispatchError | None, *, attempts: int, max_attempts: 
         return Decision(Verdict.GONE, described)
     if isinstance(error, PermanentError):
         return Decision(Verdict.QUARANTINE, described)
-    if isinstance(error, TransientError):
-        return Decision(
-            Verdict.QUARANTINE if attempts >= max_attempts else Verdict.RETRY, described
-        )
-    # Anything else we did not classify: retry it like a transient error, bounded the same way.
+    # A transient error, or anything we did not classify: retry, bounded by max_attempts.
     return Decision(Verdict.QUARANTINE if attempts >= max_attempts else Verdict.RETRY, described)
 
 
