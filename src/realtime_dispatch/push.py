@@ -120,3 +120,25 @@ class HubPublisher(Protocol):
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
         ...
+
+
+# The push endpoint's own refusals carry this marker, so that the worker tells "the hub says this
+# push is invalid" (permanent) from what a proxy, an ingress or a wrong URL answers (transient).
+HUB_PROBLEM_SOURCE = "realtime-dispatch-hub"
+
+
+def hub_problem(detail: str, code: str) -> JsonObject:
+    """The body of a refusal by the push endpoint: ``{"error", "code", "source"}``."""
+    return {"error": detail, "code": code, "source": HUB_PROBLEM_SOURCE}
+
+
+def hub_problem_code(body: bytes) -> str | None:
+    """The ``code`` of a body written by :func:`hub_problem`; None for any other body."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or value.get("source") != HUB_PROBLEM_SOURCE:
+        return None
+    code = value.get("code")
+    return code if isinstance(code, str) and code else None

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     )
 
     database_url: SecretStr | None = None
+    database_session_url: SecretStr | None = None
+    """LISTEN, advisory locks, the membership feed: a direct connection when the pools go
+    through a transaction pooler. Unset: ``database_url``."""
     data_dir: Path | None = None
     log_level: str = "info"
 
@@ -55,6 +58,10 @@ class Settings(BaseSettings):
     dispatch_listen: bool = True
     dispatch_linger: float = 0.003
     dispatch_partitions: int = 1
+
+    # ``worker``'s own /metrics, /healthz, /readyz (``--host``/``--port`` win); no port, none.
+    worker_host: str = "127.0.0.1"
+    worker_port: int | None = Field(default=None, ge=1, le=65535)
 
     backplane_enabled: bool = False
     backplane: Literal["none", "redis", "redis-cluster"] | None = None

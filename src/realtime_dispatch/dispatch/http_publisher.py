@@ -1,10 +1,12 @@
 """Push to a hub in another process over HTTP: ``POST {hub}/api/v1/hubs/messenger/groups/{group}``
 with ``{"target", "arguments"}`` and the bearer service key (Azure SignalR REST API shape).
 
-2xx is success. Connection errors, timeouts, 5xx and 429 are transient (the row is retried);
-401/403 also (a wrong key is fixed by an operator, after which the backlog drains); other 4xx
-are permanent. Pushes to the same group go one after another, in order; different groups go
-concurrently, up to ``concurrency`` at once. Under the dispatcher's :data:`PUSH_DEADLINE` each
+2xx is success. Only a refusal in the hub's own words is permanent (:func:`classify_answer`):
+anything else may come from a proxy, an ingress or a wrong URL in front of the hub, and is
+retried with backoff (quarantined only after ``max_attempts``).
+
+Pushes to the same group go one after another, in order; different groups go concurrently, up
+to ``concurrency`` at once. Under the dispatcher's :data:`PUSH_DEADLINE` each
 push waits at most for the time left (:data:`MIN_PUSH_TIME` at least), and pushes not started by
 then are answered :class:`NotPushed`.
 """
@@ -21,7 +23,14 @@ import orjson
 import structlog
 
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
-from realtime_dispatch.push import MIN_PUSH_TIME, PUSH_DEADLINE, NotPushed, PublishResult, Push
+from realtime_dispatch.push import (
+    MIN_PUSH_TIME,
+    PUSH_DEADLINE,
+    NotPushed,
+    PublishResult,
+    Push,
+    hub_problem_code,
+)
 
 _log = structlog.get_logger(__name__)
 PUSH_PATH = "/api/v1/hubs/messenger/groups/{group}"
@@ -86,13 +95,30 @@ class HttpHubPublisher:
         except httpx.TransportError as exc:
             return HubUnavailable(type(exc).__name__, code="Unreachable")
         status = response.status_code
-        if 200 <= status < 300:
-            return None
-        if status >= 500 or status in (401, 403, 408, 429):
-            if status in (401, 403):
-                _log.error("hub_push_unauthorized", status=status)
-            return HubUnavailable(f"hub answered {status}", code=f"Http{status}")
-        return PushRejected(f"hub answered {status}", code=f"Http{status}")
+        if status in (401, 403):
+            _log.error("hub_push_unauthorized", status=status)
+        return classify_answer(status, response.content)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
+    """What an answer of the push endpoint means for the row (docs/reference.md, "Push
+    outcomes"):
+
+    - 2xx: pushed.
+    - 4xx other than 401/403/408/429, with the hub's own refusal body
+      (:func:`~realtime_dispatch.push.hub_problem`): permanent, the row is quarantined.
+    - 401/403 (a wrong key, fixed by an operator), 408, 429, 5xx, and any 4xx without the hub's
+      body (404 or 405 of a wrong path, a proxy's or ingress's error page): transient.
+    """
+    if 200 <= status < 300:
+        return None
+    code = f"Http{status}"
+    if 400 <= status < 500 and status not in (401, 403, 408, 429):
+        refusal = hub_problem_code(body)
+        if refusal is not None:
+            return PushRejected(f"hub refused the push ({refusal})", code=code)
+        return HubUnavailable(f"answered {status}, not by the hub (proxy or wrong URL?)", code=code)
+    return HubUnavailable(f"hub answered {status}", code=code)

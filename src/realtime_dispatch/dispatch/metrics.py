@@ -72,6 +72,11 @@ class DispatchMetrics:
             ["reason"],
             registry=registry,
         )
+        self.database_available = Gauge(
+            "messenger_realtime_database_available",
+            "1 while the dispatcher reaches PostgreSQL, 0 during an outage (backing off).",
+            registry=registry,
+        )
         self.purged = Counter(
             "messenger_realtime_purged",
             "Done rows deleted by retention.",

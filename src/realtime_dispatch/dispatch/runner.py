@@ -5,7 +5,9 @@ One dedicated connection (outside the pool) holds the advisory lock during a pas
 ``realtime_outbox`` between passes. NOTIFY is only a hint: the loop waits for the first of wake,
 ``polling_interval`` or stop, so a lost notification costs at most one interval. If that
 connection dies it is reopened on the next turn (and a pass runs at once, since notifications
-may have been missed); while PostgreSQL is down the loop logs, counts and keeps polling.
+may have been missed). While PostgreSQL is down the loop backs off (0.1 s doubling, up to 5 s
+or the polling interval if shorter, jittered: :mod:`.availability`) and logs one
+``database_unavailable`` line when the outage starts and one ``database_available`` when it ends.
 
 Idle flag: owners' inserts notify only while ``messenger.realtime_dispatch_state.idle`` is true,
 because a notifying commit serialises all owners. A pass that did work is followed at once by
@@ -26,6 +28,7 @@ import structlog
 
 from realtime_dispatch.channels import OUTBOX_CHANNEL
 from realtime_dispatch.database import is_unavailable, translate_errors
+from realtime_dispatch.dispatch.availability import Outage, RunnerState, reconnect_cap
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.retention import RetentionPolicy
@@ -65,6 +68,8 @@ class DispatchRunner:
         self._last_pending_refresh = -PENDING_REFRESH_EVERY
         self._abandoned: set[asyncio.Future[PassReport]] = set()  # passes that ignored a cancel
         self.passes_run = 0
+        self.state = RunnerState.STARTING
+        self._outage: Outage | None = None
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -90,11 +95,18 @@ class DispatchRunner:
                 again = await self._turn()
                 if again or self._stop.is_set():
                     continue
-                # The wake event is cleared when a pass starts, so a notification that arrived
+                if self._outage is not None:
+                    # Only a stop ends this wait: a lost connection sets the wake event too, and
+                    # waking on it would retry at once, again and again.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), self._outage.next_delay())
+                    continue
+                # The wake event is cleared when a turn starts, so a notification that arrived
                 # during the pass ends this wait at once.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._options.polling_interval)
         finally:
+            self.state = RunnerState.STOPPED
             if self._vacuum is not None:
                 self._vacuum.cancel()
                 with contextlib.suppress(BaseException):
@@ -104,9 +116,13 @@ class DispatchRunner:
 
     async def _turn(self) -> bool:
         """One scheduling turn; True when another pass should follow at once."""
+        # Cleared before the lock is tried, not once it is taken: a standby that never gets the
+        # lock would otherwise find the event still set after every turn and never sleep.
+        self._wake.clear()
         try:
             await self._ensure_connection()
             report = await self._locked_pass()
+            self._reachable(active=report is not None)
             chores = self._partition.index == 0  # whole-outbox chores: once per worker
             if chores:
                 await self._refresh_pending()  # also when another runner holds the lock
@@ -124,10 +140,39 @@ class DispatchRunner:
             reason = "database_unavailable" if unavailable else type(exc).__name__
             self._metrics.passes.labels("failed").inc()
             self._metrics.errors.labels(reason).inc()
-            _log.error("dispatch_pass_failed", reason=reason)
             if unavailable:
+                self._unreachable(exc)
                 await self._close_connection()
+            else:
+                self.state = RunnerState.FAILING
+                _log.error("dispatch_pass_failed", reason=reason)
             return False
+
+    def _unreachable(self, exc: BaseException) -> None:
+        """A turn failed because PostgreSQL cannot be reached: one log line per outage."""
+        self.state = RunnerState.UNAVAILABLE
+        self._metrics.database_available.set(0)
+        if self._outage is not None:
+            self._outage.failed_again()
+            return
+        self._outage = Outage(time.monotonic(), reconnect_cap(self._options.polling_interval))
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        _log.warning(
+            "database_unavailable", error=type(cause).__name__, partition=str(self._partition)
+        )
+
+    def _reachable(self, *, active: bool) -> None:
+        """A turn reached the database (whether or not it got the lock)."""
+        self.state = RunnerState.ACTIVE if active else RunnerState.STANDBY
+        self._metrics.database_available.set(1)
+        outage, self._outage = self._outage, None
+        if outage is not None:
+            _log.info(
+                "database_available",
+                outage_seconds=round(time.monotonic() - outage.started, 3),
+                attempts=outage.attempts,
+                partition=str(self._partition),
+            )
 
     async def _ensure_connection(self) -> None:
         if self._conn is not None and not self._conn.is_closed():
@@ -155,7 +200,6 @@ class DispatchRunner:
             _log.debug("dispatch_pass_skipped", reason="lock_busy")
             return None
         try:
-            self._wake.clear()
             report = await self._leased_pass(conn)
             if report is None:
                 return None

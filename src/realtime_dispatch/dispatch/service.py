@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 from prometheus_client import CollectorRegistry
@@ -38,6 +38,7 @@ class DispatchService:
     """One per partition (one in all unless ``REALTIME_DISPATCH_PARTITIONS`` > 1)."""
     metrics: DispatchMetrics
     pool: asyncpg.Pool
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def runner(self) -> DispatchRunner:
@@ -52,6 +53,10 @@ class DispatchService:
         for runner in self.runners:
             runner.request_stop()
 
+    def alive(self) -> bool:
+        """Every runner's task still runs (a runner never ends by itself: one that did died)."""
+        return all(not task.done() for task in self.tasks)
+
 
 @contextlib.asynccontextmanager
 async def dispatch_service(
@@ -63,8 +68,13 @@ async def dispatch_service(
     builder: PayloadBuilder | None = None,
     alerts: AlertSink | None = None,
     media: MediaOptions | None = None,
+    session_dsn: str | None = None,
 ) -> AsyncIterator[DispatchService]:
-    """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit."""
+    """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
+
+    ``session_dsn`` (default ``dsn``): where each runner's own connection goes (LISTEN and the
+    advisory lock need a session, which a transaction pooler does not keep)."""
+    lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
     pool = await create_pool(
@@ -91,7 +101,7 @@ async def dispatch_service(
                     partition=share,
                 ),
                 connect=lambda: connect(
-                    dsn,
+                    lock_dsn,
                     server_settings=lock_connection_settings(
                         options.lock_ttl, options.polling_interval
                     ),
@@ -104,7 +114,7 @@ async def dispatch_service(
             asyncio.create_task(runner.run(), name=f"realtime-dispatcher-{share}")
             for runner, share in zip(runners, shares, strict=True)
         ]
-        service = DispatchService(runners, metrics, pool)
+        service = DispatchService(runners, metrics, pool, tasks)
         try:
             yield service
         finally:
