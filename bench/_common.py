@@ -72,12 +72,13 @@ async def scratch_database(dsn: str, prefix: str) -> AsyncIterator[str]:
 
 
 def quiet_production_logging() -> None:
-    """Configure structlog as the worker does (JSON, level info) but write to /dev/null: the
-    rendering cost stays in the measurement, the terminal stays readable."""
+    """Configure structlog as the worker does (JSON, level info, or ``BENCH_LOG_LEVEL``) but
+    write to /dev/null: the rendering cost stays in the measurement, the terminal stays
+    readable. ``BENCH_LOG_LEVEL=debug`` prices the per-row ``dispatched`` lines."""
     real = sys.stderr
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (lives as long as the process)
     try:
-        configure_logging("info")
+        configure_logging(os.environ.get("BENCH_LOG_LEVEL", "info"))
     finally:
         sys.stderr = real
 

@@ -96,7 +96,8 @@ class DispatchObserver:
     def decided(self, classified: Classification, *, began: int) -> None:
         """Before the outcomes are written: one span per row (child of the pass span, from
         ``began``, the batch's start, in ns; only while the pass is being recorded) and the
-        per-row debug lines."""
+        per-row ``dispatched`` lines, at debug: one line per delivered row would cost more than
+        the delivery itself (docs/reference.md, "Logs")."""
         if trace.get_current_span().is_recording():
             for row in classified.done:
                 _row_span(row, Verdict.DONE, began)
@@ -112,14 +113,6 @@ class DispatchObserver:
                     seq=row.seq,
                     attempts=row.attempts,
                 )
-            for d in classified.retry:
-                _log.debug(
-                    "dispatch_retry",
-                    entry_id=str(d.row.id),
-                    kind=d.row.kind,
-                    attempts=d.row.attempts,
-                    error_code=d.error.code,
-                )
 
     async def written(
         self, classified: Classification, written: WrittenOutcomes, report: PassReport
@@ -133,6 +126,16 @@ class DispatchObserver:
             metrics.retried.labels(kind).inc(count)
         observe_all(metrics.lag, written.done_lags)
         report.error_codes.update(d.error.code for d in classified.retry)
+        for d in classified.retry:
+            # The spec's per-row line, at the default level: during a hub incident it shows
+            # which rows are retrying (ids and codes only, never a payload).
+            _log.info(
+                "dispatch_retry",
+                entry_id=str(d.row.id),
+                kind=d.row.kind,
+                attempts=d.row.attempts,
+                error_code=d.error.code,
+            )
         report.lags.extend(written.done_lags)
         report.dispatched += len(written.done_lags)
         report.retried += written.retried
@@ -149,7 +152,13 @@ class DispatchObserver:
         row = d.row
         self.metrics.quarantined.labels(row.kind).inc()
         report.error_codes[d.error.code] += 1
-        _log.debug("quarantined", entry_id=str(row.id), kind=row.kind, error_code=d.error.code)
+        _log.warning(
+            "quarantined",
+            entry_id=str(row.id),
+            kind=row.kind,
+            attempts=row.attempts,
+            error_code=d.error.code,
+        )
         try:
             await self.alerts.quarantined(
                 RealtimeDispatchQuarantinedEvent(
