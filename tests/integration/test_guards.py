@@ -7,7 +7,7 @@ import asyncpg
 
 from realtime_dispatch.outbox.backoff import JITTER, Backoff
 from realtime_dispatch.outbox.queries import QUERIES
-from realtime_dispatch.outbox.store import Outcomes, OutboxStore
+from realtime_dispatch.outbox.store import OutboxStore, Outcomes
 from tests.integration.support import new_chat, send
 
 FILL_SQL = """
