@@ -134,33 +134,34 @@ async def test_lock_is_held_only_during_a_pass(pool: asyncpg.Pool, database_url:
 async def test_killed_listen_connection_reconnects_and_still_delivers(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
+    """The guarantee, whichever path notices the kill (the termination callback while idle, or a
+    failed query mid-turn) and however long that takes on a loaded machine: the runner opens a
+    new session by itself, LISTENs on it, and a notification delivers a row long before the
+    (hour-long) poll would."""
     chat, sender = await new_chat(pool)
-    stack = make_stack(pool, polling_interval=30.0)
+    stack = make_stack(pool, polling_interval=3600.0)
     async with running(stack, database_url) as runner:
         await wait_until(lambda: runner.listening)
         killed = await pool.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = 'realtime-dispatch'"
-            " AND pid <> pg_backend_pid()"
+            "SELECT array_agg(pid) FROM (SELECT pid, pg_terminate_backend(pid) FROM"
+            " pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'realtime-dispatch' AND pid <> pg_backend_pid()) AS k"
         )
-        assert killed >= 1
+        assert killed
 
-        def noticed() -> bool:
-            # Idle, the termination listener counts the loss; if the kill landed during one of the
-            # runner's own queries on that connection, the failed query does.
-            return any(
-                stack.metrics.registry.get_sample_value(
-                    "messenger_realtime_dispatch_errors_total", {"reason": reason}
-                )
-                for reason in ("listener_lost", "database_unavailable")
+        async def reconnected() -> bool:
+            fresh = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'realtime-dispatch' AND NOT (pid = ANY($1))",
+                killed,
             )
+            return bool(fresh) and runner.listening
 
-        await wait_until(noticed)
-        await wait_until(lambda: runner.listening)  # reconnected by itself
-        await wait_until(lambda: idle_flag(pool))
+        await wait_until(reconnected, within=60)
+        await wait_until(lambda: idle_flag(pool), within=60)
         await send(pool, chat, sender)
-        # Delivered by NOTIFY on the new connection, well before the 30 s poll.
-        await asyncio.wait_for(stack.publisher.pushed.wait(), 10)
+        await asyncio.wait_for(stack.publisher.pushed.wait(), 60)
+        assert runner.passes_run >= 1
 
 
 async def test_listen_off_polls_and_keeps_owners_from_notifying(
@@ -217,25 +218,25 @@ async def test_database_restart_mid_run_recovers_without_restart(tmp_path) -> No
         stack = make_stack(pool, polling_interval=0.2)
         async with running(stack, dsn) as runner:
             await send(pool, chat, sender, "before")
-            await wait_until(lambda: len(stack.publisher.pushes) == 1)
+            await wait_until(lambda: len(stack.publisher.pushes) == 1, within=30)
             server.restart()
             await send_with_retry(pool, chat, sender)
             # At-least-once: seq 1 may be pushed again if the restart hit between its push and
-            # its outcome write; what matters is that both arrive and both rows end Done.
+            # its outcome write; what matters is that both arrive and both rows end Done, and
+            # that the runner is back on LISTEN by itself (whichever path noticed the restart:
+            # the lost session's callback or a failed query; the test asserts neither).
             await wait_until(
-                lambda: {p.payload["seq"] for p in stack.publisher.pushes} == {1, 2}, within=30
+                lambda: {p.payload["seq"] for p in stack.publisher.pushes} == {1, 2}, within=60
             )
 
             async def both_done() -> bool:
-                return await done_count(pool) == 2
+                try:
+                    return await done_count(pool) == 2
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    return False  # a pooled session from before the restart
 
-            await wait_until(both_done, within=30)
-            await wait_until(lambda: runner.listening, within=30)
-            lost = stack.metrics.registry.get_sample_value(
-                "messenger_realtime_dispatch_errors_total", {"reason": "listener_lost"}
-            )
-            assert lost is not None
-            assert lost >= 1
+            await wait_until(both_done, within=60)
+            await wait_until(lambda: runner.listening and runner.state.ready, within=60)
     finally:
         await closing.aclose()
         server.stop()

@@ -136,7 +136,10 @@ class DispatchRunner:
                 return True  # more may be due: the next pass finds out, no extra query
             return await self._go_idle()
         except Exception as exc:
-            unavailable = is_unavailable(exc)
+            # A query on a session the server just ended may fail with a driver error that says
+            # nothing about why (InternalClientError): a closed session says it.
+            lost = self._conn is not None and self._conn.is_closed()
+            unavailable = is_unavailable(exc) or lost
             reason = "database_unavailable" if unavailable else type(exc).__name__
             self._metrics.passes.labels("failed").inc()
             self._metrics.errors.labels(reason).inc()

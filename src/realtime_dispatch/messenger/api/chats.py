@@ -30,9 +30,10 @@ from realtime_dispatch.contracts.rest import (
 )
 from realtime_dispatch.messenger import chats, messages, reads
 from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
 from realtime_dispatch.messenger.messages import MessageContent
 
-router = APIRouter(prefix="/api/chats", tags=["chats"])
+router = APIRouter(prefix="/api/chats", tags=["chats"], route_class=StrictJsonRoute)
 
 ChatId = Annotated[UUID, Path(alias="chatId")]
 MessageId = Annotated[UUID, Path(alias="messageId")]

@@ -7,6 +7,8 @@ a message or a token into a response or a log.
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import structlog
 from fastapi import FastAPI, Request
@@ -63,10 +65,19 @@ async def _auth(_request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+def _reason(error: Any) -> str:
+    """The error's text; for a body that is not JSON, also why (a lone surrogate, say)."""
+    message = str(error.get("msg"))
+    ctx = error.get("ctx") or {}
+    if error.get("type") == "json_invalid" and ctx.get("error"):
+        return f"{message}: {ctx['error']}"
+    return message
+
+
 async def _validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg")), "type": e["type"]}
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": _reason(e), "type": e["type"]}
         for e in exc.errors()
     ]
     message = "; ".join(f"{_location(tuple(e['loc']))}: {e['msg']}" for e in details)

@@ -26,8 +26,9 @@ from realtime_dispatch.contracts.rest import (
 )
 from realtime_dispatch.messenger import calls, conferences, media_join, recordings, screenshare
 from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
 
-router = APIRouter(prefix="/api")
+router = APIRouter(prefix="/api", route_class=StrictJsonRoute)
 
 CallId = Annotated[UUID, Path(alias="callId")]
 ChatId = Annotated[UUID, Path(alias="chatId")]

@@ -21,8 +21,9 @@ from realtime_dispatch.contracts.rest import (
 )
 from realtime_dispatch.messenger import blacklist, contacts
 from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
 
-router = APIRouter(prefix="/api", tags=["contacts", "blacklist"])
+router = APIRouter(prefix="/api", tags=["contacts", "blacklist"], route_class=StrictJsonRoute)
 
 UserId = Annotated[UUID, Path(alias="userId")]
 RequestId = Annotated[UUID, Path(alias="requestId")]
