@@ -73,6 +73,22 @@ async def rollback_only_reset(conn: Any) -> None:
         await conn.execute("ROLLBACK")
 
 
+# What a transaction pooler (PgBouncer, pool_mode = transaction) passes on as a startup parameter;
+# it refuses a connection that sends any other (unless listed in its ignore_startup_parameters).
+POOLER_STARTUP_PARAMETERS = frozenset({"application_name"})
+
+
+def transaction_settings_sql(settings: Mapping[str, str]) -> str:
+    """``SET LOCAL`` for each of ``settings`` but the startup-only ones, as one simple-protocol
+    batch (one round trip): how session settings reach a statement behind a transaction
+    pooler, where a session is not ours beyond the transaction."""
+    return "; ".join(
+        f"SET LOCAL {name} = '{value}'"
+        for name, value in settings.items()
+        if name not in POOLER_STARTUP_PARAMETERS
+    )
+
+
 async def create_pool(
     dsn: str,
     *,
@@ -80,16 +96,26 @@ async def create_pool(
     max_size: int = 10,
     server_settings: Mapping[str, str] | None = None,
     stateless: bool = False,
+    pooled: bool = False,
 ) -> asyncpg.Pool:
     """A pool; ``stateless`` when its users never keep session state (see
-    :func:`rollback_only_reset`)."""
+    :func:`rollback_only_reset`). ``pooled``: ``dsn`` goes through a transaction pooler, so
+    only :data:`POOLER_STARTUP_PARAMETERS` are sent at connect and no statement is prepared by
+    name (a named statement lives on one server session; the next transaction may get
+    another): the caller applies the rest per transaction (:func:`transaction_settings_sql`)."""
+    settings = dict(server_settings or {})
+    extra: dict[str, Any] = {}
+    if pooled:
+        settings = {k: v for k, v in settings.items() if k in POOLER_STARTUP_PARAMETERS}
+        extra["statement_cache_size"] = 0
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        server_settings=dict(server_settings or {}),
+        server_settings=settings,
         command_timeout=60,
         reset=rollback_only_reset if stateless else None,
+        **extra,
     )
     assert pool is not None
     return pool

@@ -27,6 +27,18 @@ def require_database_url(settings: Settings, command: str) -> None:
         )
 
 
+def transaction_pooled(settings: Settings) -> bool:
+    """A session URL apart from the database URL says that the database URL goes through a
+    transaction pooler (PgBouncer ``pool_mode = transaction``): the pools then send no session
+    settings at connect and prepare no named statements."""
+    session, url = settings.database_session_url, settings.database_url
+    return (
+        session is not None
+        and url is not None
+        and session.get_secret_value() != url.get_secret_value()
+    )
+
+
 def require_database(settings: Settings) -> None:
     """A database URL, or the embedded server's wheel (the ``embedded`` extra) to start one."""
     if settings.database_url is None and not embedded_available():
@@ -59,7 +71,8 @@ async def database_url(settings: Settings, *, run_migrations: bool = False) -> A
         print(f"realtime-dispatch: embedded PostgreSQL at {url}", file=sys.stderr)
     try:
         if run_migrations:
-            conn = await asyncpg.connect(url)
+            # Under a session advisory lock: on a session of its own, never through a pooler.
+            conn = await asyncpg.connect(session_url(settings, url))
             try:
                 await migrate(conn)
             finally:

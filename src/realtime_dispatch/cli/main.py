@@ -26,6 +26,7 @@ from realtime_dispatch.cli.database import (
     require_database,
     require_database_url,
     session_url,
+    transaction_pooled,
 )
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -106,7 +107,7 @@ async def _stats(settings: Settings, args: argparse.Namespace) -> int:
     if args.watch:
         return await _cancel_on_signal(ops.watch_stats(settings))
     async with database_url(settings) as url:
-        pool = await create_pool(url, max_size=1)
+        pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
             stats = await OutboxStore(pool, settings.dispatch_options().backoff).stats()
         finally:
@@ -121,7 +122,7 @@ async def _stats(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
-        pool = await create_pool(url, max_size=1)
+        pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
             count = await OutboxStore(pool, settings.dispatch_options().backoff).requeue(
                 ids=args.ids or (),
@@ -181,6 +182,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                     publisher,
                     media=settings.media_options(),
                     session_dsn=session_url(settings, url),
+                    pooled=transaction_pooled(settings),
                 ) as service,
                 probe_server(
                     service,

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from realtime_dispatch.cli.database import database_url
+from realtime_dispatch.cli.database import database_url, transaction_pooled
 from realtime_dispatch.cli.exit_codes import EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
@@ -65,7 +65,7 @@ async def watch_stats(settings: Settings, interval: float = 1.0) -> int:
     per refresh otherwise (for logs and pipes)."""
     console = Console()
     async with database_url(settings) as url:
-        pool = await create_pool(url, max_size=1)
+        pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
             service = OpsService(pool)
             if console.is_terminal:
@@ -89,7 +89,7 @@ async def _sample(service: OpsService) -> tuple[OutboxStats, RecentLag, LockHold
 
 async def quarantined(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
-        pool = await create_pool(url, max_size=1)
+        pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
             kind = RealtimeDispatchKind(args.kind) if args.kind else None
             rows = await OpsService(pool).quarantined(kind=kind, limit=args.limit)
@@ -118,7 +118,7 @@ async def quarantined(settings: Settings, args: argparse.Namespace) -> int:
 
 async def lock(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
-        pool = await create_pool(url, max_size=1)
+        pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
             holder = await OpsService(pool).lock_holder()
         finally:

@@ -19,7 +19,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.tokens import mint_token
-from realtime_dispatch.cli.database import database_url, session_url
+from realtime_dispatch.cli.database import database_url, session_url, transaction_pooled
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
@@ -68,6 +68,7 @@ async def _maybe_dispatcher(
         registry=registry,
         media=settings.media_options(),
         session_dsn=session_url(settings, url),
+        pooled=transaction_pooled(settings),
     ) as service:
         yield service
 
@@ -107,7 +108,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
-        pool = await create_pool(url, min_size=1, max_size=10)
+        pool = await create_pool(url, min_size=1, max_size=10, pooled=transaction_pooled(settings))
         try:
             async with (
                 Hub(

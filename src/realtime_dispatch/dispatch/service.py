@@ -19,6 +19,7 @@ from realtime_dispatch.database import (
     connect,
     create_pool,
     lock_connection_settings,
+    transaction_settings_sql,
 )
 from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
@@ -69,11 +70,14 @@ async def dispatch_service(
     alerts: AlertSink | None = None,
     media: MediaOptions | None = None,
     session_dsn: str | None = None,
+    pooled: bool = False,
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
 
     ``session_dsn`` (default ``dsn``): where each runner's own connection goes (LISTEN and the
-    advisory lock need a session, which a transaction pooler does not keep)."""
+    advisory lock need a session, which a transaction pooler does not keep). ``pooled``: ``dsn``
+    goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
+    claim then sets the planner settings per transaction."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
@@ -83,9 +87,11 @@ async def dispatch_service(
         max_size=4 * len(shares),
         server_settings=DISPATCHER_SERVER_SETTINGS,
         stateless=True,
+        pooled=pooled,
     )
     try:
-        store = OutboxStore(pool, options.backoff)
+        claim_settings = transaction_settings_sql(DISPATCHER_SERVER_SETTINGS) if pooled else ""
+        store = OutboxStore(pool, options.backoff, claim_settings=claim_settings)
         payloads = builder or default_payload_builder(media)
         sink = alerts or LogAlertSink()
         await store.forget_other_partitionings(options.partitions)

@@ -56,9 +56,15 @@ class OutboxStats:
 class OutboxStore:
     """Named queries over a pool. Each method is one short transaction (or one statement)."""
 
-    def __init__(self, pool: asyncpg.Pool, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, backoff: Backoff | None = None, *, claim_settings: str = ""
+    ) -> None:
+        """``claim_settings``: SQL run first in a transaction around every claim (``SET LOCAL``
+        of the planner settings, behind a transaction pooler where they cannot be set per
+        session); empty: the claim is one statement on its own."""
         self._pool = pool
         self._backoff = backoff or Backoff()
+        self._claim_settings = claim_settings
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -76,18 +82,25 @@ class OutboxStore:
         pool); never the ``exclude`` ids (rows this runner still has in flight)."""
         b = self._backoff
         backoff = (b.base, b.factor, b.cap, JITTER)
+        args = (limit, *backoff, list(exclude), partition.count, partition.index)
         async with translate_errors():
-            executor = self._pool if conn is None else conn
-            records = await executor.fetch(
-                QUERIES["claim"],
-                limit,
-                *backoff,
-                list(exclude),
-                partition.count,
-                partition.index,
-            )
+            if self._claim_settings:
+                records = await self._claim_with_settings(conn, args)
+            else:
+                executor = self._pool if conn is None else conn
+                records = await executor.fetch(QUERIES["claim"], *args)
         # RETURNING lists the columns in ClaimedRow's field order.
         return [ClaimedRow(*record) for record in records]
+
+    async def _claim_with_settings(
+        self, conn: DbConnection | None, args: tuple[object, ...]
+    ) -> list[asyncpg.Record]:
+        if conn is None:
+            async with self._pool.acquire() as pooled:
+                return await self._claim_with_settings(pooled, args)
+        async with conn.transaction():
+            await conn.execute(self._claim_settings)
+            return await conn.fetch(QUERIES["claim"], *args)
 
     async def try_lock(self, conn: DbConnection, partition: Partition = WHOLE) -> bool:
         """Take ``partition``'s single-runner lock on ``conn`` (a session advisory lock: it lives
