@@ -77,7 +77,7 @@ logfile = {log_path}
     args = [BINARY]
     if os.geteuid() == 0:
         # PgBouncer refuses to run as root; it drops to this user itself.
-        folder.chmod(0o777)
+        os.chmod(folder, 0o777)
         args += ["-u", "nobody"]
     process = await asyncio.create_subprocess_exec(
         *args,
