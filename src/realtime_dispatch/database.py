@@ -257,6 +257,8 @@ def is_unavailable(exc: BaseException) -> bool:
     SQLSTATE, or a transport failure."""
     if isinstance(exc, DatabaseUnavailable):
         return True
+    if isinstance(exc, asyncpg.TargetServerAttributeNotMatched):
+        return True  # no host of a multi-host URL is a primary right now (a failover)
     if isinstance(exc, asyncpg.PostgresError):
         return str(exc.sqlstate or "")[:2] in _UNAVAILABLE_CLASSES
     return isinstance(exc, OSError | asyncpg.InterfaceError | TimeoutError)
