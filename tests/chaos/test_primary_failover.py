@@ -163,6 +163,14 @@ async def test_primary_failover_resumes_by_itself(tmp_path: Path) -> None:
         counts: dict[str, int] = {}
         for m in pushed:
             counts[m] = counts.get(m, 0) + 1
+        # A lost message's seq is given again on the new primary, to another message: a client
+        # that dedupes by (chatId, seq) alone would drop that one (docs/RELIABILITY.md).
+        by_seq: dict[tuple[str, int], set[str]] = {}
+        for e in listener.events:
+            if e["target"] == "message_received":
+                payload = e["arguments"][0]
+                key = (payload["chatId"], int(payload["seq"]))
+                by_seq.setdefault(key, set()).add(payload["messageId"])
         report(
             "primary failover (promote standby, stop primary), hub + worker on a multi-host URL",
             owner_commits=len(committed),
@@ -170,6 +178,7 @@ async def test_primary_failover_resumes_by_itself(tmp_path: Path) -> None:
             lost_unreplicated_commits=len(lost),
             lost_that_had_been_pushed=sum(1 for m in lost if str(m) in counts),
             repeated_pushes=sum(n - 1 for n in counts.values()),
+            seqs_pushed_for_two_messages=sum(1 for ids in by_seq.values() if len(ids) > 1),
             seconds_promote_to_primary_stopped=round(stopped_at - failover_at, 3),
             seconds_without_dispatch_after_primary_stopped=resumed_after,
         )
