@@ -155,11 +155,12 @@ class DispatchRunner:
         """A turn failed because PostgreSQL cannot be reached: one log line per outage."""
         self.state = RunnerState.UNAVAILABLE
         self._metrics.database_available.set(0)
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
         if self._outage is not None:
             self._outage.failed_again()
+            _log.debug("database_still_unavailable", error=type(cause).__name__)
             return
         self._outage = Outage(time.monotonic(), reconnect_cap(self._options.polling_interval))
-        cause = exc.__cause__ if exc.__cause__ is not None else exc
         _log.warning(
             "database_unavailable", error=type(cause).__name__, partition=str(self._partition)
         )
@@ -193,7 +194,10 @@ class DispatchRunner:
         else:
             # Nobody listens: make sure owners do not pay for notifications.
             await self._set_flag(idle=False)
-        _log.info("dispatcher_connected", listening=self._listening)
+        # During an outage a session may open and its first query fail, attempt after attempt:
+        # only database_available says the outage is over.
+        log = _log.debug if self._outage is not None else _log.info
+        log("dispatcher_connected", listening=self._listening)
 
     async def _locked_pass(self) -> PassReport | None:
         conn = self._conn
