@@ -113,6 +113,35 @@ async def test_lock_held_elsewhere_pauses_dispatch(pool: asyncpg.Pool, database_
         await operator.close()
 
 
+async def test_a_standby_woken_by_notify_sleeps_again(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """A runner whose lock is held elsewhere (a standby) is woken by every notification; it
+    tries the lock once and sleeps again. (The wake event used to be cleared only once the lock
+    was taken: a standby then retried the lock in a loop, as fast as the database answered.)"""
+    operator = await asyncpg.connect(database_url)
+    try:
+        assert await operator.fetchval(f"SELECT pg_try_advisory_lock({LOCK_KEY_SQL})")
+        stack = make_stack(pool, polling_interval=3600.0)
+
+        def skipped() -> float:
+            value = stack.metrics.registry.get_sample_value(
+                "messenger_realtime_passes_total", {"result": "skipped_locked"}
+            )
+            return value or 0.0
+
+        async with running(stack, database_url) as runner:
+            await wait_until(lambda: runner.listening and skipped() >= 1)
+            for _ in range(3):
+                await operator.execute("SELECT pg_notify('realtime_outbox', '')")
+            await wait_until(lambda: skipped() >= 2)
+            await asyncio.sleep(1.0)  # a spinning standby would try the lock thousands of times
+            assert skipped() <= 1 + 3, skipped()
+            assert runner.state.value == "standby"
+    finally:
+        await operator.close()
+
+
 async def test_lock_is_held_only_during_a_pass(pool: asyncpg.Pool, database_url: str) -> None:
     chat, sender = await new_chat(pool)
     gate = asyncio.Event()
