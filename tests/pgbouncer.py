@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -76,9 +77,12 @@ logfile = {log_path}
     )
     args = [BINARY]
     if os.geteuid() == 0:
-        # PgBouncer refuses to run as root; it drops to this user itself.
+        # PgBouncer refuses to run as root; it drops to this user itself: the owner of the
+        # server's unix socket directory when it goes through one (the embedded server's is
+        # private to that user), else nobody.
         os.chmod(folder, 0o777)
-        args += ["-u", "nobody"]
+        user = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
+        args += ["-u", user]
     process = await asyncio.create_subprocess_exec(
         *args,
         str(folder / "pgbouncer.ini"),

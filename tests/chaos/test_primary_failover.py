@@ -37,7 +37,7 @@ from tests.replication import replicated_cluster
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 RATE = 40.0  # owner commits per second, overall
-BEFORE, AFTER = 3.0, 4.0  # seconds of writing before the failover and after it
+BEFORE, AFTER = 2.0, 3.0  # seconds of writing before the failover and after it
 
 
 async def owner(
