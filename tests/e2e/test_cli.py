@@ -28,6 +28,7 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_DISPATCH_BACKOFF_FACTOR", "0.1", "migrate"),
         ("REALTIME_CALL_RING_TIMEOUT", "0", "serve"),
         ("REALTIME_CALL_MAX_DURATION", "forever", "serve"),
+        ("REALTIME_WORKER_PORT", "0", "worker"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:
