@@ -142,7 +142,7 @@ async def test_a_lone_surrogate_in_any_rest_body_is_a_client_error(
                         continue
 
                     @settings(
-                        max_examples=5,
+                        max_examples=3,
                         deadline=None,
                         database=None,
                         suppress_health_check=list(HealthCheck),
