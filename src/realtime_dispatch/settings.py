@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 
 ENV_PREFIX = "REALTIME_"
@@ -41,6 +42,9 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = None
     data_dir: Path | None = None
+    projections: Path | None = None
+    """The projection manifest (``REALTIME_PROJECTIONS``). Set: the adopter's own schema, and
+    nothing of the reference messenger is created or run. Unset: the shipped manifest."""
     log_level: str = "info"
 
     dispatch_polling_interval: float = 1.0
@@ -103,6 +107,17 @@ class Settings(BaseSettings):
             return self.backplane
         return "redis" if self.backplane_enabled else "none"
 
+    @property
+    def reference_messenger(self) -> bool:
+        """Whether the reference messenger is this deployment's owner service (no manifest set):
+        its tables are migrated, its REST API, demo page and call reaper run."""
+        return self.projections is None
+
+    def projection_manifest(self) -> Manifest:
+        """The manifest's queries (the shipped one when unset); ConfigurationError naming
+        ``REALTIME_PROJECTIONS`` when the file cannot be read or parsed."""
+        return load_manifest(self.projections)
+
     def dispatch_options(self) -> RealtimeDispatchOptions:
         return RealtimeDispatchOptions(**self._prefixed("dispatch_", RealtimeDispatchOptions))
 
@@ -146,4 +161,5 @@ def load_settings(**overrides: Any) -> Settings:
             detail = detail.split(":", 1)[1].strip()
         raise ConfigurationError(variable, detail) from None
     settings.dispatch_options()
+    settings.projection_manifest()
     return settings

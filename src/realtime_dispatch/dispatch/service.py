@@ -27,6 +27,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
@@ -63,8 +64,10 @@ async def dispatch_service(
     builder: PayloadBuilder | None = None,
     alerts: AlertSink | None = None,
     media: MediaOptions | None = None,
+    manifest: Manifest | None = None,
 ) -> AsyncIterator[DispatchService]:
-    """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit."""
+    """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
+    ``manifest``: the projection SQL of the default builder (the shipped one when ``None``)."""
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
     pool = await create_pool(
@@ -76,7 +79,7 @@ async def dispatch_service(
     )
     try:
         store = OutboxStore(pool, options.backoff)
-        payloads = builder or default_payload_builder(media)
+        payloads = builder or default_payload_builder(media, manifest=manifest)
         sink = alerts or LogAlertSink()
         await store.forget_other_partitionings(options.partitions)
         runners = [
