@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     def _csv_lists(cls, data: Any) -> Any:
         if isinstance(data, dict) and "media_turn_urls" in data:
             data = {**data, "media_turn_urls": _split_csv(data["media_turn_urls"])}
+        if isinstance(data, dict) and data.get("projections") == "":
+            data = {**data, "projections": None}  # set but empty: unset
         return data
 
     @model_validator(mode="after")

@@ -444,7 +444,8 @@ async def test_garbage_outbox_rows_are_quarantined_and_the_worker_survives(
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(
                 "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id)"
-                " VALUES (messenger.realtime_new_id(), 'NoSuchKind', 'ChatGroup', gen_random_uuid())"
+                " VALUES (messenger.realtime_new_id(), 'NoSuchKind', 'ChatGroup',"
+                " gen_random_uuid())"
             )
         for constraint in (
             "ck_rto_kind",

@@ -115,8 +115,8 @@ async def test_sql_backoff_matches_the_python_policy(
 ) -> None:
     await pool.execute(
         "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id,"
-        " attempts) VALUES (messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(),"
-        " gen_random_uuid(), $1)",
+        " attempts) VALUES (messenger.realtime_new_id(), 'ContactRemoved', 'User',"
+        " gen_random_uuid(), gen_random_uuid(), $1)",
         attempts_before,
     )
     async with pool.acquire() as conn, conn.transaction():

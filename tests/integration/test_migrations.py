@@ -112,7 +112,8 @@ async def test_check_constraints_reject_invalid_rows(
         await pool.execute(
             "INSERT INTO messenger.realtime_outbox"
             " (id, kind, target_kind, chat_id, target_user_id, session_kind, attempts)"
-            f" VALUES (messenger.realtime_new_id(), {kind}, {target}, {chat}, {user}, {session}, {attempts})"
+            f" VALUES (messenger.realtime_new_id(), {kind}, {target}, {chat}, {user}, {session},"
+            f" {attempts})"
         )
 
 

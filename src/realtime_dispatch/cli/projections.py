@@ -41,5 +41,5 @@ async def check(settings: Settings) -> int:
             await conn.close()
     print(f"{VARIABLE}: {manifest.source}")
     for result in results:
-        print(f"{'ok  ' if result.ok else 'FAIL'} {result.line()}")
+        print(result.line())
     return EXIT_OK if all(r.ok for r in results) else EXIT_USAGE

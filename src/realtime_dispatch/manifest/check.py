@@ -34,7 +34,7 @@ def compare(
     """The first mismatch between a prepared query (its parameter type names, its result
     columns as (name, type name)) and its contract, or ``None``. Pure."""
     if params != [UUID_ARRAY]:
-        got = ", ".join(_type(p) for p in params) or "none"
+        got = ", ".join(params) or "none"
         return f"takes ({got}), expected one parameter $1 uuid[]"
     types = dict(columns)
     names = [name for name, _ in columns]
@@ -46,12 +46,8 @@ def compare(
         if got_type is None:
             return f"column {column.name} missing"
         if got_type not in TYPE_FAMILIES[column.family]:
-            return f"column {column.name} is {_type(got_type)}, expected {column.family}"
+            return f"column {column.name} is {got_type}, expected {column.family}"
     return None
-
-
-def _type(name: str) -> str:
-    return f"{name[1:]}[]" if name.startswith("_") else name
 
 
 async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryCheck:

@@ -21,7 +21,7 @@ TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(
         "json": frozenset({"json", "jsonb", "text", "varchar"}),
     }
 )
-UUID_ARRAY = "_uuid"  # what PostgreSQL calls uuid[]
+UUID_ARRAY = "uuid[]"  # as asyncpg names the type
 
 
 @dataclass(frozen=True, slots=True)
