@@ -146,7 +146,8 @@ removed_at timestamptz when lifted (null: still blocked)
     ),
     QueryContract(
         "calls",
-        "CallInvited … CallEnded with session_kind Direct",
+        "CallInvited, CallAnswered, CallDeclined, CallMissed, CallCancelled, CallEnded"
+        " (session_kind Direct)",
         "ref_id",
         _cols("""
 id uuid the 1:1 call (= outbox ref_id)
@@ -162,7 +163,7 @@ ended_by_user_id uuid who ended it
     ),
     QueryContract(
         "conferences",
-        "ConferenceStarted, ConferenceEnded; CallInvited, CallEnded with session_kind Conference",
+        "ConferenceStarted, ConferenceEnded; CallInvited, CallEnded (session_kind Conference)",
         "ref_id",
         _cols("""
 id uuid the conference (= outbox ref_id)

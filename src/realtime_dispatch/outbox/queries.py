@@ -10,7 +10,7 @@ import re
 from importlib import resources
 from types import MappingProxyType
 
-_HEADER = re.compile(r"^-- name: *(\S*)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- name:(.*)$", re.MULTILINE)
 _NAME = re.compile(r"^\w+$")
 
 
@@ -27,7 +27,8 @@ def parse_queries(text: str) -> list[tuple[str, str]]:
         raise QueryFileError("SQL before the first '-- name:' line")
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for header, body in zip(parts[1::2], parts[2::2], strict=True):
+        name = header.strip()
         if not _NAME.match(name):
             raise QueryFileError(f"'-- name: {name}' is not a query name (letters, digits, _)")
         if name in seen:
