@@ -4,6 +4,7 @@ prints the same verdicts, one line per query."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 
 import asyncpg
@@ -31,7 +32,8 @@ async def checked_manifest(url: str, settings: Settings, *, needs: Collection[st
 
 
 async def check(settings: Settings) -> int:
-    """``realtime-dispatch check``: one line per query of the contract; 0 when all hold."""
+    """``realtime-dispatch check``: one line per query of the contract on stdout (the manifest's
+    file on stderr); 0 when all hold, 2 otherwise."""
     manifest = settings.projection_manifest()
     async with database_url(settings) as url:
         conn = await asyncpg.connect(url)
@@ -39,7 +41,7 @@ async def check(settings: Settings) -> int:
             results = await check_manifest(conn, manifest, needs=HUB)
         finally:
             await conn.close()
-    print(f"{VARIABLE}: {manifest.source}")
+    print(f"realtime-dispatch: checking {VARIABLE}: {manifest.source}", file=sys.stderr)
     for result in results:
         print(result.line())
     return EXIT_OK if all(r.ok for r in results) else EXIT_USAGE
