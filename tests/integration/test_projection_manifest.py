@@ -10,11 +10,12 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
-from realtime_dispatch.messenger import commands
+from realtime_dispatch.messenger import calls, commands, conferences
 from tests.integration.support import make_stack, new_chat, row, send
 
 
@@ -23,6 +24,14 @@ def edited(**queries: str | None) -> Manifest:
     merged = {**shipped_manifest().queries, **queries}
     text = "".join(f"-- name: {n}\n{q};\n" for n, q in merged.items() if q is not None)
     return parse_manifest(text, "/etc/realtime/projections.sql")
+
+
+# A retried row must not come due again within the pass (the test counts one attempt).
+SLOW_RETRY = {"backoff_base": 30.0, "backoff_cap": 60.0}
+
+
+def builder_over(manifest: Manifest) -> PayloadBuilder:
+    return default_payload_builder(manifest=manifest)
 
 
 async def test_the_shipped_manifest_holds_on_the_reference_schema(pool: asyncpg.Pool) -> None:
@@ -94,12 +103,9 @@ async def test_a_failing_query_fails_only_the_rows_it_serves(pool: asyncpg.Pool)
         " WHERE id = ANY($1::uuid[])"
         " AND 1 / (SELECT count(*) - count(*) FROM messenger.participants)::int = 1"
     )
-    stack = make_stack(
-        pool, builder=default_payload_builder(manifest=edited(read_receipts=failing))
-    )
+    stack = make_stack(pool, builder=builder_over(edited(read_receipts=failing)), **SLOW_RETRY)
 
     report = await stack.dispatcher.run_pass()
-
     assert (report.claimed, report.dispatched, report.retried, report.quarantined) == (2, 1, 1, 0)
     assert [p.target for p in stack.publisher.pushes] == ["message_received"]
     assert (await row(pool, sent.outbox_id))["status"] == "Done"
@@ -114,7 +120,7 @@ async def test_a_kind_without_a_query_is_quarantined_as_kind_disabled(pool: asyn
     chat, sender = await new_chat(pool)
     sent = await send(pool, chat, sender)
     receipt = await _read_receipt(pool, chat, sender)
-    stack = make_stack(pool, builder=default_payload_builder(manifest=edited(read_receipts=None)))
+    stack = make_stack(pool, builder=builder_over(edited(read_receipts=None)))
 
     report = await stack.dispatcher.run_pass()
 
@@ -168,7 +174,7 @@ async def test_without_chat_alive_a_missing_reference_is_a_defect(pool: asyncpg.
     deleted, sender = await new_chat(pool)
     sent = await send(pool, deleted, sender)
     await pool.execute("DELETE FROM messenger.chats WHERE id = $1", deleted)
-    stack = make_stack(pool, builder=default_payload_builder(manifest=edited(chat_alive=None)))
+    stack = make_stack(pool, builder=builder_over(edited(chat_alive=None)))
 
     report = await stack.dispatcher.run_pass()
 
@@ -188,3 +194,41 @@ async def test_outbox_ids_default_to_uuid7_and_other_versions_are_refused(
             uuid4(),
             uuid4(),
         )
+
+
+async def test_one_kind_reading_two_queries_keeps_each_failure_apart(pool: asyncpg.Pool) -> None:
+    """CallInvited reads `calls` (Direct) or `conferences` (Conference): the failing `calls`
+    query retries the Direct row only; the Conference invite of the same batch goes out."""
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await commands.create_chat(conn, creator=alice, title="t", members=[bob])
+        call = await calls.start_call(conn, caller=alice, callee=bob)
+        conference = await conferences.start_conference(conn, chat_id=chat, actor=alice)
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    direct, group = [
+        await pool.fetchval(
+            "INSERT INTO messenger.realtime_outbox"
+            " (kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
+            " VALUES ('CallInvited', $1, $2, $3, $4, $5) RETURNING id",
+            *values,
+        )
+        for values in (
+            ("User", None, bob, call, "Direct"),
+            ("ChatGroup", chat, None, conference, "Conference"),
+        )
+    ]
+    failing = (
+        "SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
+        " ended_at, ended_by_user_id FROM messenger.call_sessions WHERE id = ANY($1::uuid[])"
+        " AND 1 / (SELECT count(*) - count(*) FROM messenger.call_sessions)::int = 1"
+    )
+    stack = make_stack(pool, builder=builder_over(edited(calls=failing)), **SLOW_RETRY)
+
+    report = await stack.dispatcher.run_pass()
+
+    assert (report.dispatched, report.retried) == (1, 1)
+    assert [p.group for p in stack.publisher.pushes] == [f"chat:{chat}"]
+    assert (await row(pool, group))["status"] == "Done"
+    assert (await row(pool, direct))["last_error"] == (
+        "TransientError:QueryFailed: the calls query failed (SQLSTATE 22012)"
+    )

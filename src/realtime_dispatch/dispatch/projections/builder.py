@@ -15,7 +15,7 @@ manifest's ``chat_alive`` says its chat is gone: then it is :class:`TargetGone`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 from uuid import UUID
@@ -83,6 +83,20 @@ def query_failed(exc: Exception, query: str) -> RealtimeDispatchError:
     return TransientError(f"the {query} query failed ({detail})", code="QueryFailed")
 
 
+async def build_apart(
+    query: str, work: Awaitable[BuildResults], items: Sequence[RowIntent]
+) -> BuildResults:
+    """Await ``work`` (the build of ``items`` by the ``query`` they need), its failure kept to
+    those rows: each gets the error of :func:`query_failed`, logged once as
+    ``projection_query_failed``."""
+    try:
+        return await work
+    except Exception as exc:
+        error = query_failed(exc, query)
+        _log.error("projection_query_failed", query=query, error=error.describe(), rows=len(items))
+        return dict.fromkeys((item.row.id for item in items), error)
+
+
 class CompositePayloadBuilder:
     def __init__(
         self, builders: Iterable[KindBuilder], *, chat_alive_sql: str | None = None
@@ -117,15 +131,7 @@ class CompositePayloadBuilder:
                 group = groups[id(builder)] = (builder, [])
             group[1].append(RowIntent(row, intent))
         for builder, items in groups.values():
-            try:
-                built = await builder.build(conn, items)
-            except Exception as exc:
-                query = _query_of(builder)
-                error = query_failed(exc, query)
-                _log.error(
-                    "projection_query_failed", query=query, error=error.describe(), rows=len(items)
-                )
-                built = dict.fromkeys((item.row.id for item in items), error)
+            built = await build_apart(_query_of(builder), builder.build(conn, items), items)
             for item in items:
                 result = built.get(item.row.id)
                 results[item.row.id] = (

@@ -26,7 +26,7 @@ from realtime_dispatch.contracts.calls import (
     _CallEvent,
 )
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, build_apart
 from realtime_dispatch.dispatch.projections.conferences import ConferencePayloadBuilder
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
@@ -120,9 +120,14 @@ class CallPayloadBuilder(RefProjectionBuilder):
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         group = [i for i in items if i.intent.session_kind is SessionKind.CONFERENCE]
         direct = [i for i in items if i.intent.session_kind is not SessionKind.CONFERENCE]
-        results = await super().build(conn, direct) if direct else {}
+        # Two queries (calls, conferences): each one's failure stays with its own rows.
+        results = (
+            await build_apart(self.query, super().build(conn, direct), direct) if direct else {}
+        )
         if group:
-            results.update(await self.group.build(conn, group))
+            results.update(
+                await build_apart(self.group.query, self.group.build(conn, group), group)
+            )
         return results
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
