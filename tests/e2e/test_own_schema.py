@@ -21,7 +21,7 @@ import jwt
 import pytest
 
 from realtime_dispatch.outbox.queries import parse_queries
-from tests.conftest import free_port, with_database
+from tests.conftest import free_port, wait_until, with_database
 from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
@@ -105,6 +105,14 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         }
         async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on"):
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+                async def ready() -> bool:
+                    try:
+                        return (await http.get("/readyz")).status_code == 200
+                    except httpx.TransportError:  # the line comes just before the socket
+                        return False
+
+                await wait_until(ready, within=30)
                 # Nothing of the reference messenger: no REST API, no docs, no demo page.
                 for path in ("/api/chats", "/docs", "/"):
                     assert (await http.get(path)).status_code == 404, path
