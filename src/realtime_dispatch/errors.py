@@ -4,6 +4,7 @@
 
     RealtimeDispatchError
     ├── ConfigurationError            invalid settings; the process stops with one line
+    ├── SchemaConflict                a migration met an existing object of the same name
     ├── IntentError                   an owner asked to enqueue an intent that cannot be valid
     ├── TargetGone                    the row's target no longer exists (its chat was deleted):
     │                                 nothing to deliver and nothing wrong; Done with the reason
@@ -44,6 +45,13 @@ class ConfigurationError(RealtimeDispatchError):
     def __init__(self, variable: str, message: str) -> None:
         super().__init__(f"{variable}: {message}")
         self.variable = variable
+
+
+class SchemaConflict(RealtimeDispatchError):
+    """A migration would create an object that exists already (an adopter's own table named
+    like one of ours): nothing of that migration was applied; the process stops with one line."""
+
+    code = "SchemaConflict"
 
 
 class IntentError(RealtimeDispatchError, ValueError):

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 
 ENV_PREFIX = "REALTIME_"
@@ -44,6 +45,9 @@ class Settings(BaseSettings):
     """LISTEN, advisory locks, the membership feed: a direct connection when the pools go
     through a transaction pooler. Unset: ``database_url``."""
     data_dir: Path | None = None
+    projections: Path | None = None
+    """The projection manifest (``REALTIME_PROJECTIONS``). Set: the adopter's own schema, and
+    nothing of the reference messenger is created or run. Unset: the shipped manifest."""
     log_level: str = "info"
 
     dispatch_polling_interval: float = 1.0
@@ -90,6 +94,8 @@ class Settings(BaseSettings):
     def _csv_lists(cls, data: Any) -> Any:
         if isinstance(data, dict) and "media_turn_urls" in data:
             data = {**data, "media_turn_urls": _split_csv(data["media_turn_urls"])}
+        if isinstance(data, dict) and data.get("projections") == "":
+            data = {**data, "projections": None}  # set but empty: unset
         return data
 
     @model_validator(mode="after")
@@ -109,6 +115,17 @@ class Settings(BaseSettings):
         if self.backplane is not None:
             return self.backplane
         return "redis" if self.backplane_enabled else "none"
+
+    @property
+    def reference_messenger(self) -> bool:
+        """Whether the reference messenger is this deployment's owner service (no manifest set):
+        its tables are migrated, its REST API, demo page and call reaper run."""
+        return self.projections is None
+
+    def projection_manifest(self) -> Manifest:
+        """The manifest's queries (the shipped one when unset); ConfigurationError naming
+        ``REALTIME_PROJECTIONS`` when the file cannot be read or parsed."""
+        return load_manifest(self.projections)
 
     def dispatch_options(self) -> RealtimeDispatchOptions:
         return RealtimeDispatchOptions(**self._prefixed("dispatch_", RealtimeDispatchOptions))
@@ -153,4 +170,5 @@ def load_settings(**overrides: Any) -> Settings:
             detail = detail.split(":", 1)[1].strip()
         raise ConfigurationError(variable, detail) from None
     settings.dispatch_options()
+    settings.projection_manifest()
     return settings

@@ -85,7 +85,8 @@ async def test_no_secret_or_body_at_rest(
             await pool.execute(
                 "INSERT INTO messenger.realtime_outbox"
                 " (id, kind, target_kind, chat_id, message_id) VALUES"
-                " (gen_random_uuid(), 'MessageReceived', 'ChatGroup', $1, gen_random_uuid())",
+                " (messenger.realtime_new_id(), 'MessageReceived', 'ChatGroup', $1,"
+                " gen_random_uuid())",
                 UUID(chat),
             )
 

@@ -445,7 +445,8 @@ async def test_garbage_outbox_rows_are_quarantined_and_the_worker_survives(
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(
                 "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id)"
-                " VALUES (gen_random_uuid(), 'NoSuchKind', 'ChatGroup', gen_random_uuid())"
+                " VALUES (messenger.realtime_new_id(), 'NoSuchKind', 'ChatGroup',"
+                " gen_random_uuid())"
             )
         for constraint in (
             "ck_rto_kind",
@@ -469,7 +470,7 @@ async def test_garbage_outbox_rows_are_quarantined_and_the_worker_survives(
             await conn.execute(
                 "INSERT INTO messenger.realtime_outbox"
                 " (id, kind, target_kind, chat_id, target_user_id, session_kind, ref_id)"
-                " VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, gen_random_uuid())",
+                " VALUES (messenger.realtime_new_id(), $1, $2, $3, $4, $5, gen_random_uuid())",
                 kind,
                 target,
                 chat_id,

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
@@ -38,6 +39,8 @@ def make_stack(
     pool: asyncpg.Pool,
     options: RealtimeDispatchOptions = FAST,
     publisher: RecordingPublisher | None = None,
+    *,
+    builder: PayloadBuilder | None = None,
     **changes: object,
 ) -> Stack:
     options = replace(options, **changes)  # type: ignore[arg-type]
@@ -47,7 +50,7 @@ def make_stack(
     store = OutboxStore(pool, options.backoff)
     dispatcher = Dispatcher(
         store=store,
-        builder=default_payload_builder(),
+        builder=builder or default_payload_builder(),
         publisher=publisher,
         options=options,
         metrics=metrics,

@@ -10,7 +10,7 @@ from realtime_dispatch.outbox.queries import QUERIES
 FILL_SQL = """
 INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id, status,
                                        created_at)
-SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid(),
+SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid(),
        CASE WHEN g % 50 = 0 THEN 'Pending' ELSE 'Done' END, now()
 FROM generate_series(1, $1) AS g
 """
@@ -66,11 +66,11 @@ async def test_default_sessions_would_switch_to_a_generic_plan(pool: asyncpg.Poo
 
 STALE_PLAN_SQL = """
 INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
-SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
 FROM generate_series(1, 3000);
 UPDATE messenger.realtime_outbox SET status = 'Done';
 INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
-SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
 FROM generate_series(1, 5);
 """
 
@@ -115,8 +115,8 @@ async def test_sql_backoff_matches_the_python_policy(
 ) -> None:
     await pool.execute(
         "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id,"
-        " attempts) VALUES (gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(),"
-        " gen_random_uuid(), $1)",
+        " attempts) VALUES (messenger.realtime_new_id(), 'ContactRemoved', 'User',"
+        " gen_random_uuid(), gen_random_uuid(), $1)",
         attempts_before,
     )
     async with pool.acquire() as conn, conn.transaction():

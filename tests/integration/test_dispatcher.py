@@ -366,7 +366,7 @@ async def test_garbage_rows_are_quarantined_with_a_reason(pool: asyncpg.Pool) ->
         await pool.execute(
             "INSERT INTO messenger.realtime_outbox"
             " (id, kind, target_kind, chat_id, target_user_id, session_kind)"
-            f" SELECT gen_random_uuid(), * FROM (VALUES {values}) AS v"
+            f" SELECT messenger.realtime_new_id(), * FROM (VALUES {values}) AS v"
         )
     stack = make_stack(pool)
     report = await stack.dispatcher.run_pass()

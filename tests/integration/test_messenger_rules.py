@@ -438,7 +438,7 @@ async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.P
     await pool.executemany(
         "INSERT INTO messenger.realtime_outbox"
         " (id, kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
-        " VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+        " VALUES (messenger.realtime_new_id(), $1, $2, $3, $4, $5, $6)",
         forged,
     )
     stack = make_stack(pool)

@@ -112,7 +112,8 @@ async def test_check_constraints_reject_invalid_rows(
         await pool.execute(
             "INSERT INTO messenger.realtime_outbox"
             " (id, kind, target_kind, chat_id, target_user_id, session_kind, attempts)"
-            f" VALUES (gen_random_uuid(), {kind}, {target}, {chat}, {user}, {session}, {attempts})"
+            f" VALUES (messenger.realtime_new_id(), {kind}, {target}, {chat}, {user}, {session},"
+            f" {attempts})"
         )
 
 
@@ -126,7 +127,7 @@ async def test_trigger_notifies_only_while_dispatcher_idle(pool: asyncpg.Pool) -
     await listener.add_listener("realtime_outbox", on_notify)
     insert = (
         "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)"
-        " VALUES (gen_random_uuid(), 'ContactRemoved', 'User',"
+        " VALUES (messenger.realtime_new_id(), 'ContactRemoved', 'User',"
         " gen_random_uuid(), gen_random_uuid())"
     )
     try:

@@ -19,7 +19,7 @@ from tests.integration.support import make_stack
 INSERT = (
     "INSERT INTO messenger.realtime_outbox"
     " (id, kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
-    " VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)"
+    " VALUES (messenger.realtime_new_id(), $1, $2, $3, $4, $5, $6)"
 )
 
 

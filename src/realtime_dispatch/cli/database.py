@@ -58,7 +58,12 @@ def session_url(settings: Settings, url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def database_url(settings: Settings, *, run_migrations: bool = False) -> AsyncIterator[str]:
+async def database_url(
+    settings: Settings, *, run_migrations: bool = False, only_outbox: bool = False
+) -> AsyncIterator[str]:
+    """The database's URL for the block. ``run_migrations``: apply the schema first, the
+    outbox's alone when ``only_outbox`` or a projection manifest is set (the adopter's own
+    schema: no table of the reference messenger is created)."""
     embedded: EmbeddedPostgres | None = None
     if settings.database_url is not None:
         url = settings.database_url.get_secret_value()
@@ -74,7 +79,7 @@ async def database_url(settings: Settings, *, run_migrations: bool = False) -> A
             # Under a session advisory lock: on a session of its own, never through a pooler.
             conn = await asyncpg.connect(session_url(settings, url))
             try:
-                await migrate(conn)
+                await migrate(conn, with_messenger=settings.reference_messenger and not only_outbox)
             finally:
                 await conn.close()
         yield url

@@ -20,7 +20,7 @@ import orjson
 import structlog
 
 from realtime_dispatch.auth.tokens import mint_token
-from realtime_dispatch.cli import ops
+from realtime_dispatch.cli import ops, projections
 from realtime_dispatch.cli.database import (
     database_url,
     require_database,
@@ -35,10 +35,12 @@ from realtime_dispatch.cli.worker_http import probe_server
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
-from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable
+from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable, SchemaConflict
 from realtime_dispatch.hub.publishers import RedisHubPublisher
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.observability import configure_logging
+from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
@@ -58,7 +60,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Transactional-outbox realtime push: outbox, dispatcher, SignalR hub.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("migrate", help="apply the schema (idempotent, safe to run concurrently)")
+    migrate = sub.add_parser(
+        "migrate", help="apply the schema (idempotent, safe to run concurrently)"
+    )
+    migrate.add_argument(
+        "--only",
+        choices=["outbox"],
+        help="the outbox's schema alone (its table, functions, trigger, migration records)",
+    )
+    migrate.add_argument(
+        "--print-sql", action="store_true", help="print the SQL instead of applying it"
+    )
+    sub.add_parser("check", help="check the projection manifest against the database")
     for name, text in (
         ("serve", "hub + REST + dispatcher in one process (embedded PostgreSQL by default)"),
         ("hub", "hub + REST without the dispatcher"),
@@ -97,10 +110,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _migrate(settings: Settings, _: argparse.Namespace) -> int:
-    async with database_url(settings, run_migrations=True):
+async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
+    only_outbox = args.only == "outbox"
+    async with database_url(settings, run_migrations=True, only_outbox=only_outbox):
         print("schema is up to date")
     return EXIT_OK
+
+
+def _print_sql(settings: Settings, args: argparse.Namespace) -> int:
+    """``migrate --print-sql``: the schema ``migrate`` would apply, without a database."""
+    with_messenger = settings.reference_messenger and args.only != "outbox"
+    print(migration_script(selected_migrations(with_messenger=with_messenger)), end="")
+    return EXIT_OK
+
+
+async def _check(settings: Settings, _: argparse.Namespace) -> int:
+    return await projections.check(settings)
 
 
 async def _stats(settings: Settings, args: argparse.Namespace) -> int:
@@ -173,6 +198,9 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     publisher = None if settings.backplane_mode == "redis-cluster" else worker_publisher(settings)
     try:
         async with database_url(settings, run_migrations=True) as url:
+            manifest = await projections.checked_manifest(
+                session_url(settings, url), settings, needs=()
+            )
             if publisher is None:
                 publisher = worker_publisher(settings, dsn=session_url(settings, url))
             async with (
@@ -183,6 +211,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                     media=settings.media_options(),
                     session_dsn=session_url(settings, url),
                     pooled=transaction_pooled(settings),
+                    manifest=manifest,
                 ) as service,
                 probe_server(
                     service,
@@ -240,6 +269,7 @@ async def _hub(settings: Settings, args: argparse.Namespace) -> int:
 
 _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "migrate": _migrate,
+    "check": _check,
     "stats": _stats,
     "requeue": _requeue,
     "worker": _worker,
@@ -284,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(settings.log_level)
         if args.command == "token":
             return _token(settings, args)
+        if args.command == "migrate" and args.print_sql:
+            return _print_sql(settings, args)
         flush_traces = configure_tracing(os.environ, f"realtime-dispatch-{args.command}")
         if args.command in SERVERS:
             tune_gc()
@@ -293,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except UsageError as exc:
         print(f"realtime-dispatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SchemaConflict as exc:
+        print(f"realtime-dispatch: schema conflict: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except DatabaseUnavailable as exc:
         print(f"realtime-dispatch: database unavailable ({exc})", file=sys.stderr)

@@ -4,6 +4,10 @@ call-timeout reaper beside them, and the dispatcher pushing through the in-proce
 
 Media join tokens are minted by the dispatcher from ``REALTIME_MEDIA_*``; with no media secret
 configured, development secrets are generated (and a line says so), so invites carry tokens.
+
+With a projection manifest set (``REALTIME_PROJECTIONS``: the adopter's own schema) nothing of
+the reference messenger runs: the app is the hub's routes and ``/ops`` only, with no REST API,
+demo page or call reaper.
 """
 
 from __future__ import annotations
@@ -17,16 +21,19 @@ from uuid import uuid4
 import asyncpg
 import structlog
 from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url, session_url, transaction_pooled
 from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
+from realtime_dispatch.cli.projections import HUB, checked_manifest
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
+from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
 from realtime_dispatch.ops.routes import ops_routes
@@ -36,9 +43,11 @@ from realtime_dispatch.settings import Settings
 log = structlog.get_logger(__name__)
 
 
-def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptions:
+def hub_options(
+    settings: Settings, *, redis_url: str | None = None, manifest: Manifest | None = None
+) -> HubOptions:
     """The hub's options from the settings (``REALTIME_HUB_*``, the backplane's Redis URL,
-    ``redis_url`` overriding it)."""
+    ``redis_url`` overriding it, the manifest's ``member_chats``)."""
     secret = settings.hub_jwt_secret
     key = settings.hub_service_key
     url = redis_url
@@ -51,12 +60,19 @@ def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptio
         backplane_mode=settings.backplane_mode,
         ping_interval=settings.hub_ping_interval,
         idle_timeout=settings.hub_idle_timeout,
+        member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
     )
 
 
 @contextlib.asynccontextmanager
 async def _maybe_dispatcher(
-    enabled: bool, url: str, settings: Settings, hub: Hub, registry: CollectorRegistry
+    enabled: bool,
+    url: str,
+    settings: Settings,
+    hub: Hub,
+    registry: CollectorRegistry,
+    *,
+    manifest: Manifest,
 ) -> AsyncIterator[DispatchService | None]:
     if not enabled:
         yield None
@@ -69,6 +85,7 @@ async def _maybe_dispatcher(
         media=settings.media_options(),
         session_dsn=session_url(settings, url),
         pooled=transaction_pooled(settings),
+        manifest=manifest,
     ) as service:
         yield service
 
@@ -76,9 +93,13 @@ async def _maybe_dispatcher(
 @contextlib.asynccontextmanager
 async def call_reaper(
     pool: asyncpg.Pool, on_failure: Callable[[], None], settings: Settings
-) -> AsyncIterator[CallTimeoutReaper]:
+) -> AsyncIterator[CallTimeoutReaper | None]:
     """Run the call-timeout reaper for the duration of the block; if it dies, log it and call
-    ``on_failure`` (the server stops and exits non-zero) rather than limp on without it."""
+    ``on_failure`` (the server stops and exits non-zero) rather than limp on without it. None
+    runs with a projection manifest set (the calls are the adopter's)."""
+    if not settings.reference_messenger:
+        yield None
+        return
     reaper = CallTimeoutReaper(
         pool, ring_timeout=settings.call_ring_timeout, max_duration=settings.call_max_duration
     )
@@ -100,6 +121,20 @@ async def call_reaper(
             await task
 
 
+def _app(settings: Settings, pool: asyncpg.Pool, hub: Hub, demo_secret: str | None) -> Starlette:
+    """The reference messenger's REST API with the hub, ops and demo routes; with a manifest
+    set, the hub's and ops routes alone."""
+    operator_routes = ops_routes(OpsService(pool), hub.verifier)
+    if not settings.reference_messenger:
+        return Starlette(routes=[*hub_routes(hub), *operator_routes])
+    demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
+    return create_api(
+        pool=pool,
+        options=settings.api_options(),
+        routes=[*hub_routes(hub), *operator_routes, *demo],
+    )
+
+
 async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
     # Demo tokens are minted only on generated development secrets, never in a deployment.
     dev_tokens = settings.hub_jwt_secret is None
@@ -108,25 +143,21 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
+        manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
         pool = await create_pool(url, min_size=1, max_size=10, pooled=transaction_pooled(settings))
         try:
+            options = hub_options(settings, manifest=manifest)
             async with (
                 Hub(
-                    hub_options(settings),
+                    options,
                     pool=pool,
                     dsn=session_url(settings, url),
                     metrics_registry=registry,
                 ) as hub,
-                _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
+                _maybe_dispatcher(with_dispatcher, url, settings, hub, registry, manifest=manifest),
             ):
-                operator_routes = ops_routes(OpsService(pool), hub.verifier)
                 demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
-                demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
-                app = create_api(
-                    pool=pool,
-                    options=settings.api_options(),
-                    routes=[*hub_routes(hub), *operator_routes, *demo],
-                )
+                app = _app(settings, pool, hub, demo_secret)
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
                 )
@@ -137,10 +168,12 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                     server.should_exit = True
 
                 async with call_reaper(pool, stop_on_reaper_failure, settings):
+                    parts = "demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
+                    if not settings.reference_messenger:
+                        parts = f"hub /hubs/messenger, ops /ops, projections {manifest.source}"
                     lines = [
                         f"realtime-dispatch: listening on http://{host}:{port}"
-                        f" (demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
-                        f"{', dispatcher on' if with_dispatcher else ''})"
+                        f" ({parts}{', dispatcher on' if with_dispatcher else ''})"
                     ]
                     if dev_tokens:
                         # Only on generated development secrets: with a configured secret a

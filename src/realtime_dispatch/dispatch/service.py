@@ -28,6 +28,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
@@ -71,13 +72,15 @@ async def dispatch_service(
     media: MediaOptions | None = None,
     session_dsn: str | None = None,
     pooled: bool = False,
+    manifest: Manifest | None = None,
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
 
     ``session_dsn`` (default ``dsn``): where each runner's own connection goes (LISTEN and the
     advisory lock need a session, which a transaction pooler does not keep). ``pooled``: ``dsn``
     goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
-    claim then sets the planner settings per transaction."""
+    claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
+    the default builder (the shipped one when ``None``)."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
@@ -92,7 +95,7 @@ async def dispatch_service(
     try:
         claim_settings = transaction_settings_sql(DISPATCHER_SERVER_SETTINGS) if pooled else ""
         store = OutboxStore(pool, options.backoff, claim_settings=claim_settings)
-        payloads = builder or default_payload_builder(media)
+        payloads = builder or default_payload_builder(media, manifest=manifest)
         sink = alerts or LogAlertSink()
         await store.forget_other_partitionings(options.partitions)
         runners = [

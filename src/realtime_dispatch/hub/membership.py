@@ -1,6 +1,6 @@
 """Chat membership → ``chat:{chatId}`` groups: :class:`MembershipTracker`. Pure.
 
-Two sources feed it: snapshots read from ``messenger.participants`` (on connect, and after the
+Two sources feed it: snapshots read by the manifest's ``member_chats`` (on connect, and after the
 membership feed reconnects) and live changes (``realtime_membership`` notifications). A change
 can arrive while a snapshot query is in flight, and the snapshot may or may not already contain
 it. Each change carries the absolute state (active or not), so the rule is simple: changes seen

@@ -25,18 +25,16 @@ from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
+from realtime_dispatch.manifest.manifest import shipped_manifest
 
 log = structlog.get_logger(__name__)
 
-# Active chats of one user (initial groups on connect).
-SQL_ACTIVE_CHATS_OF_USER = """
-SELECT user_id, chat_id FROM messenger.participants WHERE user_id = $1 AND active
-"""
 
-# Active chats of many users (resync after the listening connection came back).
-SQL_ACTIVE_CHATS_OF_USERS = """
-SELECT user_id, chat_id FROM messenger.participants WHERE user_id = ANY($1::uuid[]) AND active
-"""
+def shipped_member_chats() -> str:
+    """The reference messenger's ``member_chats`` query (from the shipped manifest)."""
+    sql = shipped_manifest().sql("member_chats")
+    assert sql is not None
+    return sql
 
 
 class MembershipFeed:
@@ -47,6 +45,7 @@ class MembershipFeed:
         pool: asyncpg.Pool | None,
         tracker: MembershipTracker,
         connected_users: Callable[[], Collection[UUID]],
+        member_chats_sql: str | None = None,
         health_interval: float = 5.0,
         query_timeout: float = 5.0,
         reconnect_delay: float = 0.5,
@@ -56,6 +55,9 @@ class MembershipFeed:
         self.pool = pool
         self._tracker = tracker
         self._connected_users = connected_users
+        # The manifest's member_chats: $1 uuid[] user ids → (user_id, chat_id) of active
+        # memberships; on connect (one user) and after a reconnect (every connected user).
+        self._member_chats = member_chats_sql or shipped_member_chats()
         self._health_interval = health_interval
         self._query_timeout = query_timeout
         self._reconnect_delay = reconnect_delay
@@ -73,7 +75,7 @@ class MembershipFeed:
         token = self._tracker.begin_load()
         try:
             rows = await self._require_pool().fetch(
-                SQL_ACTIVE_CHATS_OF_USER, user_id, timeout=self._query_timeout
+                self._member_chats, [user_id], timeout=self._query_timeout
             )
         except BaseException:
             self._tracker.cancel_load(token)
@@ -133,7 +135,7 @@ class MembershipFeed:
         try:
             rows = (
                 await self._require_pool().fetch(
-                    SQL_ACTIVE_CHATS_OF_USERS, users, timeout=self._query_timeout
+                    self._member_chats, users, timeout=self._query_timeout
                 )
                 if users
                 else []

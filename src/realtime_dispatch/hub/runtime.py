@@ -77,6 +77,9 @@ class HubOptions:
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    member_chats_sql: str | None = None
+    """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
+    reference messenger's participants)."""
 
 
 class Hub:
@@ -103,7 +106,11 @@ class Hub:
         self._pool = pool
         self._owned_pool: asyncpg.Pool | None = None
         self.membership = MembershipFeed(
-            dsn=dsn, pool=pool, tracker=self.tracker, connected_users=self.registry.users
+            dsn=dsn,
+            pool=pool,
+            tracker=self.tracker,
+            connected_users=self.registry.users,
+            member_chats_sql=options.member_chats_sql,
         )
         url = self.options.backplane_url
         from_backplane = functools.partial(self.deliver, source=BACKPLANE)

@@ -19,6 +19,13 @@ def all_migrations() -> list[Migration]:
     return outbox_schema.packaged_migrations(messenger_migrations())
 
 
-async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply every pending migration, the outbox's and the messenger's."""
-    return await outbox_schema.migrate(conn, messenger_migrations())
+def selected_migrations(*, with_messenger: bool) -> list[Migration]:
+    """Every migration, or the outbox's alone (``migrate --only outbox``, or a manifest set)."""
+    return all_migrations() if with_messenger else outbox_schema.packaged_migrations()
+
+
+async def migrate(conn: asyncpg.Connection, *, with_messenger: bool = True) -> list[Migration]:
+    """Apply every pending migration, the outbox's and (unless ``with_messenger`` is false)
+    the messenger's."""
+    extra = messenger_migrations() if with_messenger else []
+    return await outbox_schema.migrate(conn, extra)

@@ -6,6 +6,11 @@ each file keeps its number wherever it lives.
 Applied in order under an advisory lock, each in its own transaction, and recorded in
 ``messenger.realtime_schema_migrations``: running ``migrate`` twice, or from two processes at
 once, is safe — the second waits for the lock and then finds nothing to do.
+
+:func:`migration_script` is the same SQL as one script (``migrate --print-sql``), records
+included, for an adopter to fold into the migrations of their own tool; ``migrate`` then finds
+it applied. A migration that meets an existing object of the same name raises
+:class:`~realtime_dispatch.errors.SchemaConflict` naming the migration and the object.
 """
 
 from __future__ import annotations
@@ -17,9 +22,30 @@ from importlib import resources
 
 import asyncpg
 
+from realtime_dispatch.errors import SchemaConflict
+
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
 MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+BOOKKEEPING_SQL = """
+CREATE SCHEMA IF NOT EXISTS messenger;
+CREATE TABLE IF NOT EXISTS messenger.realtime_schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+""".strip()
+_RECORD_SQL = "INSERT INTO messenger.realtime_schema_migrations (version, name) VALUES ($1, $2)"
+# "An object of that name exists": what a migration meets in a database that has its own
+# tables named like ours (SQLSTATE 42P07 table/index, 42710 object, 42723 function, 42P06
+# schema, 42701 column).
+_COLLISIONS = (
+    asyncpg.DuplicateTableError,
+    asyncpg.DuplicateObjectError,
+    asyncpg.DuplicateFunctionError,
+    asyncpg.DuplicateSchemaError,
+    asyncpg.DuplicateColumnError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,29 +89,39 @@ async def migrate(conn: asyncpg.Connection, extra: Sequence[Migration] = ()) -> 
     applied: list[Migration] = []
     await conn.execute(MIGRATION_LOCK_SQL)
     try:
-        await conn.execute(
-            """
-            CREATE SCHEMA IF NOT EXISTS messenger;
-            CREATE TABLE IF NOT EXISTS messenger.realtime_schema_migrations (
-                version    integer     PRIMARY KEY,
-                name       text        NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            );
-            """
-        )
+        await conn.execute(BOOKKEEPING_SQL)
         done = await applied_versions(conn)
         for migration in packaged_migrations(extra):
             if migration.version in done:
                 continue
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO messenger.realtime_schema_migrations (version, name)"
-                    " VALUES ($1, $2)",
-                    migration.version,
-                    migration.name,
-                )
+            try:
+                async with conn.transaction():
+                    await conn.execute(migration.sql)
+                    await conn.execute(_RECORD_SQL, migration.version, migration.name)
+            except _COLLISIONS as exc:
+                raise SchemaConflict(
+                    f"migration {migration.version:04d}_{migration.name}: {_first_line(exc)}"
+                ) from None
             applied.append(migration)
     finally:
         await conn.execute(MIGRATION_UNLOCK_SQL)
     return applied
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def migration_script(migrations: Sequence[Migration]) -> str:
+    """``migrations`` as one SQL script: the bookkeeping table, then each migration followed by
+    its record, so that ``realtime-dispatch migrate`` later finds them applied. No transaction
+    statements: the tool that runs it decides (each part is safe inside one)."""
+    parts = [f"-- realtime-dispatch schema: {len(migrations)} migrations", BOOKKEEPING_SQL]
+    for m in migrations:
+        record = (
+            "INSERT INTO messenger.realtime_schema_migrations (version, name)"
+            f" VALUES ({m.version}, '{m.name}');"
+        )
+        parts.append(f"-- migration {m.version:04d}_{m.name}\n{m.sql.strip()}\n{record}")
+    return "\n\n".join(parts) + "\n"

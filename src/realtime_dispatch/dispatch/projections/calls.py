@@ -26,7 +26,7 @@ from realtime_dispatch.contracts.calls import (
     _CallEvent,
 )
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, build_apart
 from realtime_dispatch.dispatch.projections.conferences import ConferencePayloadBuilder
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
@@ -56,10 +56,12 @@ class GroupCallPayloadBuilder(RefProjectionBuilder):
 
     kinds = frozenset({K.CALL_INVITED, K.CALL_ENDED})
     entity = ConferencePayloadBuilder.entity
-    sql = ConferencePayloadBuilder.sql  # the same projection of the conference
+    query = ConferencePayloadBuilder.query  # the same projection of the conference
 
-    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
-        super().__init__(encoder=encoder)
+    def __init__(
+        self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
+    ) -> None:
+        super().__init__(sql=sql, encoder=encoder)
         self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
@@ -99,23 +101,33 @@ class CallPayloadBuilder(RefProjectionBuilder):
         }
     )
     entity = "Call"
-    sql = """
-    SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
-           ended_at, ended_by_user_id
-    FROM messenger.call_sessions WHERE id = ANY($1::uuid[])
-    """
+    query = "calls"
 
-    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
-        super().__init__(encoder=encoder)
+    def __init__(
+        self,
+        minter: MediaMinter,
+        *,
+        sql: str | None,
+        conference_sql: str | None,
+        encoder: PayloadEncoder = FAST,
+    ) -> None:
+        """``sql``: the manifest's ``calls`` query; ``conference_sql``: its ``conferences``
+        query, which the ``Conference`` rows read (either ``None``: those rows are disabled)."""
+        super().__init__(sql=sql, encoder=encoder)
         self.minter = minter
-        self.group = GroupCallPayloadBuilder(minter, encoder=encoder)
+        self.group = GroupCallPayloadBuilder(minter, sql=conference_sql, encoder=encoder)
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         group = [i for i in items if i.intent.session_kind is SessionKind.CONFERENCE]
         direct = [i for i in items if i.intent.session_kind is not SessionKind.CONFERENCE]
-        results = await super().build(conn, direct) if direct else {}
+        # Two queries (calls, conferences): each one's failure stays with its own rows.
+        results = (
+            await build_apart(self.query, super().build(conn, direct), direct) if direct else {}
+        )
         if group:
-            results.update(await self.group.build(conn, group))
+            results.update(
+                await build_apart(self.group.query, self.group.build(conn, group), group)
+            )
         return results
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:

@@ -19,10 +19,7 @@ class ReadReceiptBuilder(RefProjectionBuilder):
 
     kinds = frozenset({RealtimeDispatchKind.READ_RECEIPT_UPDATED})
     entity = "Participant"
-    sql = """
-    SELECT id, chat_id, user_id, last_read_seq, last_read_at
-    FROM messenger.participants WHERE id = ANY($1::uuid[])
-    """
+    query = "read_receipts"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_chat(intent, record)
@@ -40,10 +37,7 @@ class ChatEventBuilder(RefProjectionBuilder):
 
     kinds = frozenset({RealtimeDispatchKind.CHAT_UPDATED})
     entity = "ChatEvent"
-    sql = """
-    SELECT id, chat_id, event_kind, actor_user_id, subject_user_id, occurred_at
-    FROM messenger.chat_events WHERE id = ANY($1::uuid[])
-    """
+    query = "chat_events"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_chat(intent, record)

@@ -34,14 +34,12 @@ class ConferencePayloadBuilder(RefProjectionBuilder):
 
     kinds = frozenset({K.CONFERENCE_STARTED, K.CONFERENCE_ENDED})
     entity = "Conference"
-    sql = """
-    SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at,
-           ended_by_user_id
-    FROM messenger.conference_sessions WHERE id = ANY($1::uuid[])
-    """
+    query = "conferences"
 
-    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
-        super().__init__(encoder=encoder)
+    def __init__(
+        self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
+    ) -> None:
+        super().__init__(sql=sql, encoder=encoder)
         self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
@@ -75,16 +73,12 @@ class RosterPayloadBuilder(RefProjectionBuilder):
         {K.CONFERENCE_INVITED, K.CONFERENCE_PARTICIPANT_JOINED, K.CONFERENCE_PARTICIPANT_LEFT}
     )
     entity = "RosterEntry"
-    sql = """
-    SELECT p.id, p.conference_id, p.user_id, p.invited_by_user_id, p.invited_at, p.joined_at,
-           p.left_at, c.chat_id, c.room_name, c.status AS conference_status
-    FROM messenger.conference_participants p
-    JOIN messenger.conference_sessions c ON c.id = p.conference_id
-    WHERE p.id = ANY($1::uuid[])
-    """
+    query = "conference_participants"
 
-    def __init__(self, minter: MediaMinter, *, encoder: PayloadEncoder = FAST) -> None:
-        super().__init__(encoder=encoder)
+    def __init__(
+        self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
+    ) -> None:
+        super().__init__(sql=sql, encoder=encoder)
         self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:

@@ -27,10 +27,7 @@ class ContactRequestBuilder(RefProjectionBuilder):
 
     kinds = frozenset({K.CONTACT_REQUEST_RECEIVED})
     entity = "ContactRequest"
-    sql = """
-    SELECT id, requester_user_id, addressee_user_id, status, created_at
-    FROM messenger.contact_requests WHERE id = ANY($1::uuid[])
-    """
+    query = "contact_requests"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_user(intent, record["addressee_user_id"])
@@ -49,11 +46,7 @@ class ContactBuilder(RefProjectionBuilder):
 
     kinds = frozenset({K.CONTACT_REQUEST_ACCEPTED, K.CONTACT_REMOVED})
     entity = "Contact"
-    sql = """
-    SELECT id, user_low, user_high, request_id, accepted_by_user_id, created_at, removed_at,
-           removed_by_user_id
-    FROM messenger.contacts WHERE id = ANY($1::uuid[])
-    """
+    query = "contacts"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         pair = (record["user_low"], record["user_high"])
@@ -82,10 +75,7 @@ class BlacklistBuilder(RefProjectionBuilder):
 
     kinds = frozenset({K.BLACKLIST_CHANGED})
     entity = "BlacklistEntry"
-    sql = """
-    SELECT id, owner_user_id, blocked_user_id, created_at, removed_at
-    FROM messenger.blacklist WHERE id = ANY($1::uuid[])
-    """
+    query = "blacklist"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_user(intent, record["owner_user_id"])

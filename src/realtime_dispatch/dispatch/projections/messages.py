@@ -10,21 +10,11 @@ import orjson
 
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.push import Push
-
-# Projection of the messages a batch references; the chat id is part of the key so a row can
-# never be built from another chat's message.
-MESSAGES_SQL = """
-SELECT id, chat_id, seq, sender_user_id, kind, body, file_meta, card_text,
-       sent_at, edited_at, deleted_at
-FROM messenger.messages
-WHERE id = ANY($1::uuid[])
-"""
-
 
 _KINDS = frozenset(
     {
@@ -40,14 +30,21 @@ _EVENT_NAMES = {kind: kind.event_name for kind in _KINDS}
 
 
 class MessagePayloadBuilder:
-    kinds = _KINDS
+    """``message_id`` = the message; ``sql`` is the manifest's ``messages`` query (``None``:
+    the message kinds are disabled)."""
 
-    def __init__(self, *, encoder: PayloadEncoder = FAST) -> None:
+    kinds = _KINDS
+    query = "messages"
+
+    def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
+        self.sql = sql
         self.encoder = encoder
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        if self.sql is None:
+            return disabled(items, self.query)
         ids = list({item.intent.message_id for item in items if item.intent.message_id})
-        records = {r["id"]: r for r in await conn.fetch(MESSAGES_SQL, ids)}
+        records = {r["id"]: r for r in await conn.fetch(self.sql, ids)}
         results: BuildResults = {}
         encode = self.encoder.encode
         for item in items:

@@ -11,7 +11,7 @@ import asyncpg
 from pydantic import ValidationError
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
+from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
@@ -19,18 +19,23 @@ from realtime_dispatch.push import Push
 
 
 class RefProjectionBuilder:
-    """Subclasses set ``kinds``, ``sql`` (one ``$1::uuid[]`` parameter, an ``id`` column),
-    ``entity`` (for the not-found reason) and implement :meth:`shape`; ``encoder`` writes the
-    shaped payload's JSON (:data:`~.encoding.FAST` unless a test swaps it)."""
+    """Subclasses set ``kinds``, ``query`` (the manifest query it reads: one ``$1 uuid[]``
+    parameter, an ``id`` column), ``entity`` (for the not-found reason) and implement
+    :meth:`shape`. ``sql`` is that query's text from the manifest (``None``: the manifest has
+    none, and the kinds are disabled); ``encoder`` writes the shaped payload's JSON
+    (:data:`~.encoding.FAST` unless a test swaps it)."""
 
     kinds: frozenset[RealtimeDispatchKind]
-    sql: ClassVar[str]
+    query: ClassVar[str]
     entity: ClassVar[str]
 
-    def __init__(self, *, encoder: PayloadEncoder = FAST) -> None:
+    def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
+        self.sql = sql
         self.encoder = encoder
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
+        if self.sql is None:
+            return disabled(items, self.query)
         ids = list({item.intent.ref_id for item in items if item.intent.ref_id is not None})
         records = {r["id"]: r for r in await conn.fetch(self.sql, ids)} if ids else {}
         results: BuildResults = {}

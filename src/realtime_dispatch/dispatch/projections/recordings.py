@@ -27,15 +27,7 @@ class RecordingPayloadBuilder(RefProjectionBuilder):
         {K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED}
     )
     entity = "Recording"
-    sql = """
-    SELECT r.id, r.session_kind, r.call_id, r.conference_id, r.started_by_user_id, r.status,
-           r.started_at, r.stopped_at, r.available_at, r.failed_at, r.failure_code,
-           cs.caller_user_id, cs.callee_user_id, cf.chat_id
-    FROM messenger.call_recordings r
-    LEFT JOIN messenger.call_sessions cs ON cs.id = r.call_id
-    LEFT JOIN messenger.conference_sessions cf ON cf.id = r.conference_id
-    WHERE r.id = ANY($1::uuid[])
-    """
+    query = "recordings"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record)

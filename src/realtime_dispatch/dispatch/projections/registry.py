@@ -1,5 +1,6 @@
 """The payload builders shipped with the package, one per group of kinds: together they cover
-all 26 kinds, each with one projection query per batch."""
+all 26 kinds, each with one projection query per batch, its SQL taken from the projection
+manifest (the shipped reference manifest unless one is given)."""
 
 from __future__ import annotations
 
@@ -20,31 +21,46 @@ from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
+from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 
 
 def default_builders(
-    media: MediaOptions | None = None, *, encoder: PayloadEncoder = FAST
+    media: MediaOptions | None = None,
+    *,
+    encoder: PayloadEncoder = FAST,
+    manifest: Manifest | None = None,
 ) -> list[KindBuilder]:
     """Every builder; ``media`` supplies the secrets for join tokens (without them the media
-    invites go out without ``media``); ``encoder`` writes the payloads' JSON."""
+    invites go out without ``media``); ``encoder`` writes the payloads' JSON; ``manifest``
+    holds the SQL (a query it leaves out disables the kinds it serves)."""
     minter = MediaMinter(media or MediaOptions())
     e = encoder
+    q = (manifest or shipped_manifest()).sql
     return [
-        MessagePayloadBuilder(encoder=e),
-        ReadReceiptBuilder(encoder=e),
-        ChatEventBuilder(encoder=e),
-        ContactRequestBuilder(encoder=e),
-        ContactBuilder(encoder=e),
-        BlacklistBuilder(encoder=e),
-        CallPayloadBuilder(minter, encoder=e),
-        ConferencePayloadBuilder(minter, encoder=e),
-        RosterPayloadBuilder(minter, encoder=e),
-        RecordingPayloadBuilder(encoder=e),
-        ScreenSharePayloadBuilder(encoder=e),
+        MessagePayloadBuilder(sql=q("messages"), encoder=e),
+        ReadReceiptBuilder(sql=q("read_receipts"), encoder=e),
+        ChatEventBuilder(sql=q("chat_events"), encoder=e),
+        ContactRequestBuilder(sql=q("contact_requests"), encoder=e),
+        ContactBuilder(sql=q("contacts"), encoder=e),
+        BlacklistBuilder(sql=q("blacklist"), encoder=e),
+        CallPayloadBuilder(minter, sql=q("calls"), conference_sql=q("conferences"), encoder=e),
+        ConferencePayloadBuilder(minter, sql=q("conferences"), encoder=e),
+        RosterPayloadBuilder(minter, sql=q("conference_participants"), encoder=e),
+        RecordingPayloadBuilder(sql=q("recordings"), encoder=e),
+        ScreenSharePayloadBuilder(sql=q("screen_shares"), encoder=e),
     ]
 
 
 def default_payload_builder(
-    media: MediaOptions | None = None, *, encoder: PayloadEncoder = FAST
+    media: MediaOptions | None = None,
+    *,
+    encoder: PayloadEncoder = FAST,
+    manifest: Manifest | None = None,
 ) -> CompositePayloadBuilder:
-    return CompositePayloadBuilder(default_builders(media, encoder=encoder))
+    """What the dispatcher calls: every shipped builder over ``manifest``'s queries (the
+    shipped reference manifest when ``None``)."""
+    manifest = manifest or shipped_manifest()
+    return CompositePayloadBuilder(
+        default_builders(media, encoder=encoder, manifest=manifest),
+        chat_alive_sql=manifest.sql("chat_alive"),
+    )

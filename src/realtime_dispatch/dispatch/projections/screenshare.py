@@ -22,14 +22,7 @@ K = RealtimeDispatchKind
 class ScreenSharePayloadBuilder(RefProjectionBuilder):
     kinds = frozenset({K.SCREEN_SHARE_STARTED, K.SCREEN_SHARE_STOPPED})
     entity = "ScreenShare"
-    sql = """
-    SELECT s.id, s.session_kind, s.call_id, s.conference_id, s.user_id, s.started_at,
-           s.stopped_at, cs.caller_user_id, cs.callee_user_id, cf.chat_id
-    FROM messenger.screen_shares s
-    LEFT JOIN messenger.call_sessions cs ON cs.id = s.call_id
-    LEFT JOIN messenger.conference_sessions cf ON cf.id = s.conference_id
-    WHERE s.id = ANY($1::uuid[])
-    """
+    query = "screen_shares"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record)

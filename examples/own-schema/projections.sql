@@ -1,0 +1,47 @@
+-- The projection manifest for schema.sql: REALTIME_PROJECTIONS=examples/own-schema/projections.sql
+-- Each query returns the columns of its contract (docs/reference.md, "Projection manifest"),
+-- under the contract's names; enums stored as integers are turned into the contract's strings
+-- here. `realtime-dispatch check` verifies it against the database. The kinds whose query is
+-- left out (contacts, conferences, recordings, …) are disabled: their rows are quarantined.
+
+-- name: messages
+-- Posts of a soft-deleted conversation are left out: chat_alive then says the chat is gone,
+-- and their rows end TargetGone instead of being delivered.
+SELECT p."Id" AS id, p."ConversationId" AS chat_id, p."Number" AS seq,
+       p."AuthorId" AS sender_user_id,
+       CASE p."Type" WHEN 0 THEN 'Text' WHEN 1 THEN 'File' WHEN 2 THEN 'Card' ELSE 'System' END
+           AS kind,
+       p."Text" AS body, p."Attachment" AS file_meta, p."CardMarkdown" AS card_text,
+       p."PostedUtc" AS sent_at, p."EditedUtc" AS edited_at, p."RemovedUtc" AS deleted_at
+FROM "Posts" p
+JOIN "Conversations" c ON c."Id" = p."ConversationId" AND c."DeletedUtc" IS NULL
+WHERE p."Id" = ANY($1);
+
+-- name: read_receipts
+SELECT "Id" AS id, "ConversationId" AS chat_id, "AccountId" AS user_id,
+       "LastSeenNumber" AS last_read_seq, "LastSeenUtc" AS last_read_at
+FROM "ConversationMembers"
+WHERE "Id" = ANY($1);
+
+-- name: calls
+SELECT "Id" AS id, "CallerId" AS caller_user_id, "CalleeId" AS callee_user_id,
+       "Room" AS room_name,
+       (ARRAY['Ringing', 'Active', 'Declined', 'Missed', 'Cancelled', 'Ended'])["State" + 1]
+           AS status,
+       "RingingUtc" AS created_at, "AnsweredUtc" AS answered_at, "FinishedUtc" AS ended_at,
+       "FinishedById" AS ended_by_user_id
+FROM "VoiceCalls"
+WHERE "Id" = ANY($1);
+
+-- name: member_chats
+SELECT "AccountId" AS user_id, "ConversationId" AS chat_id
+FROM "ConversationMembers"
+WHERE "AccountId" = ANY($1) AND "LeftUtc" IS NULL;
+
+-- name: chat_alive
+-- Of the given conversations, those not deleted. A conversation id that never existed is
+-- returned too: a row referencing it is the writer's defect and is quarantined.
+SELECT t.id AS chat_id
+FROM unnest($1::uuid[]) AS t(id)
+WHERE NOT EXISTS (
+    SELECT 1 FROM "Conversations" c WHERE c."Id" = t.id AND c."DeletedUtc" IS NOT NULL);

@@ -1,0 +1,99 @@
+"""Checking a manifest against the database and the contract: each query is prepared (never
+run), and its parameters and result columns compared with :data:`.contract.CONTRACT`.
+
+``worker``, ``hub`` and ``serve`` call :func:`require_valid` before their first claim or
+connection; ``realtime-dispatch check`` prints :func:`check_manifest`'s lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, UUID_ARRAY, QueryContract
+from realtime_dispatch.manifest.manifest import Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCheck:
+    name: str
+    ok: bool
+    detail: str
+    """``ok`` / ``disabled: …`` / ``not set: …``, or the mismatch (``column sent_at missing``)."""
+
+    def line(self) -> str:
+        return f"{self.name}: {self.detail}"
+
+
+def compare(
+    contract: QueryContract, params: list[str], columns: list[tuple[str, str]]
+) -> str | None:
+    """The first mismatch between a prepared query (its parameter type names, its result
+    columns as (name, type name)) and its contract, or ``None``. Pure."""
+    if params != [UUID_ARRAY]:
+        got = ", ".join(params) or "none"
+        return f"takes ({got}), expected one parameter $1 uuid[]"
+    types = dict(columns)
+    names = [name for name, _ in columns]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        return f"column {twice} returned twice"
+    for column in contract.columns:
+        got_type = types.get(column.name)
+        if got_type is None:
+            return f"column {column.name} missing"
+        if got_type not in TYPE_FAMILIES[column.family]:
+            return f"column {column.name} is {got_type}, expected {column.family}"
+    return None
+
+
+async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryCheck:
+    try:
+        stmt = await conn.prepare(sql)
+    except asyncpg.PostgresError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return QueryCheck(contract.name, False, f"does not prepare: {reason}")
+    params = [t.name for t in stmt.get_parameters()]
+    columns = [(a.name, a.type.name) for a in stmt.get_attributes()]
+    problem = compare(contract, params, columns)
+    if problem is not None:
+        return QueryCheck(contract.name, False, problem)
+    return QueryCheck(contract.name, True, "ok")
+
+
+async def check_manifest(
+    conn: Any, manifest: Manifest, *, needs: Collection[str] = ("hub",)
+) -> list[QueryCheck]:
+    """One result per query of the contract, in contract order. A payload query left out is
+    fine (its kinds are disabled), as is the optional one; a query whose role is in ``needs``
+    must be there."""
+    results: list[QueryCheck] = []
+    for contract in CONTRACT.values():
+        sql = manifest.sql(contract.name)
+        if sql is None:
+            if contract.role in needs:
+                needed = f"missing (the {contract.role} needs it)"
+                results.append(QueryCheck(contract.name, False, needed))
+            elif contract.role == "payload":
+                results.append(QueryCheck(contract.name, True, f"disabled: {contract.serves}"))
+            else:
+                results.append(QueryCheck(contract.name, True, "not set: " + _UNSET[contract.role]))
+            continue
+        results.append(await check_query(conn, contract, sql))
+    return results
+
+
+_UNSET = {
+    "optional": "a row whose referenced entity is missing is quarantined",
+    "hub": "the hub cannot run without it",
+}
+
+
+async def require_valid(conn: Any, manifest: Manifest, *, needs: Collection[str]) -> None:
+    """Raise the manifest's one-line :class:`ConfigurationError` on its first failed query."""
+    for result in await check_manifest(conn, manifest, needs=needs):
+        if not result.ok:
+            raise manifest.problem(result.line())

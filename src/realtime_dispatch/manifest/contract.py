@@ -1,0 +1,253 @@
+"""The manifest's contract: every query name the package reads, what it serves, its parameter,
+and the columns (name, type family, meaning) the shipped builders read from its rows.
+
+Pure data. docs/reference.md ("Projection manifest") is this table written out; a test keeps
+the two in step. Extra columns are allowed (and ignored); a missing column or one of another
+type family is a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+# A type family: the PostgreSQL types a column may have (asyncpg's type names).
+TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(
+    {
+        "uuid": frozenset({"uuid"}),
+        "text": frozenset({"text", "varchar", "bpchar", "name"}),
+        "integer": frozenset({"int2", "int4", "int8"}),
+        "timestamptz": frozenset({"timestamptz"}),
+        "json": frozenset({"json", "jsonb", "text", "varchar"}),
+    }
+)
+UUID_ARRAY = "uuid[]"  # as asyncpg names the type
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    family: str
+    meaning: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueryContract:
+    name: str
+    serves: str
+    """The kinds (or the component) the query serves, as the docs say it."""
+    param: str
+    """What ``$1 uuid[]`` holds: the outbox column whose values of the batch are passed."""
+    columns: tuple[Column, ...]
+    role: str = "payload"
+    """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub) or
+    ``optional``."""
+
+
+def _cols(spec: str) -> tuple[Column, ...]:
+    """``name family meaning`` per line (meaning may have spaces)."""
+    out = []
+    for line in filter(None, (raw.strip() for raw in spec.splitlines())):
+        name, family, meaning = line.split(maxsplit=2)
+        assert family in TYPE_FAMILIES, family
+        out.append(Column(name, family, meaning))
+    return tuple(out)
+
+
+_SESSION = "'Direct' or 'Conference'"
+_CALL_PARTIES = """
+caller_user_id uuid Direct sessions: the caller (null for conferences)
+callee_user_id uuid Direct sessions: the callee (null for conferences)
+chat_id uuid Conference sessions: the conference's chat (null for calls)
+"""
+
+QUERIES: tuple[QueryContract, ...] = (
+    QueryContract(
+        "messages",
+        "MessageReceived, MessageEdited, MessageDeleted",
+        "message_id",
+        _cols("""
+id uuid the message (= outbox message_id)
+chat_id uuid its chat (must equal the row's chat_id)
+seq integer its per-chat sequence number
+sender_user_id uuid the sender (null: a system message)
+kind text 'Text', 'File', 'Card' or 'System'
+body text the text (null when deleted)
+file_meta json {"fileId","name","size","contentType"} of a file message, else null
+card_text text the card's text of a card message, else null
+sent_at timestamptz when it was sent
+edited_at timestamptz last edit (null: never edited)
+deleted_at timestamptz deletion (null: not deleted)
+"""),
+    ),
+    QueryContract(
+        "read_receipts",
+        "ReadReceiptUpdated",
+        "ref_id",
+        _cols("""
+id uuid the participant (membership) row (= outbox ref_id)
+chat_id uuid its chat
+user_id uuid the reader
+last_read_seq integer the highest seq read
+last_read_at timestamptz when (null: nothing read yet)
+"""),
+    ),
+    QueryContract(
+        "chat_events",
+        "ChatUpdated",
+        "ref_id",
+        _cols("""
+id uuid the chat event (= outbox ref_id)
+chat_id uuid its chat
+event_kind text what happened ('MemberAdded', 'TitleChanged', …)
+actor_user_id uuid who did it (null: the system)
+subject_user_id uuid whom it concerns (null: nobody)
+occurred_at timestamptz when
+"""),
+    ),
+    QueryContract(
+        "contact_requests",
+        "ContactRequestReceived",
+        "ref_id",
+        _cols("""
+id uuid the request (= outbox ref_id)
+requester_user_id uuid who asked
+addressee_user_id uuid who is asked (the row's target_user_id)
+status text 'Pending', 'Accepted' or 'Declined'
+created_at timestamptz when it was asked
+"""),
+    ),
+    QueryContract(
+        "contacts",
+        "ContactRequestAccepted, ContactRemoved",
+        "ref_id",
+        _cols("""
+id uuid the contact (= outbox ref_id)
+user_low uuid one party
+user_high uuid the other party
+request_id uuid the accepted request
+accepted_by_user_id uuid who accepted
+created_at timestamptz when accepted
+removed_at timestamptz when removed (null: still a contact)
+removed_by_user_id uuid who removed it
+"""),
+    ),
+    QueryContract(
+        "blacklist",
+        "BlacklistChanged",
+        "ref_id",
+        _cols("""
+id uuid the blacklist entry (= outbox ref_id)
+owner_user_id uuid who blocks (the row's target_user_id)
+blocked_user_id uuid who is blocked
+created_at timestamptz when blocked
+removed_at timestamptz when lifted (null: still blocked)
+"""),
+    ),
+    QueryContract(
+        "calls",
+        "CallInvited, CallAnswered, CallDeclined, CallMissed, CallCancelled, CallEnded"
+        " (session_kind Direct)",
+        "ref_id",
+        _cols("""
+id uuid the 1:1 call (= outbox ref_id)
+caller_user_id uuid the caller
+callee_user_id uuid the callee
+room_name text the media room
+status text 'Ringing', 'Active', 'Declined', 'Missed', 'Cancelled' or 'Ended'
+created_at timestamptz when it started ringing
+answered_at timestamptz when answered (null: not answered)
+ended_at timestamptz when it ended, was declined, missed or cancelled
+ended_by_user_id uuid who ended it
+"""),
+    ),
+    QueryContract(
+        "conferences",
+        "ConferenceStarted, ConferenceEnded; CallInvited, CallEnded (session_kind Conference)",
+        "ref_id",
+        _cols("""
+id uuid the conference (= outbox ref_id)
+chat_id uuid its chat
+room_name text the media room
+status text 'Active' or 'Ended'
+started_by_user_id uuid who started it
+started_at timestamptz when
+ended_at timestamptz when it ended (null: live)
+ended_by_user_id uuid who ended it
+"""),
+    ),
+    QueryContract(
+        "conference_participants",
+        "ConferenceInvited, ConferenceParticipantJoined, ConferenceParticipantLeft",
+        "ref_id",
+        _cols("""
+id uuid the roster entry (= outbox ref_id)
+conference_id uuid its conference
+user_id uuid the participant
+invited_by_user_id uuid who invited them (null: joined uninvited)
+invited_at timestamptz when invited (null: not invited)
+joined_at timestamptz when joined (null: not yet)
+left_at timestamptz when left (null: still in)
+chat_id uuid the conference's chat
+room_name text the conference's media room
+conference_status text the conference's status: 'Active' or 'Ended'
+"""),
+    ),
+    QueryContract(
+        "recordings",
+        "RecordingStarted, RecordingStopped, RecordingAvailable, RecordingFailed",
+        "ref_id",
+        _cols(
+            f"""
+id uuid the recording (= outbox ref_id)
+session_kind text {_SESSION}
+call_id uuid the recorded call (Direct)
+conference_id uuid the recorded conference (Conference)
+started_by_user_id uuid who started it
+status text its status
+started_at timestamptz when started
+stopped_at timestamptz when stopped (null: running)
+available_at timestamptz when available (null: not yet)
+failed_at timestamptz when it failed (null: did not)
+failure_code text why it failed (a code, no PII)
+{_CALL_PARTIES}"""
+        ),
+    ),
+    QueryContract(
+        "screen_shares",
+        "ScreenShareStarted, ScreenShareStopped",
+        "ref_id",
+        _cols(
+            f"""
+id uuid the screen share (= outbox ref_id)
+session_kind text {_SESSION}
+call_id uuid the call it is shared in (Direct)
+conference_id uuid the conference it is shared in (Conference)
+user_id uuid who shares
+started_at timestamptz when started
+stopped_at timestamptz when stopped (null: sharing)
+{_CALL_PARTIES}"""
+        ),
+    ),
+    QueryContract(
+        "member_chats",
+        "the hub: the chat: groups of a connection",
+        "user ids (not an outbox column)",
+        _cols("""
+user_id uuid a user of $1
+chat_id uuid a chat where that user is an active member
+"""),
+        role="hub",
+    ),
+    QueryContract(
+        "chat_alive",
+        "a row whose referenced entity is missing: TargetGone or quarantine",
+        "chat_id",
+        _cols("""
+chat_id uuid a chat of $1 that is not gone (leave out only the chats known to be deleted)
+"""),
+        role="optional",
+    ),
+)
+
+CONTRACT: MappingProxyType[str, QueryContract] = MappingProxyType({q.name: q for q in QUERIES})

@@ -1,0 +1,80 @@
+-- The reference messenger's projections: the manifest used when REALTIME_PROJECTIONS is unset.
+-- Each payload query takes $1 uuid[] (the batch's reference ids) and returns the columns of
+-- its contract (docs/reference.md, "Projection manifest"). An adopter's manifest has the same
+-- names and columns, over the adopter's own tables.
+
+-- name: messages
+-- The messages a batch references; the builder checks each row's chat against chat_id.
+SELECT id, chat_id, seq, sender_user_id, kind, body, file_meta, card_text,
+       sent_at, edited_at, deleted_at
+FROM messenger.messages
+WHERE id = ANY($1::uuid[]);
+
+-- name: read_receipts
+-- ref_id = the participant row; its current read mark is pushed.
+SELECT id, chat_id, user_id, last_read_seq, last_read_at
+FROM messenger.participants WHERE id = ANY($1::uuid[]);
+
+-- name: chat_events
+SELECT id, chat_id, event_kind, actor_user_id, subject_user_id, occurred_at
+FROM messenger.chat_events WHERE id = ANY($1::uuid[]);
+
+-- name: contact_requests
+SELECT id, requester_user_id, addressee_user_id, status, created_at
+FROM messenger.contact_requests WHERE id = ANY($1::uuid[]);
+
+-- name: contacts
+SELECT id, user_low, user_high, request_id, accepted_by_user_id, created_at, removed_at,
+       removed_by_user_id
+FROM messenger.contacts WHERE id = ANY($1::uuid[]);
+
+-- name: blacklist
+SELECT id, owner_user_id, blocked_user_id, created_at, removed_at
+FROM messenger.blacklist WHERE id = ANY($1::uuid[]);
+
+-- name: calls
+SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
+       ended_at, ended_by_user_id
+FROM messenger.call_sessions WHERE id = ANY($1::uuid[]);
+
+-- name: conferences
+SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at,
+       ended_by_user_id
+FROM messenger.conference_sessions WHERE id = ANY($1::uuid[]);
+
+-- name: conference_participants
+SELECT p.id, p.conference_id, p.user_id, p.invited_by_user_id, p.invited_at, p.joined_at,
+       p.left_at, c.chat_id, c.room_name, c.status AS conference_status
+FROM messenger.conference_participants p
+JOIN messenger.conference_sessions c ON c.id = p.conference_id
+WHERE p.id = ANY($1::uuid[]);
+
+-- name: recordings
+SELECT r.id, r.session_kind, r.call_id, r.conference_id, r.started_by_user_id, r.status,
+       r.started_at, r.stopped_at, r.available_at, r.failed_at, r.failure_code,
+       cs.caller_user_id, cs.callee_user_id, cf.chat_id
+FROM messenger.call_recordings r
+LEFT JOIN messenger.call_sessions cs ON cs.id = r.call_id
+LEFT JOIN messenger.conference_sessions cf ON cf.id = r.conference_id
+WHERE r.id = ANY($1::uuid[]);
+
+-- name: screen_shares
+SELECT s.id, s.session_kind, s.call_id, s.conference_id, s.user_id, s.started_at,
+       s.stopped_at, cs.caller_user_id, cs.callee_user_id, cf.chat_id
+FROM messenger.screen_shares s
+LEFT JOIN messenger.call_sessions cs ON cs.id = s.call_id
+LEFT JOIN messenger.conference_sessions cf ON cf.id = s.conference_id
+WHERE s.id = ANY($1::uuid[]);
+
+-- name: member_chats
+-- The hub: the active chats of the given users (on connect, and after its feed reconnects).
+SELECT user_id, chat_id FROM messenger.participants
+WHERE user_id = ANY($1::uuid[]) AND active;
+
+-- name: chat_alive
+-- Of the given chats, those not deleted: a deleted chat leaves a tombstone (migration 0013),
+-- so a chat id that never existed is returned too, and a row that references it is
+-- quarantined as the writer's defect, while a deleted chat's rows end TargetGone.
+SELECT t.id AS chat_id
+FROM unnest($1::uuid[]) AS t(id)
+WHERE NOT EXISTS (SELECT 1 FROM messenger.chat_tombstones d WHERE d.chat_id = t.id);

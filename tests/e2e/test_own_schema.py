@@ -1,0 +1,268 @@
+"""Adoption on someone else's schema, through real processes: ``examples/own-schema`` (EF Core
+style tables, its manifest, its membership trigger, outbox rows by plain SQL) in a database
+that has nothing of the reference messenger. The outbox's schema comes from
+``migrate --print-sql --only outbox``; ``hub`` and ``worker`` run on the manifest, and the
+official SignalR client receives the chat message, the read receipt and a call invite with
+minted media credentials."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+import httpx
+import jwt
+import pytest
+
+from realtime_dispatch.outbox.queries import parse_queries
+from tests.conftest import free_port, wait_until, with_database
+from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-schema"
+WRITES = dict(parse_queries((EXAMPLE / "writes.sql").read_text()))
+JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
+TURN_SECRET = "turn-shared-secret-of-the-adopter"
+
+
+@pytest.fixture
+async def empty_database(pg_server_url: str) -> AsyncIterator[str]:
+    """A database with nothing of ours in it (not the migrated template)."""
+    name = f"rd_own_{os.getpid()}_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(pg_server_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def running(*args: str, env: dict[str, str], ready: bytes) -> AsyncIterator[None]:
+    proc = await start_cli(*args, env=env)
+    try:
+        await wait_for_line(proc, ready)
+        yield
+    finally:
+        assert await stop(proc, signal.SIGTERM) == 0
+
+
+async def _next_message(client: NodeClient) -> dict[str, Any]:
+    event = await client.event(within=30)
+    assert event["event"] == "message", event
+    return event
+
+
+async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
+    url = empty_database
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute((EXAMPLE / "schema.sql").read_text())
+        # The outbox's schema as an adopter folds it into their own migrations.
+        env = cli_env(
+            REALTIME_DATABASE_URL=url, REALTIME_PROJECTIONS=str(EXAMPLE / "projections.sql")
+        )
+        printed = run_cli("migrate", "--print-sql", "--only", "outbox", env=env)
+        assert printed.returncode == 0, printed.stderr
+        await conn.execute(printed.stdout)
+        checked = run_cli("check", env=env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        lines = checked.stdout.splitlines()
+        assert len(lines) == 13  # one per query of the contract
+        assert "messages: ok" in lines
+        assert "member_chats: ok" in lines
+        assert "conferences: disabled" in checked.stdout
+
+        alice, bob = uuid4(), uuid4()
+        chat = uuid4()
+        async with conn.transaction():
+            await conn.execute(WRITES["create_conversation"], chat, "adopters")
+            for user in (alice, bob):
+                await conn.execute(WRITES["add_member"], uuid4(), chat, user)
+
+        port = free_port()
+        hub_env = {
+            **env,
+            "REALTIME_HUB_JWT_SECRET": SECRET,
+            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
+        }
+        worker_env = {
+            **env,
+            "REALTIME_HUB_URL": f"http://127.0.0.1:{port}",
+            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
+            "REALTIME_MEDIA_JITSI_APP_SECRET": JITSI_SECRET,
+            "REALTIME_MEDIA_TURN_URLS": "turn:turn.adopter.example:3478",
+            "REALTIME_MEDIA_TURN_SECRET": TURN_SECRET,
+        }
+        async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on"):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+
+                async def ready() -> bool:
+                    try:
+                        return (await http.get("/readyz")).status_code == 200
+                    except httpx.TransportError:  # the line comes just before the socket
+                        return False
+
+                await wait_until(ready, within=30)
+                # Nothing of the reference messenger: no REST API, no docs, no demo page.
+                for path in ("/api/chats", "/docs", "/"):
+                    assert (await http.get(path)).status_code == 404, path
+            events = ["message_received", "read_receipt_updated", "call_invited"]
+            url_hub = f"http://127.0.0.1:{port}/hubs/messenger"
+            alice_client = await NodeClient.start(url_hub, make_token(alice), targets=events)
+            bob_client = await NodeClient.start(url_hub, make_token(bob), targets=events)
+            try:
+                assert (await alice_client.event())["event"] == "started"
+                assert (await bob_client.event())["event"] == "started"
+                async with running("worker", env=worker_env, ready=b"dispatcher_connected"):
+                    await _exchange(
+                        conn,
+                        chat=chat,
+                        alice=alice,
+                        bob=bob,
+                        alice_client=alice_client,
+                        bob_client=bob_client,
+                    )
+                # The worker stopped gracefully: every outcome is written.
+                rows = await conn.fetch("SELECT kind, status FROM messenger.realtime_outbox")
+                assert sorted((r["kind"], r["status"]) for r in rows) == [
+                    ("CallInvited", "Done"),
+                    ("MessageReceived", "Done"),
+                    ("ReadReceiptUpdated", "Done"),
+                ]
+            finally:
+                await alice_client.stop()
+                await bob_client.stop()
+        tables = await conn.fetch(
+            "SELECT schemaname || '.' || tablename AS t FROM pg_tables"
+            " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1"
+        )
+        assert [r["t"] for r in tables] == [
+            "messenger.realtime_dispatch_state",
+            "messenger.realtime_outbox",
+            "messenger.realtime_schema_migrations",
+            "public.ConversationMembers",
+            "public.Conversations",
+            "public.Posts",
+            "public.VoiceCalls",
+        ]
+    finally:
+        await conn.close()
+
+
+async def _exchange(
+    conn: asyncpg.Connection,
+    *,
+    chat: UUID,
+    alice: UUID,
+    bob: UUID,
+    alice_client: NodeClient,
+    bob_client: NodeClient,
+) -> None:
+    post = uuid4()
+    async with conn.transaction():
+        number = await conn.fetchval(WRITES["next_number"], chat)
+        await conn.execute(WRITES["insert_post"], post, chat, number, alice, "hello from EF Core")
+        await conn.execute(WRITES["outbox_message_received"], chat, post, number)
+    received = await _next_message(bob_client)
+    assert received["target"] == "message_received"
+    [payload] = received["args"]
+    sent_at = await conn.fetchval('SELECT "PostedUtc" FROM "Posts" WHERE "Id" = $1', post)
+    assert payload == {
+        "chatId": str(chat),
+        "messageId": str(post),
+        "seq": 1,
+        "senderUserId": str(alice),
+        "kind": "Text",
+        "sentAt": sent_at.isoformat().replace("+00:00", "Z"),
+        "body": "hello from EF Core",
+    }
+    assert (await _next_message(alice_client))["args"] == [payload]
+
+    async with conn.transaction():
+        member = await conn.fetchval(WRITES["mark_read"], chat, bob, 1)
+        await conn.execute(WRITES["outbox_read_receipt"], chat, member)
+    receipt = await _next_message(alice_client)
+    assert receipt["target"] == "read_receipt_updated"
+    assert receipt["args"][0]["chatId"] == str(chat)
+    assert receipt["args"][0]["userId"] == str(bob)
+    assert receipt["args"][0]["lastReadSeq"] == 1
+    assert (await _next_message(bob_client))["args"] == receipt["args"]
+
+    call = uuid4()
+    async with conn.transaction():
+        await conn.execute(WRITES["start_call"], call, alice, bob, f"call-{call}")
+        await conn.execute(WRITES["outbox_call_invited"], bob, call)
+    invite = await _next_message(bob_client)
+    assert invite["target"] == "call_invited"
+    [invited] = invite["args"]
+    assert (invited["callId"], invited["callerUserId"], invited["calleeUserId"]) == (
+        str(call),
+        str(alice),
+        str(bob),
+    )
+    media = invited["media"]
+    assert media["roomName"] == f"call-{call}"
+    claims = jwt.decode(media["accessToken"], JITSI_SECRET, algorithms=["HS256"], audience="jitsi")
+    assert claims["room"] == f"call-{call}"
+    [ice] = media["iceServers"]
+    assert ice["urls"] == ["turn:turn.adopter.example:3478"]
+    assert ice["username"]
+    assert ice["credential"]
+
+
+async def test_outbox_alone_and_collisions_are_one_line(
+    empty_database: str, tmp_path: Path
+) -> None:
+    url = empty_database
+    conn = await asyncpg.connect(url)
+    try:
+        # The adopter has a table named like one of the reference messenger's.
+        await conn.execute("CREATE SCHEMA messenger; CREATE TABLE messenger.messages (x int)")
+        env = cli_env(REALTIME_DATABASE_URL=url)
+        alone = run_cli("migrate", "--only", "outbox", env=env)
+        assert alone.returncode == 0, alone.stderr
+        tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'messenger'")
+        assert sorted(r["tablename"] for r in tables) == [
+            "messages",
+            "realtime_dispatch_state",
+            "realtime_outbox",
+            "realtime_schema_migrations",
+        ]
+        clash = run_cli("migrate", env=env)
+        assert clash.returncode == 2
+        assert clash.stderr.strip().splitlines() == [
+            "realtime-dispatch: schema conflict: migration 0002_chat_domain:"
+            ' relation "messages" already exists'
+        ]
+
+        # A manifest off its contract stops the worker before its first claim.
+        manifest = (EXAMPLE / "projections.sql").read_text()
+        broken = tmp_path / "projections.sql"
+        broken.write_text(manifest.replace('p."PostedUtc" AS sent_at', 'p."PostedUtc" AS posted'))
+        await conn.execute((EXAMPLE / "schema.sql").read_text())
+        worker = run_cli(
+            "worker",
+            env={
+                **env,
+                "REALTIME_PROJECTIONS": str(broken),
+                "REALTIME_HUB_URL": "http://127.0.0.1:9",
+                "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
+            },
+        )
+        assert worker.returncode == 2
+        assert worker.stderr.strip().splitlines() == [
+            "realtime-dispatch: invalid setting"
+            f" REALTIME_PROJECTIONS: messages: column sent_at missing ({broken})"
+        ]
+    finally:
+        await conn.close()
