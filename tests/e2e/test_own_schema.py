@@ -193,9 +193,17 @@ async def _exchange(
         await conn.execute(WRITES["outbox_read_receipt"], chat, member)
     receipt = await _next_message(alice_client)
     assert receipt["target"] == "read_receipt_updated"
-    assert receipt["args"][0]["chatId"] == str(chat)
-    assert receipt["args"][0]["userId"] == str(bob)
-    assert receipt["args"][0]["lastReadSeq"] == 1
+    read_at = await conn.fetchval(
+        'SELECT "LastSeenUtc" FROM "ConversationMembers" WHERE "Id" = $1', member
+    )
+    assert receipt["args"] == [
+        {
+            "chatId": str(chat),
+            "userId": str(bob),
+            "lastReadSeq": 1,
+            "readAt": read_at.isoformat().replace("+00:00", "Z"),
+        }
+    ]
     assert (await _next_message(bob_client))["args"] == receipt["args"]
 
     call = uuid4()
