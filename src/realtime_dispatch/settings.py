@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     data_dir: Path | None = None
     log_level: str = "info"
+    dev: bool = False
+    """Development mode with ``REALTIME_DATABASE_URL``: generated secrets and demo tokens when
+    ``REALTIME_HUB_JWT_SECRET`` is unset (the embedded default is development mode anyway)."""
 
     dispatch_polling_interval: float = 1.0
     dispatch_batch_size: int = 200
@@ -65,6 +68,16 @@ class Settings(BaseSettings):
     hub_service_key: SecretStr | None = None
     hub_ping_interval: float = Field(default=15.0, gt=0)
     hub_idle_timeout: float = Field(default=30.0, gt=0)
+    hub_max_connections_per_user: int = Field(default=50, ge=1)
+
+    # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
+    http_header_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    http_body_timeout: float = Field(default=15.0, gt=0, allow_inf_nan=False)
+    http_max_connections_per_client: int = Field(default=1000, ge=0)
+    """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
+    every client has the proxy's address)."""
+    message_fingerprint_secret: SecretStr | None = None
+    """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
     media_jitsi_app_id: str = "realtime-dispatch"
     media_jitsi_app_secret: SecretStr | None = None

@@ -20,16 +20,19 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url
-from realtime_dispatch.cli.devsecrets import with_dev_secrets
+from realtime_dispatch.cli.devsecrets import require_secret_unless_dev, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
+from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
-from realtime_dispatch.hub.server import HubServer, uvicorn_config
+from realtime_dispatch.hub.http_protocol import HttpLimits
+from realtime_dispatch.hub.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
+from realtime_dispatch.messenger.api.limits import API_BODY_RULES
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
-from realtime_dispatch.ops.routes import ops_routes
+from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
 
@@ -51,6 +54,16 @@ def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptio
         backplane_mode=settings.backplane_mode,
         ping_interval=settings.hub_ping_interval,
         idle_timeout=settings.hub_idle_timeout,
+        max_connections_per_user=settings.hub_max_connections_per_user,
+    )
+
+
+def http_limits(settings: Settings) -> HttpLimits:
+    """The HTTP server's timeouts and per-address cap (``REALTIME_HTTP_*``)."""
+    return HttpLimits(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        max_per_client=settings.http_max_connections_per_client,
     )
 
 
@@ -98,7 +111,13 @@ async def call_reaper(
             await task
 
 
-async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
+async def serve(
+    settings: Settings, *, host: str, port: int, with_dispatcher: bool, dev: bool = False
+) -> int:
+    """``serve`` / ``hub``. With ``REALTIME_DATABASE_URL`` and no ``REALTIME_HUB_JWT_SECRET``
+    this refuses to start unless ``dev`` (``--dev``) or ``REALTIME_DEV`` asks for development
+    mode; the embedded default is development mode."""
+    require_secret_unless_dev(settings, dev=dev)
     # Demo tokens are minted only on generated development secrets, never in a deployment.
     dev_tokens = settings.hub_jwt_secret is None
     settings = with_dev_secrets(settings, create=True)
@@ -114,15 +133,21 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
             ):
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)
                 demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
-                demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
+                demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret, host=host, port=port)
                 app = create_api(
                     pool=pool,
                     options=settings.api_options(),
                     routes=[*hub_routes(hub), *operator_routes, *demo],
                 )
-                server = HubServer(
-                    uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
+                rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
+                config = uvicorn_config(
+                    guarded(app, hub, rules),
+                    host=host,
+                    port=port,
+                    log_level=settings.log_level,
+                    http_limits=http_limits(settings),
                 )
+                server = HubServer(config, hub)
 
                 def stop_on_reaper_failure() -> None:
                     nonlocal reaper_failed
