@@ -71,10 +71,10 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None
 
 def _problem(status: int, code: str, message: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     body = orjson.dumps({"error": code, "message": message})
+    # No "connection: close": uvicorn would close at once and reset a client still writing.
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),  # the rest of the body is never read
     ]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))

@@ -7,6 +7,11 @@ protocol with what it lacks.
   previous response ending (keep-alive); otherwise 408 and the connection is closed.
 * **Body timeout.** A request's body must be complete within ``body_timeout`` of its headers;
   otherwise the connection is closed (the app sees a disconnect).
+* **Lingering close.** A response sent before its request's body was read (401, 413) ends the
+  connection, but not with a bare close: that would reset it while the client is still
+  writing, and the client would see the reset instead of the answer. The connection is
+  half-closed after the response (FIN), and what the client still sends is discarded unparsed
+  for up to ``LINGER_SECONDS`` / ``LINGER_BYTES``, then it is closed.
 * **Connections per client address.** A connection past ``max_per_client`` open ones from the
   same address gets 503 and is closed before anything is read; a connection upgraded to a
   WebSocket keeps its place until the WebSocket closes. 0 turns the cap off.
@@ -26,6 +31,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = structlog.get_logger(__name__)
 
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 8 * 1024 * 1024
 REQUEST_TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 16\r\nconnection: close\r\n\r\nRequest Timeout."
@@ -87,6 +94,9 @@ def guarded_http_protocol(
     class GuardedHttpProtocol(HttpToolsProtocol):
         _timer: asyncio.TimerHandle | None = None
         _address: str | None = None
+        _body_pending = False
+        _lingering = -1
+        """Bytes discarded since the half-close; -1 while not lingering."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -105,20 +115,38 @@ def guarded_http_protocol(
             self._release()
             super().connection_lost(exc)
 
+        def data_received(self, data: bytes) -> None:
+            if self._lingering < 0:
+                super().data_received(data)
+                return
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES:
+                self.transport.close()
+
         def on_headers_complete(self) -> None:
             self._disarm()
             super().on_headers_complete()
             if self.transport.get_protocol() is self and _expects_body(self.headers):
+                self._body_pending = True
                 self._arm(limits.body_timeout, self._body_late)
 
         def on_message_complete(self) -> None:
             self._disarm()
+            self._body_pending = False
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            idle = self.cycle is None or self.cycle.response_complete  # no pipelined request
-            if idle and not self.transport.is_closing():
+            if self.transport.is_closing():
+                return
+            if self._body_pending:  # answered before the body was read: linger, then close
+                self._unset_keepalive_if_required()
+                self._lingering = 0
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+                self._arm(LINGER_SECONDS, self.transport.close)
+                return
+            if self.cycle is None or self.cycle.response_complete:  # no pipelined request
                 self._arm(limits.header_timeout, self._headers_late)  # the next request's
 
         def handle_websocket_upgrade(self) -> None:
@@ -152,7 +180,7 @@ def guarded_http_protocol(
 
         def _body_late(self) -> None:
             self._timer = None
-            if not self.transport.is_closing():
+            if not self.transport.is_closing() and self._lingering < 0:
                 log.info("http_body_timeout", timeout=limits.body_timeout)
                 self.transport.close()
 
