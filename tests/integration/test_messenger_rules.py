@@ -254,6 +254,77 @@ async def test_blocked_user_cannot_message_or_call_the_blocker(pool: asyncpg.Poo
             await blacklist.block_user(conn, owner=bob, blocked=bob)
 
 
+async def _refused_everything_in(conn: asyncpg.Connection, chat: UUID, actor: UUID) -> None:
+    """``actor`` can neither post, edit, add members, rename, nor start a conference in
+    ``chat``: every attempt is Forbidden and writes nothing."""
+    attempts = {
+        "post": messages.send_message(conn, chat_id=chat, sender=actor, body="let me in"),
+        "add a member": chats.add_participant(conn, chat_id=chat, actor=actor, user_id=uuid4()),
+        "rename": chats.rename_chat(conn, chat_id=chat, actor=actor, title="renamed"),
+        "start a conference": conferences.start_conference(conn, chat_id=chat, actor=actor),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(Forbidden, match="blocked"):
+            await attempt
+        assert not conn.is_in_transaction(), name
+
+
+async def test_the_block_holds_in_a_chat_that_was_the_two_of_them(pool: asyncpg.Pool) -> None:
+    """Bob blocks Alice. Wherever the chat is, or has been since the block, Alice and Bob
+    alone, Alice is refused everything, however many strangers she adds first; a group chat
+    that never came down to the two of them is not silenced."""
+    alice, bob, carol, stranger = uuid4(), uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        direct = await chats.create_chat(conn, creator=alice, title="a+b", members=[bob])
+        early = await messages.send_message(conn, chat_id=direct, sender=alice, body="hi")
+        group = await chats.create_chat(conn, creator=alice, title="g", members=[bob, carol])
+        shrinking = await chats.create_chat(conn, creator=carol, title="s", members=[alice, bob])
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        rows = await outbox_count(pool)
+        await _refused_everything_in(conn, direct, alice)
+        with pytest.raises(Forbidden, match="blocked"):
+            await messages.edit_message(
+                conn, chat_id=direct, message_id=early.message_id, editor=alice, body="edited"
+            )
+        with pytest.raises(Forbidden, match="blocked"):
+            await calls.start_call(conn, caller=alice, callee=bob)
+        # A stranger in the chat (added by the blocker, so the add itself is allowed) changes
+        # nothing: the chat was the two of them when the block was placed.
+        await chats.add_participant(conn, chat_id=direct, actor=bob, user_id=stranger)
+        rows = await outbox_count(pool)
+        await _refused_everything_in(conn, direct, alice)
+        # A conference the blocker starts there cannot be joined, nor used to invite.
+        conference = await conferences.start_conference(conn, chat_id=direct, actor=bob)
+        rows = await outbox_count(pool)
+        with pytest.raises(Forbidden, match="blocked"):
+            await conferences.join_conference(conn, conference_id=conference, actor=alice)
+        with pytest.raises(Forbidden, match="blocked"):
+            await conferences.invite_to_conference(
+                conn, conference_id=conference, actor=alice, user_id=stranger
+            )
+        assert await outbox_count(pool) == rows
+        # A group that came down to the two of them after the block: the same, and a member
+        # added afterwards does not lift it.
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="group ok")
+        await chats.remove_participant(conn, chat_id=shrinking, actor=carol, user_id=carol)
+        await chats.set_participant(conn, chat_id=shrinking, user_id=stranger, active=True)
+        await _refused_everything_in(conn, shrinking, alice)
+        # A group that never was the two of them is not silenced, for anything.
+        await messages.send_message(conn, chat_id=group, sender=alice, body="to everyone")
+        await chats.rename_chat(conn, chat_id=group, actor=alice, title="still a group")
+        await conferences.start_conference(conn, chat_id=group, actor=alice)
+        # Once the blocker has left, nobody is reached through the chat: the block is moot.
+        await chats.remove_participant(conn, chat_id=direct, actor=bob, user_id=bob)
+        await messages.send_message(conn, chat_id=direct, sender=alice, body="only a stranger")
+        # Unblocked: everything again; blocked anew: only chats that are the two of them now.
+        await blacklist.unblock_user(conn, owner=bob, blocked=alice)
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="friends again")
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="three of us")
+        fresh = await chats.create_chat(conn, creator=bob, title="b+a", members=[alice])
+        await _refused_everything_in(conn, fresh, alice)
+
+
 async def test_record_level_checks(pool: asyncpg.Pool) -> None:
     alice, bob, carol, dave = uuid4(), uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:

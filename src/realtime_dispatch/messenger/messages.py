@@ -21,7 +21,11 @@ import orjson
 from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.access import (
+    BLOCKED_IN_CHAT_SQL,
+    refuse_if_blocked_in_chat,
+    require_active_member,
+)
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
@@ -66,16 +70,10 @@ class SentMessage:
     """The ``clientMessageId`` was sent before: this is the first send's answer."""
 
 
-# The sender's membership, how many other active members the chat has, and whether one of them
-# has blocked the sender: in a two-person chat a blocked user cannot message the blocker.
-_SENDER_SQL = """
-SELECT p.active,
-       (SELECT count(*) FROM messenger.participants o
-        WHERE o.chat_id = $1 AND o.active AND o.user_id <> $2) AS others,
-       EXISTS (SELECT 1 FROM messenger.blacklist b
-               JOIN messenger.participants o
-                 ON o.user_id = b.owner_user_id AND o.chat_id = $1 AND o.active
-               WHERE b.blocked_user_id = $2 AND b.removed_at IS NULL) AS blocked
+# The sender's membership, and whether the sender is blocked in the chat (access.py: a blocker
+# is an active member of a chat that has been, or is, a chat of just the two of them).
+_SENDER_SQL = f"""
+SELECT p.active, {BLOCKED_IN_CHAT_SQL} AS blocked
 FROM messenger.participants p
 WHERE p.chat_id = $1 AND p.user_id = $2
 """
@@ -112,7 +110,7 @@ _SEND_OUTBOX_SQL = enqueue_select_sql(
 )
 _SEND_SQL = f"""
 WITH sender AS ({_SENDER_SQL}),
-allowed AS (SELECT 1 FROM sender WHERE active AND NOT (blocked AND others = 1)),
+allowed AS (SELECT 1 FROM sender WHERE active AND NOT blocked),
 claim AS (
     INSERT INTO messenger.message_client_ids
         (chat_id, sender_user_id, client_message_id, message_id, fingerprint)
@@ -135,7 +133,7 @@ msg AS (
     RETURNING seq, sent_at
 ),
 outbox AS ({_SEND_OUTBOX_SQL} RETURNING id)
-SELECT s.active, s.others, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
+SELECT s.active, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
        EXISTS (SELECT 1 FROM claim) AS claimed
 FROM sender s LEFT JOIN msg m ON true LEFT JOIN outbox o ON true
 """
@@ -182,7 +180,7 @@ async def send_message(
     if row is None or not row["active"]:
         await require_active_member(conn, chat_id, sender)  # raises NotFound / Forbidden
         raise Forbidden("not an active member")
-    if row["blocked"] and row["others"] == 1:
+    if row["blocked"]:
         raise Forbidden("the user has blocked you")
     if client_message_id is not None and not row["claimed"]:
         return await _first_send(conn, chat_id, sender, client_message_id, fingerprint)
@@ -233,6 +231,7 @@ async def edit_message(
         raise InvalidInput("give exactly one of body and cardText")
     async with conn.transaction():
         await require_active_member(conn, chat_id, editor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=editor)
         row = await _message_for_change(conn, chat_id, message_id)
         if row["sender_user_id"] != editor:
             raise Forbidden("only the sender may edit a message")
