@@ -11,6 +11,8 @@ the CLI turns that into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,6 +26,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.messenger.api.app import ApiOptions
 
 ENV_PREFIX = "REALTIME_"
+FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
 
 
 def _split_csv(value: Any) -> Any:
@@ -124,7 +127,19 @@ class Settings(BaseSettings):
         return ApiOptions(
             jwt_secret=secret.get_secret_value() if secret is not None else None,
             media=self.media_options(),
+            fingerprint_key=self.fingerprint_key(),
         )
+
+    def fingerprint_key(self) -> bytes | None:
+        """The key of the idempotency fingerprints: ``REALTIME_MESSAGE_FINGERPRINT_SECRET``, or
+        one derived from ``REALTIME_HUB_JWT_SECRET`` (an HMAC of a fixed label under it, so the
+        fingerprints never reveal the JWT secret); None without either."""
+        if self.message_fingerprint_secret is not None:
+            return self.message_fingerprint_secret.get_secret_value().encode()
+        if self.hub_jwt_secret is None:
+            return None
+        jwt_secret = self.hub_jwt_secret.get_secret_value().encode()
+        return hmac.new(jwt_secret, FINGERPRINT_KEY_LABEL, hashlib.sha256).digest()
 
     def media_options(self) -> MediaOptions:
         return MediaOptions(**self._prefixed("media_", MediaOptions))

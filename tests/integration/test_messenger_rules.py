@@ -5,9 +5,11 @@ and the builders' refusal to send an entity to a group that may not see it."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from uuid import UUID, uuid4
 
 import asyncpg
+import orjson
 import pytest
 
 from realtime_dispatch.messenger import (
@@ -26,6 +28,7 @@ from realtime_dispatch.messenger.reaper import (
     reap_unanswered_calls,
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
+from tests.chaos.test_data_at_rest import table_texts
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.support import make_stack
 
@@ -549,3 +552,58 @@ async def test_server_made_ids_are_uuidv7_in_call_order(pool: asyncpg.Pool) -> N
     async with pool.acquire() as conn:
         serial = [await conn.fetchval("SELECT messenger.realtime_new_id()") for _ in range(100)]
     assert serial == sorted(serial)
+
+
+async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
+    """After delete, every table dumped holds neither the text nor its plain hash (the
+    idempotency fingerprint was keyed, and is blanked with the message)."""
+    alice, bob = uuid4(), uuid4()
+    key = b"fingerprint-key-" + b"k" * 16
+    secret_text = f"PIN 4711 {uuid4().hex[:6]}"
+    content = messages.MessageContent(body=secret_text)
+    canonical = orjson.dumps(["Text", secret_text, None, None], option=orjson.OPT_SORT_KEYS)
+    plain_hash = hashlib.sha256(canonical).hexdigest()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        sent = await messages.send_message(
+            conn,
+            chat_id=chat,
+            sender=alice,
+            content=content,
+            client_message_id="c1",
+            fingerprint_key=key,
+        )
+        stored = await conn.fetchval(
+            "SELECT fingerprint FROM messenger.message_client_ids WHERE message_id = $1",
+            sent.message_id,
+        )
+        assert bytes(stored) == content.fingerprint(key) != bytes.fromhex(plain_hash)
+        with pytest.raises(Conflict):  # before delete, a reuse with other content is told apart
+            await messages.send_message(
+                conn,
+                chat_id=chat,
+                sender=alice,
+                body="other",
+                client_message_id="c1",
+                fingerprint_key=key,
+            )
+        await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=alice)
+        dumped = await table_texts(pool)
+        hits = [
+            f"{table}: {what}"
+            for table, text in dumped.items()
+            for what, needle in (("text", secret_text), ("plain hash", plain_hash))
+            if needle in text
+        ]
+        assert not hits, hits
+        assert content.fingerprint(key).hex() not in "".join(dumped.values())
+        # A retry of the deleted send is still a repeat: nothing is sent again.
+        again = await messages.send_message(
+            conn,
+            chat_id=chat,
+            sender=alice,
+            content=content,
+            client_message_id="c1",
+            fingerprint_key=key,
+        )
+        assert (again.repeated, again.message_id) == (True, sent.message_id)

@@ -10,6 +10,8 @@ its increment back too).
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +33,11 @@ from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
 EDIT_WINDOW_SECONDS = 60
+PROCESS_FINGERPRINT_KEY = secrets.token_bytes(32)
+"""The fingerprint key of callers that give none (library use; ``serve`` always gives one):
+fingerprints made with it are told apart only within this process's lifetime."""
+DELETED_FINGERPRINT = b""
+"""What a deleted message's fingerprint is blanked to: nothing of its content remains."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +59,13 @@ class MessageContent:
                 raise InvalidInput(f"{field} is required for a {self.kind} message")
             raise InvalidInput(f"{field} is not allowed in a {self.kind} message")
 
-    def fingerprint(self) -> bytes:
-        """Tells a retry of this send (same content) from a reused ``clientMessageId``."""
+    def fingerprint(self, key: bytes) -> bytes:
+        """Tells a retry of this send (same content) from a reused ``clientMessageId``: an
+        HMAC-SHA256 under a server secret, so that the stored value cannot be checked against
+        guesses of the content by whoever reads the database."""
         canonical = [self.kind.value, self.body, self.file_meta, self.card_text]
-        return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
+        data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
+        return hmac.new(key, data, hashlib.sha256).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,17 +162,21 @@ async def send_message(
     body: str | None = None,
     content: MessageContent | None = None,
     client_message_id: str | None = None,
+    fingerprint_key: bytes | None = None,
 ) -> SentMessage:
     """Allocate the next per-chat seq under the chat row lock, insert, enqueue the push: one
     statement, atomic on its own or part of the caller's open transaction. ``body`` alone is a
     Text message. A repeat of ``client_message_id`` by the same sender in the same chat writes
-    nothing and returns the first send (``repeated``); with other content it is a Conflict."""
+    nothing and returns the first send (``repeated``); with other content it is a Conflict
+    (told by the content's fingerprint under ``fingerprint_key``, by default
+    :data:`PROCESS_FINGERPRINT_KEY`). A repeat of a deleted message is a repeat, whatever it
+    carries: its fingerprint was blanked with it."""
     content = content if content is not None else MessageContent(body=body)
     content.check()
     if client_message_id is not None and not 1 <= len(client_message_id) <= 64:
         raise InvalidInput("clientMessageId must be 1-64 characters")
     message_id = new_id()
-    fingerprint = content.fingerprint()
+    fingerprint = content.fingerprint(fingerprint_key or PROCESS_FINGERPRINT_KEY)
     row = await conn.fetchrow(
         _SEND_SQL,
         chat_id,
@@ -195,7 +209,8 @@ async def _first_send(
     first = await conn.fetchrow(_FIRST_SEND_SQL, chat_id, sender, client_message_id)
     if first is None:  # the first send's chat was deleted meanwhile
         raise NotFound("chat not found")
-    if bytes(first["fingerprint"]) != fingerprint:
+    stored = bytes(first["fingerprint"])
+    if stored != DELETED_FINGERPRINT and not hmac.compare_digest(stored, fingerprint):
         raise Conflict("clientMessageId was already used for another message")
     return SentMessage(
         first["id"], chat_id, int(first["seq"]), first["sent_at"], None, repeated=True
@@ -271,7 +286,8 @@ async def edit_message(
 async def delete_message(
     conn: DbConnection, *, chat_id: UUID, message_id: UUID, actor: UUID
 ) -> None:
-    """Only the sender; the body is cleared. Deleting twice is a no-op (no second push)."""
+    """Only the sender; the content is cleared, and so is its idempotency fingerprint. Deleting
+    twice is a no-op (no second push)."""
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
         row = await _message_for_change(conn, chat_id, message_id)
@@ -283,6 +299,14 @@ async def delete_message(
             "UPDATE messenger.messages SET deleted_at = now(), body = NULL, file_meta = NULL,"
             " card_text = NULL WHERE id = $1",
             message_id,
+        )
+        await conn.execute(
+            "UPDATE messenger.message_client_ids SET fingerprint = $4"
+            " WHERE chat_id = $1 AND sender_user_id = $2 AND message_id = $3",
+            chat_id,
+            actor,
+            message_id,
+            DELETED_FINGERPRINT,
         )
         await enqueue(
             conn,
