@@ -2,6 +2,7 @@
 
 import asyncio
 import signal
+from pathlib import Path
 from uuid import uuid4
 
 import asyncpg
@@ -43,6 +44,28 @@ def test_worker_needs_a_push_target(database_url: str) -> None:
         "realtime-dispatch: invalid setting REALTIME_HUB_URL: required by worker"
         " (or set REALTIME_BACKPLANE_ENABLED=true)"
     ]
+
+
+@pytest.mark.parametrize("command", ["serve", "hub"])
+def test_a_database_without_a_jwt_secret_needs_dev_mode(command: str, tmp_path: Path) -> None:
+    """A deployment that forgot its secret refuses to start rather than generate one and mint
+    demo tokens; ``--dev`` / ``REALTIME_DEV=true`` ask for development mode explicitly."""
+    env = cli_env(
+        REALTIME_DATABASE_URL="postgresql://nobody@127.0.0.1:9/none",
+        REALTIME_DATA_DIR=str(tmp_path),
+    )
+    result = run_cli(command, env=env)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("realtime-dispatch: invalid setting REALTIME_HUB_JWT_SECRET:")
+    assert "--dev" in line
+    # Asked for: it gets past the check (and fails on the unreachable database instead).
+    for dev in (["--dev"], []):
+        extra = {} if dev else {"REALTIME_DEV": "true"}
+        asked = run_cli(command, *dev, env={**env, **extra})
+        assert asked.returncode == 1, asked.stderr
+        assert "using development secrets" in asked.stderr
+        assert "Connection refused" in asked.stderr
 
 
 def test_bad_arguments_exit_2() -> None:
