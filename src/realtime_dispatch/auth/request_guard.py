@@ -145,14 +145,17 @@ class RequestGuard:
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         if rule.credentials == "none":
             return None
-        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+        raw = _header(headers, b"authorization")
+        authorization = {"authorization": raw.decode("latin-1")} if raw is not None else {}
         if rule.credentials == "service_key":
-            if service_key_matches(text_headers, self._service_key):
+            if service_key_matches(authorization, self._service_key):
                 return None
             return _problem(401, "Unauthorized", "missing or wrong service key")
-        query: Mapping[str, str] = dict(parse_qsl(query_string.decode("latin-1")))
+        query: Mapping[str, str] = {}
+        if raw is None and b"access_token=" in query_string:
+            query = dict(parse_qsl(query_string.decode("latin-1")))
         try:
-            self._check_token(request_token(text_headers, query))
+            self._check_token(request_token(authorization, query))
         except AuthError:
             return _problem(401, "Unauthorized", "a valid bearer token is required")
         return None

@@ -1,5 +1,7 @@
-"""Development secrets: when ``serve`` runs without ``REALTIME_HUB_JWT_SECRET`` (or the service
-key, or any media secret) it generates them once, keeps them in
+"""Development secrets: when ``serve`` runs in development mode (the embedded default, or
+``--dev`` / ``REALTIME_DEV=true`` with ``REALTIME_DATABASE_URL``: :func:`require_secret_unless_dev`)
+without ``REALTIME_HUB_JWT_SECRET`` (or the service key, or any media secret) it generates them
+once, keeps them in
 ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
 reads the same file, so its tokens work against it.
 
