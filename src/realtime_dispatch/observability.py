@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -45,7 +46,9 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def redact_event(_logger: object, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def redact_event(
+    _logger: object, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """The structlog processor of :func:`redact`: our own events carry ids and codes only, but a
     token in an exception message or a URL must not slip through either."""
     for key, value in event.items():
