@@ -154,8 +154,12 @@ def guarded_http_protocol(
             super().handle_websocket_upgrade()
             protocol: Any = self.transport.get_protocol()
             address, self._address = self._address, None
-            if address is not None:  # the WebSocket keeps the place until it closes
+            if address is None:
+                return
+            if hasattr(protocol, "on_connection_lost"):  # the hub's: keeps the place till closed
                 protocol.on_connection_lost = lambda: counter.release(address)
+            else:  # a WebSocket protocol that cannot tell when it closes: not counted
+                counter.release(address)
 
         def _arm(self, delay: float, callback: Callable[[], None]) -> None:
             self._disarm()
