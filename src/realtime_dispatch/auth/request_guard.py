@@ -30,7 +30,12 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from realtime_dispatch.auth.tokens import AuthError, request_token, service_key_matches
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    bearer,
+    request_token,
+    service_key_matches,
+)
 
 Credentials = Literal["token", "service_key", "none"]
 TokenCheck = Callable[[str | None], object]
@@ -152,7 +157,7 @@ class RequestGuard:
                 return None
             return _problem(401, "Unauthorized", "missing or wrong service key")
         query: Mapping[str, str] = {}
-        if raw is None and b"access_token=" in query_string:
+        if bearer(authorization) is None and b"access_token=" in query_string:
             query = dict(parse_qsl(query_string.decode("latin-1")))
         try:
             self._check_token(request_token(authorization, query))
