@@ -46,8 +46,13 @@ def test_worker_needs_a_push_target(database_url: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("command", ["serve", "hub"])
-def test_a_database_without_a_jwt_secret_needs_dev_mode(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "dev", "dev_env"),
+    [("serve", ["--dev"], {}), ("hub", [], {"REALTIME_DEV": "true"})],
+)
+def test_a_database_without_a_jwt_secret_needs_dev_mode(
+    command: str, dev: list[str], dev_env: dict[str, str], tmp_path: Path
+) -> None:
     """A deployment that forgot its secret refuses to start rather than generate one and mint
     demo tokens; ``--dev`` / ``REALTIME_DEV=true`` ask for development mode explicitly."""
     env = cli_env(
@@ -60,12 +65,10 @@ def test_a_database_without_a_jwt_secret_needs_dev_mode(command: str, tmp_path: 
     assert line.startswith("realtime-dispatch: invalid setting REALTIME_HUB_JWT_SECRET:")
     assert "--dev" in line
     # Asked for: it gets past the check (and fails on the unreachable database instead).
-    for dev in (["--dev"], []):
-        extra = {} if dev else {"REALTIME_DEV": "true"}
-        asked = run_cli(command, *dev, env={**env, **extra})
-        assert asked.returncode == 1, asked.stderr
-        assert "using development secrets" in asked.stderr
-        assert "Connection refused" in asked.stderr
+    asked = run_cli(command, *dev, env={**env, **dev_env})
+    assert asked.returncode == 1, asked.stderr
+    assert "using development secrets" in asked.stderr
+    assert "Connection refused" in asked.stderr
 
 
 def test_bad_arguments_exit_2() -> None:
