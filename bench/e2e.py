@@ -163,6 +163,8 @@ async def servers(
         REALTIME_HUB_JWT_SECRET=SECRET,
         REALTIME_HUB_SERVICE_KEY=SERVICE_KEY,
         REALTIME_DATA_DIR=str(logs / "data"),
+        # Every client of the benchmark connects from this one address.
+        REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT="0",
     )
     env.update(dict(item.split("=", 1) for item in args.server_env))
     procs: list[Proc] = []

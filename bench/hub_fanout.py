@@ -60,6 +60,16 @@ def cpu_seconds(pid: int) -> float:
 # --- hub process ------------------------------------------------------------------------------
 
 
+def http_limits_off() -> dict[str, Any]:
+    """No per-address cap: every client of the benchmark connects from 127.0.0.1. (Empty on a
+    version without the HTTP limits, so the same script measures before and after.)"""
+    try:
+        from realtime_dispatch.hub.http_protocol import HttpLimits
+    except ImportError:
+        return {}
+    return {"http_limits": HttpLimits(max_per_client=0)}
+
+
 def hub_main(args: argparse.Namespace) -> None:
     import uvloop
 
@@ -69,7 +79,14 @@ def hub_main(args: argparse.Namespace) -> None:
 
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
-    run = run_hub(options, host="127.0.0.1", port=args.port, dsn=args.dsn, log_level="warning")
+    run = run_hub(
+        options,
+        host="127.0.0.1",
+        port=args.port,
+        dsn=args.dsn,
+        log_level="warning",
+        **http_limits_off(),
+    )
     uvloop.run(run)  # as the CLI runs it
 
 

@@ -58,6 +58,7 @@ from hub_fanout import (
     drop_database,
     fanout_run,
     free_port,
+    http_limits_off,
     prepare_database,
     rss_kib,
     stop_clients,
@@ -186,7 +187,9 @@ async def hub_main(args: argparse.Namespace) -> None:
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
     async with Hub(options, pool=None, dsn=args.dsn) as hub:
         app = Starlette(routes=hub_routes(hub))
-        config = uvicorn_config(app, host="127.0.0.1", port=args.port, log_level="warning")
+        config = uvicorn_config(
+            app, host="127.0.0.1", port=args.port, log_level="warning", **http_limits_off()
+        )
         server = HubServer(config, hub, install_signal_handlers=False)
         serving = asyncio.create_task(server.serve())
         await started(server, serving)

@@ -11,6 +11,8 @@ the CLI turns that into one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +27,7 @@ from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 
 ENV_PREFIX = "REALTIME_"
+FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
 
 
 def _split_csv(value: Any) -> Any:
@@ -49,6 +52,9 @@ class Settings(BaseSettings):
     """The projection manifest (``REALTIME_PROJECTIONS``). Set: the adopter's own schema, and
     nothing of the reference messenger is created or run. Unset: the shipped manifest."""
     log_level: str = "info"
+    dev: bool = False
+    """Development mode with ``REALTIME_DATABASE_URL``: generated secrets and demo tokens when
+    ``REALTIME_HUB_JWT_SECRET`` is unset (the embedded default is development mode anyway)."""
 
     dispatch_polling_interval: float = 1.0
     dispatch_batch_size: int = 200
@@ -76,6 +82,16 @@ class Settings(BaseSettings):
     hub_service_key: SecretStr | None = None
     hub_ping_interval: float = Field(default=15.0, gt=0)
     hub_idle_timeout: float = Field(default=30.0, gt=0)
+    hub_max_connections_per_user: int = Field(default=50, ge=1)
+
+    # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
+    http_header_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    http_body_timeout: float = Field(default=15.0, gt=0, allow_inf_nan=False)
+    http_max_connections_per_client: int = Field(default=1000, ge=0)
+    """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
+    every client has the proxy's address)."""
+    message_fingerprint_secret: SecretStr | None = None
+    """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
     media_jitsi_app_id: str = "realtime-dispatch"
     media_jitsi_app_secret: SecretStr | None = None
@@ -135,7 +151,19 @@ class Settings(BaseSettings):
         return ApiOptions(
             jwt_secret=secret.get_secret_value() if secret is not None else None,
             media=self.media_options(),
+            fingerprint_key=self.fingerprint_key(),
         )
+
+    def fingerprint_key(self) -> bytes | None:
+        """The key of the idempotency fingerprints: ``REALTIME_MESSAGE_FINGERPRINT_SECRET``, or
+        one derived from ``REALTIME_HUB_JWT_SECRET`` (an HMAC of a fixed label under it, so the
+        fingerprints never reveal the JWT secret); None without either."""
+        if self.message_fingerprint_secret is not None:
+            return self.message_fingerprint_secret.get_secret_value().encode()
+        if self.hub_jwt_secret is None:
+            return None
+        jwt_secret = self.hub_jwt_secret.get_secret_value().encode()
+        return hmac.new(jwt_secret, FINGERPRINT_KEY_LABEL, hashlib.sha256).digest()
 
     def media_options(self) -> MediaOptions:
         return MediaOptions(**self._prefixed("media_", MediaOptions))

@@ -508,3 +508,239 @@ async def test_garbage_outbox_rows_are_quarantined_and_the_worker_survives(
         worker_crashes=0,
         outbox=by_status,
     )
+
+
+# Limits before work, slow senders, per-user caps (docs/RELIABILITY.md, "Hostile clients") ------
+
+FIFTY_MB = 50 * 1024 * 1024
+
+
+async def _http_open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+def _head(method: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def _status(reader: asyncio.StreamReader) -> int:
+    """The status of the response on ``reader``; the server closes the connection after it."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+    assert await reader.read() == b"", "the connection stays open"
+    return status
+
+
+def _peak_memory_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM), in kB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def _declared(port: int, path: str, headers: dict[str, str]) -> int:
+    """Send only the head of a POST declaring a 50 MB body: the answer comes without the body."""
+    reader, writer = await _http_open(port)
+    try:
+        writer.write(_head("POST", path, {"Content-Length": str(FIFTY_MB), **headers}))
+        await writer.drain()
+        return await _status(reader)
+    finally:
+        writer.close()
+
+
+async def _streamed(
+    port: int,
+    path: str,
+    headers: dict[str, str],
+    held: asyncio.Event | None = None,
+    paused: asyncio.Event | None = None,
+) -> tuple[int, int]:
+    """Stream a 50 MB chunked body in 16 KiB chunks until the server answers; with ``held``,
+    pause after 8 KiB (setting ``paused``) until it is set. Returns (status, bytes sent)."""
+    reader, writer = await _http_open(port)
+    chunk = b"[" * 16 * 1024
+    sent = 0
+    answer = asyncio.ensure_future(_status(reader))
+    try:
+        writer.write(_head("POST", path, {"Transfer-Encoding": "chunked", **headers}))
+        if held is not None:
+            writer.write(b"2000\r\n" + b"[" * 0x2000 + b"\r\n")
+            sent += 0x2000
+            await writer.drain()
+            if paused is not None:
+                paused.set()
+            await held.wait()
+        with contextlib.suppress(ConnectionError):
+            while sent < FIFTY_MB and not answer.done():
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+                await writer.drain()
+                await asyncio.sleep(0)  # read while writing, as a client would
+        return await answer, sent
+    finally:
+        answer.cancel()
+        writer.close()
+
+
+async def test_bodies_are_limited_before_they_are_read(database_url: str, tmp_path: Path) -> None:
+    """50 MB bodies, without a token and with one: 401 / 413 before the body is read (the
+    declared ones) or as soon as it passes the route's limit (the streamed ones), the server's
+    peak memory barely moved, and ``/healthz`` answering while bodies are held half-sent."""
+    user = uuid4()
+    token = {"Authorization": f"Bearer {make_token(user, ttl=3600)}"}
+    async with serving(database_url, tmp_path) as serve:
+        assert serve.process is not None
+        assert serve.port is not None
+        port, pid = serve.port, serve.process.pid
+        before = _peak_memory_kb(pid)
+        routes = ["/api/chats", "/hubs/messenger/negotiate", "/api/v1/hubs/messenger/groups/g"]
+        declared = await asyncio.gather(
+            *(_declared(port, path, {}) for path in routes * 2),
+            *(_declared(port, "/api/chats", {"Authorization": "Bearer forged"}) for _ in range(2)),
+            *(_declared(port, "/api/chats", token) for _ in range(4)),
+        )
+        assert declared == [401] * 8 + [413] * 4
+        held = asyncio.Event()
+        paused = [asyncio.Event() for _ in range(4)]
+        streams = [
+            asyncio.ensure_future(_streamed(port, "/api/chats", token, held, paused[i]))
+            for i in range(4)
+        ]
+        streams += [asyncio.ensure_future(_streamed(port, "/api/chats", {}))]
+        await asyncio.gather(*(event.wait() for event in paused))
+        async with httpx.AsyncClient() as http:  # four bodies half-sent, the server answers
+            assert (await http.get(f"{serve.http_url}/healthz")).status_code == 200
+        held.set()
+        results = await asyncio.gather(*streams)
+        assert [status for status, _ in results] == [413] * 4 + [401]
+        # Refused once past the 16 KiB limit: nowhere near the 50 MB offered.
+        assert max(sent for _, sent in results) < 16 * 1024 * 1024
+        growth_mb = (_peak_memory_kb(pid) - before) / 1024
+        assert growth_mb < 40, f"peak memory grew {growth_mb:.0f} MB"
+        async with httpx.AsyncClient() as http:
+            ok = await http.post(
+                f"{serve.http_url}/api/chats", json={"title": "after the flood"}, headers=token
+            )
+            assert ok.status_code == 201
+    report(
+        "50 MB bodies before auth",
+        declared=len(declared),
+        streamed=len(results),
+        peak_memory_growth_mb=round(growth_mb, 1),
+    )
+
+
+async def _kept_alive(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection that got one ``/healthz`` answer and stays open; None when refused."""
+    reader, writer = await _http_open(port)
+    writer.write(_head("GET", "/healthz", {}))
+    head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
+    if not head.startswith(b"HTTP/1.1 200"):
+        writer.close()
+        return None
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+    return reader, writer
+
+
+async def test_slow_senders_are_cut_and_one_address_is_capped(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Past the per-address cap a connection gets 503 at once; headers that never complete get
+    408 and a closed connection; a body that stops coming gets a closed connection."""
+    env = {
+        "REALTIME_HTTP_HEADER_TIMEOUT": "3",
+        "REALTIME_HTTP_BODY_TIMEOUT": "3",
+        "REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT": "10",
+    }
+    token = {"Authorization": f"Bearer {make_token(uuid4(), ttl=3600)}"}
+    async with serving(database_url, tmp_path, **env) as serve:
+        assert serve.port is not None
+        port = serve.port
+        held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+        async def fill() -> bool:
+            """Hold ten answered keep-alive connections (once the readiness probe's is gone)."""
+            while len(held) < 10:
+                connection = await _kept_alive(port)
+                if connection is None:
+                    return False
+                held.append(connection)
+            return True
+
+        await wait_until(fill, within=10)
+        eleventh_reader, eleventh = await _http_open(port)
+        assert (await eleventh_reader.read()).startswith(b"HTTP/1.1 503")
+        eleventh.close()
+        # Half a request on five; a body that stops on one; nothing more on the other four.
+        for _, writer in held[:5]:
+            writer.write(b"POST /api/chats HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthoriz")
+        held[5][1].write(
+            _head("POST", "/api/chats", {"Content-Length": "100", **token}) + b'{"title":'
+        )
+        answers = await asyncio.gather(*(reader.read() for reader, _ in held))
+        timed_out = [answers[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9)]
+        assert all(a.startswith(b"HTTP/1.1 408") for a in timed_out), answers
+        assert answers[5] == b""  # closed, unanswered: the app saw a disconnect
+        for _, writer in held:
+            writer.close()
+        async with httpx.AsyncClient() as http:  # the places are free again
+            assert (await http.get(f"{serve.http_url}/healthz")).status_code == 200
+    report("slow senders", header_timeouts=len(timed_out), body_timeouts=1, refused_at_cap=1)
+
+
+async def test_one_user_is_capped_at_negotiate_and_at_upgrade(
+    database_url: str, tmp_path: Path
+) -> None:
+    user = uuid4()
+    token = make_token(user, ttl=3600)
+    env = {"REALTIME_HUB_MAX_CONNECTIONS_PER_USER": "2"}
+    async with serving(database_url, tmp_path, **env) as serve, httpx.AsyncClient() as http:
+        url = f"{serve.ws_url}?access_token={token}"
+        negotiate = f"{serve.http_url}/hubs/messenger/negotiate?negotiateVersion=1"
+        auth = {"Authorization": f"Bearer {token}"}
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(2):
+                ws = await stack.enter_async_context(connect(url, ping_interval=None))
+                await ws.send('{"protocol":"json","version":1}' + RS)
+                assert await ws.recv() == "{}" + RS
+            refused = await http.post(negotiate, headers=auth)
+            assert refused.status_code == 429
+            assert "Too many connections" in refused.json()["error"]
+            with pytest.raises(InvalidStatus) as upgrade:
+                async with connect(url, ping_interval=None):
+                    pass
+            assert upgrade.value.response.status_code == 429
+            other = make_token(uuid4(), ttl=3600)  # another user is not affected
+            assert (
+                await http.post(negotiate, headers={"Authorization": f"Bearer {other}"})
+            ).status_code == 200
+            metrics = (await http.get(f"{serve.http_url}/metrics")).text
+            assert (
+                'messenger_realtime_hub_refused_connections_total{code="TooManyConnections"} 2.0'
+                in metrics
+            )
+        # Both closed: the user may connect again (once the hub has seen them go).
+        await wait_until(lambda: _negotiates(http, negotiate, auth), within=10, interval=0.05)
+    report("per-user cap", cap=2, refused_negotiate=1, refused_upgrade=1)
+
+
+async def _negotiates(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> bool:
+    return (await http.post(url, headers=headers)).status_code == 200

@@ -89,6 +89,31 @@ def test_serve_without_the_embedded_extra_says_what_to_install(tmp_path: Path) -
     ]
 
 
+@pytest.mark.parametrize(
+    ("command", "dev", "dev_env"),
+    [("serve", ["--dev"], {}), ("hub", [], {"REALTIME_DEV": "true"})],
+)
+def test_a_database_without_a_jwt_secret_needs_dev_mode(
+    command: str, dev: list[str], dev_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A deployment that forgot its secret refuses to start rather than generate one and mint
+    demo tokens; ``--dev`` / ``REALTIME_DEV=true`` ask for development mode explicitly."""
+    env = cli_env(
+        REALTIME_DATABASE_URL="postgresql://nobody@127.0.0.1:9/none",
+        REALTIME_DATA_DIR=str(tmp_path),
+    )
+    result = run_cli(command, env=env)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("realtime-dispatch: invalid setting REALTIME_HUB_JWT_SECRET:")
+    assert "--dev" in line
+    # Asked for: it gets past the check (and fails on the unreachable database instead).
+    asked = run_cli(command, *dev, env={**env, **dev_env})
+    assert asked.returncode == 1, asked.stderr
+    assert "using development secrets" in asked.stderr
+    assert "Connection refused" in asked.stderr
+
+
 def test_bad_arguments_exit_2() -> None:
     assert run_cli("requeue", env=cli_env()).returncode == 2
     assert run_cli("requeue", "--id", "not-a-uuid", env=cli_env()).returncode == 2

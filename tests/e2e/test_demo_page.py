@@ -58,7 +58,7 @@ async def sign_in(page: Page, url: str, user: str) -> None:
 
 
 async def test_two_users_chat_live_in_the_browser(database_url: str, tmp_path: Path) -> None:
-    async with serve(database_url, tmp_path) as url, async_playwright() as p:
+    async with serve(database_url, tmp_path, REALTIME_DEV="true") as url, async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         expect.set_options(timeout=10_000)
         try:
@@ -152,11 +152,22 @@ async def test_demo_tokens_exist_only_on_development_secrets(
         assert (await http.post("/demo/api/token", json={"user": "alice"})).status_code == 404
         assert (await http.get("/demo/api/users")).json()["devTokens"] is False
     async with (
-        serve(database_url, tmp_path / "dev") as url,
+        serve(database_url, tmp_path / "dev", REALTIME_DEV="true") as url,
         httpx.AsyncClient(base_url=url) as http,
     ):
         minted = await http.post("/demo/api/token", json={"user": "bob"})
         assert minted.status_code == 200
+        # JSON only (a cross-site form posts text/plain), and only under this server's address
+        # (a DNS-rebinding page reaches it under the attacker's host name).
+        form = await http.post(
+            "/demo/api/token", content=b'{"user": "bob"}', headers={"Content-Type": "text/plain"}
+        )
+        assert form.status_code == 415
+        rebound = await http.post(
+            "/demo/api/token", json={"user": "bob"}, headers={"Host": "attacker.example:80"}
+        )
+        assert rebound.status_code == 403
+        assert "token" not in rebound.json()
         token = minted.json()["token"]
         chats = await http.get("/demo/api/chats", headers={"Authorization": f"Bearer {token}"})
         assert chats.json() == {"items": []}

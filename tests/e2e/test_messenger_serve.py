@@ -36,6 +36,7 @@ async def test_serve_rest_hub_and_media_with_dev_secrets(database_url: str, tmp_
     env = cli_env(
         REALTIME_DATABASE_URL=database_url,
         REALTIME_DATA_DIR=str(tmp_path),
+        REALTIME_DEV="true",
         REALTIME_LOG_LEVEL="debug",
         REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
         REALTIME_MEDIA_TURN_URLS="turn:127.0.0.1:3478",
@@ -92,6 +93,17 @@ async def test_serve_rest_hub_and_media_with_dev_secrets(database_url: str, tmp_
                 )
                 assert r.status_code == 201
                 [invite] = await client.invocations(1, within=10)
+            # The same token in the upgrade's Authorization header, and on negotiate: neither
+            # may reach the debug log (uvicorn's WebSocket protocol logs request headers).
+            carol_token = make_token(uuid4(), secret=hub_secret)
+            async with raw_client(running, carol_token) as header_client:
+                assert header_client is not None
+            negotiated = await http.post(
+                "/hubs/messenger/negotiate?negotiateVersion=1",
+                headers={"Authorization": f"Bearer {carol_token}"},
+            )
+            assert negotiated.status_code == 200
+            rest_token = auth(alice)["Authorization"].removeprefix("Bearer ")
         assert invite["target"] == "call_invited"
         media = invite["arguments"][0]["media"]
         claims = jwt.decode(
@@ -122,6 +134,9 @@ async def test_serve_rest_hub_and_media_with_dev_secrets(database_url: str, tmp_
         "jitsi secret": secrets["media_jitsi_app_secret"],
         "turn secret": secrets["media_turn_secret"],
         "hub token": token,
+        "hub token in a header": carol_token,
+        "hub token's signature": carol_token.rsplit(".", 1)[1],
+        "REST token": rest_token,
         "message body": BODY,
     }
     assert [name for name, value in leaked.items() if value in logs] == []

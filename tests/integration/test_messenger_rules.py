@@ -5,9 +5,11 @@ and the builders' refusal to send an entity to a group that may not see it."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from uuid import UUID, uuid4
 
 import asyncpg
+import orjson
 import pytest
 
 from realtime_dispatch.messenger import (
@@ -26,6 +28,7 @@ from realtime_dispatch.messenger.reaper import (
     reap_unanswered_calls,
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
+from tests.chaos.test_data_at_rest import table_texts
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.support import make_stack
 
@@ -254,6 +257,77 @@ async def test_blocked_user_cannot_message_or_call_the_blocker(pool: asyncpg.Poo
             await blacklist.block_user(conn, owner=bob, blocked=bob)
 
 
+async def _refused_everything_in(conn: asyncpg.Connection, chat: UUID, actor: UUID) -> None:
+    """``actor`` can neither post, edit, add members, rename, nor start a conference in
+    ``chat``: every attempt is Forbidden and writes nothing."""
+    attempts = {
+        "post": messages.send_message(conn, chat_id=chat, sender=actor, body="let me in"),
+        "add a member": chats.add_participant(conn, chat_id=chat, actor=actor, user_id=uuid4()),
+        "rename": chats.rename_chat(conn, chat_id=chat, actor=actor, title="renamed"),
+        "start a conference": conferences.start_conference(conn, chat_id=chat, actor=actor),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(Forbidden, match="blocked"):
+            await attempt
+        assert not conn.is_in_transaction(), name
+
+
+async def test_the_block_holds_in_a_chat_that_was_the_two_of_them(pool: asyncpg.Pool) -> None:
+    """Bob blocks Alice. Wherever the chat is, or has been since the block, Alice and Bob
+    alone, Alice is refused everything, however many strangers she adds first; a group chat
+    that never came down to the two of them is not silenced."""
+    alice, bob, carol, stranger = uuid4(), uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        direct = await chats.create_chat(conn, creator=alice, title="a+b", members=[bob])
+        early = await messages.send_message(conn, chat_id=direct, sender=alice, body="hi")
+        group = await chats.create_chat(conn, creator=alice, title="g", members=[bob, carol])
+        shrinking = await chats.create_chat(conn, creator=carol, title="s", members=[alice, bob])
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        rows = await outbox_count(pool)
+        await _refused_everything_in(conn, direct, alice)
+        with pytest.raises(Forbidden, match="blocked"):
+            await messages.edit_message(
+                conn, chat_id=direct, message_id=early.message_id, editor=alice, body="edited"
+            )
+        with pytest.raises(Forbidden, match="blocked"):
+            await calls.start_call(conn, caller=alice, callee=bob)
+        # A stranger in the chat (added by the blocker, so the add itself is allowed) changes
+        # nothing: the chat was the two of them when the block was placed.
+        await chats.add_participant(conn, chat_id=direct, actor=bob, user_id=stranger)
+        rows = await outbox_count(pool)
+        await _refused_everything_in(conn, direct, alice)
+        # A conference the blocker starts there cannot be joined, nor used to invite.
+        conference = await conferences.start_conference(conn, chat_id=direct, actor=bob)
+        rows = await outbox_count(pool)
+        with pytest.raises(Forbidden, match="blocked"):
+            await conferences.join_conference(conn, conference_id=conference, actor=alice)
+        with pytest.raises(Forbidden, match="blocked"):
+            await conferences.invite_to_conference(
+                conn, conference_id=conference, actor=alice, user_id=stranger
+            )
+        assert await outbox_count(pool) == rows
+        # A group that came down to the two of them after the block: the same, and a member
+        # added afterwards does not lift it.
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="group ok")
+        await chats.remove_participant(conn, chat_id=shrinking, actor=carol, user_id=carol)
+        await chats.set_participant(conn, chat_id=shrinking, user_id=stranger, active=True)
+        await _refused_everything_in(conn, shrinking, alice)
+        # A group that never was the two of them is not silenced, for anything.
+        await messages.send_message(conn, chat_id=group, sender=alice, body="to everyone")
+        await chats.rename_chat(conn, chat_id=group, actor=alice, title="still a group")
+        await conferences.start_conference(conn, chat_id=group, actor=alice)
+        # Once the blocker has left, nobody is reached through the chat: the block is moot.
+        await chats.remove_participant(conn, chat_id=direct, actor=bob, user_id=bob)
+        await messages.send_message(conn, chat_id=direct, sender=alice, body="only a stranger")
+        # Unblocked: everything again; blocked anew: only chats that are the two of them now.
+        await blacklist.unblock_user(conn, owner=bob, blocked=alice)
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="friends again")
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        await messages.send_message(conn, chat_id=shrinking, sender=alice, body="three of us")
+        fresh = await chats.create_chat(conn, creator=bob, title="b+a", members=[alice])
+        await _refused_everything_in(conn, fresh, alice)
+
+
 async def test_record_level_checks(pool: asyncpg.Pool) -> None:
     alice, bob, carol, dave = uuid4(), uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
@@ -478,3 +552,58 @@ async def test_server_made_ids_are_uuidv7_in_call_order(pool: asyncpg.Pool) -> N
     async with pool.acquire() as conn:
         serial = [await conn.fetchval("SELECT messenger.realtime_new_id()") for _ in range(100)]
     assert serial == sorted(serial)
+
+
+async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
+    """After delete, every table dumped holds neither the text nor its plain hash (the
+    idempotency fingerprint was keyed, and is blanked with the message)."""
+    alice, bob = uuid4(), uuid4()
+    key = b"fingerprint-key-" + b"k" * 16
+    secret_text = f"PIN 4711 {uuid4().hex[:6]}"
+    content = messages.MessageContent(body=secret_text)
+    canonical = orjson.dumps(["Text", secret_text, None, None], option=orjson.OPT_SORT_KEYS)
+    plain_hash = hashlib.sha256(canonical).hexdigest()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        sent = await messages.send_message(
+            conn,
+            chat_id=chat,
+            sender=alice,
+            content=content,
+            client_message_id="c1",
+            fingerprint_key=key,
+        )
+        stored = await conn.fetchval(
+            "SELECT fingerprint FROM messenger.message_client_ids WHERE message_id = $1",
+            sent.message_id,
+        )
+        assert bytes(stored) == content.fingerprint(key) != bytes.fromhex(plain_hash)
+        with pytest.raises(Conflict):  # before delete, a reuse with other content is told apart
+            await messages.send_message(
+                conn,
+                chat_id=chat,
+                sender=alice,
+                body="other",
+                client_message_id="c1",
+                fingerprint_key=key,
+            )
+        await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=alice)
+        dumped = await table_texts(pool)
+        hits = [
+            f"{table}: {what}"
+            for table, text in dumped.items()
+            for what, needle in (("text", secret_text), ("plain hash", plain_hash))
+            if needle in text
+        ]
+        assert not hits, hits
+        assert content.fingerprint(key).hex() not in "".join(dumped.values())
+        # A retry of the deleted send is still a repeat: nothing is sent again.
+        again = await messages.send_message(
+            conn,
+            chat_id=chat,
+            sender=alice,
+            content=content,
+            client_message_id="c1",
+            fingerprint_key=key,
+        )
+        assert (again.repeated, again.message_id) == (True, sent.message_id)

@@ -1,10 +1,11 @@
 import asyncio
+from datetime import UTC, datetime
 from uuid import uuid4
 
 import asyncpg
 import pytest
 
-from realtime_dispatch.messenger.schema import all_migrations, migrate
+from realtime_dispatch.messenger.schema import all_migrations, messenger_migrations, migrate
 from realtime_dispatch.outbox import migrate as outbox_schema
 from realtime_dispatch.outbox.migrate import applied_versions
 from tests.conftest import with_database
@@ -140,3 +141,68 @@ async def test_trigger_notifies_only_while_dispatcher_idle(pool: asyncpg.Pool) -
     finally:
         await listener.remove_listener("realtime_outbox", on_notify)
         await pool.release(listener)
+
+
+async def test_upgrade_marks_blocked_pairs_and_blanks_deleted_fingerprints(
+    pg_server_url: str,
+) -> None:
+    """Rows written before migrations 0015/0016: a block in a two-person chat marks that chat;
+    a deleted message's plain fingerprint is blanked, a live one's kept."""
+
+    name = f"rd_mig_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    alice, bob, pair, gone, live = uuid4(), uuid4(), uuid4(), uuid4(), uuid4()
+    try:
+        conn = await asyncpg.connect(with_database(pg_server_url, name))
+        try:
+            before = [m for m in messenger_migrations() if m.version < 15]
+            await outbox_schema.migrate(conn, before)
+            await conn.execute(
+                "INSERT INTO messenger.chats (id, title, created_by) VALUES ($1, 'p', $2)",
+                pair,
+                alice,
+            )
+            await conn.executemany(
+                "INSERT INTO messenger.participants (id, chat_id, user_id) VALUES ($1, $2, $3)",
+                [(uuid4(), pair, alice), (uuid4(), pair, bob)],
+            )
+            block = uuid4()
+            await conn.execute(
+                "INSERT INTO messenger.blacklist (id, owner_user_id, blocked_user_id)"
+                " VALUES ($1, $2, $3)",
+                block,
+                bob,
+                alice,
+            )
+            for seq, (message, deleted) in enumerate(((gone, True), (live, False)), start=1):
+                await conn.execute(
+                    "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body,"
+                    " deleted_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                    message,
+                    pair,
+                    seq,
+                    alice,
+                    None if deleted else "hi",
+                    datetime.now(UTC) if deleted else None,
+                )
+                await conn.execute(
+                    "INSERT INTO messenger.message_client_ids VALUES ($1, $2, $3, $4, $5)",
+                    pair,
+                    alice,
+                    f"c{seq}",
+                    message,
+                    b"plain-sha256-of-the-content....",
+                )
+            await migrate(conn)
+            marks = await conn.fetch("SELECT chat_id, blacklist_id FROM messenger.blacklist_chats")
+            assert [(r["chat_id"], r["blacklist_id"]) for r in marks] == [(pair, block)]
+            prints = dict(
+                await conn.fetch("SELECT message_id, fingerprint FROM messenger.message_client_ids")
+            )
+            assert prints == {gone: b"", live: b"plain-sha256-of-the-content...."}
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()

@@ -3,6 +3,9 @@ a retried send from a reused ``clientMessageId``."""
 
 from __future__ import annotations
 
+import hashlib
+
+import orjson
 import pytest
 
 from realtime_dispatch.contracts.rest import MessageKind, content_problems
@@ -45,11 +48,19 @@ def test_check_names_the_field() -> None:
 
 
 def test_fingerprint_is_the_content_and_nothing_else() -> None:
+    key = b"k" * 32
     a = MessageContent(K.FILE, file_meta=META)
     reordered = MessageContent(K.FILE, file_meta=dict(reversed(list(META.items()))))
-    assert a.fingerprint() == reordered.fingerprint()
-    assert a.fingerprint() != MessageContent(K.FILE, body="x", file_meta=META).fingerprint()
-    assert (
-        MessageContent(body="x").fingerprint()
-        != MessageContent(K.CARD, card_text="x").fingerprint()
-    )
+    assert a.fingerprint(key) == reordered.fingerprint(key)
+    assert a.fingerprint(key) != MessageContent(K.FILE, body="x", file_meta=META).fingerprint(key)
+    assert MessageContent(body="x").fingerprint(key) != MessageContent(
+        K.CARD, card_text="x"
+    ).fingerprint(key)
+
+
+def test_fingerprint_is_keyed() -> None:
+    """Whoever reads the table cannot test guesses of the content against it without the key."""
+    content = MessageContent(body="PIN 4711")
+    canonical = orjson.dumps(["Text", "PIN 4711", None, None], option=orjson.OPT_SORT_KEYS)
+    assert content.fingerprint(b"a" * 32) != content.fingerprint(b"b" * 32)
+    assert content.fingerprint(b"a" * 32) != hashlib.sha256(canonical).digest()

@@ -1,5 +1,7 @@
-"""Development secrets: when ``serve`` runs without ``REALTIME_HUB_JWT_SECRET`` (or the service
-key, or any media secret) it generates them once, keeps them in
+"""Development secrets: when ``serve`` runs in development mode (the embedded default, or
+``--dev`` / ``REALTIME_DEV=true`` with ``REALTIME_DATABASE_URL``: :func:`require_secret_unless_dev`)
+without ``REALTIME_HUB_JWT_SECRET`` (or the service key, or any media secret) it generates them
+once, keeps them in
 ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
 reads the same file, so its tokens work against it.
 
@@ -18,6 +20,7 @@ import orjson
 from pydantic import SecretStr
 
 from realtime_dispatch.database import default_data_dir
+from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.settings import Settings
 
 FILE_NAME = "dev-secrets.json"
@@ -34,6 +37,21 @@ def _load(path: Path) -> dict[str, str]:
     except (FileNotFoundError, orjson.JSONDecodeError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def require_secret_unless_dev(settings: Settings, *, dev: bool) -> None:
+    """A deployment (``REALTIME_DATABASE_URL`` set) that forgot its JWT secret must not start
+    on generated secrets and demo tokens: ConfigurationError (exit 2) unless development mode
+    is asked for with ``--dev`` or ``REALTIME_DEV=true``. The embedded default needs neither."""
+    if settings.database_url is None or settings.hub_jwt_secret is not None:
+        return
+    if dev or settings.dev:
+        return
+    raise ConfigurationError(
+        "REALTIME_HUB_JWT_SECRET",
+        "required with REALTIME_DATABASE_URL"
+        " (or ask for development secrets with --dev or REALTIME_DEV=true)",
+    )
 
 
 def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:

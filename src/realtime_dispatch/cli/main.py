@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=8000)
+        p.add_argument(
+            "--dev",
+            action="store_true",
+            help="development secrets with REALTIME_DATABASE_URL when no JWT secret is set",
+        )
     worker = sub.add_parser(
         "worker", help="the dispatcher alone, pushing to REALTIME_HUB_URL or Redis"
     )
@@ -259,12 +264,14 @@ async def _until_signal(on_stop: Callable[[], None]) -> None:
 
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     require_database(settings)  # before development secrets are written for nothing
-    return await serve(settings, host=args.host, port=args.port, with_dispatcher=True)
+    return await serve(settings, host=args.host, port=args.port, with_dispatcher=True, dev=args.dev)
 
 
 async def _hub(settings: Settings, args: argparse.Namespace) -> int:
     require_database_url(settings, "hub")
-    return await serve(settings, host=args.host, port=args.port, with_dispatcher=False)
+    return await serve(
+        settings, host=args.host, port=args.port, with_dispatcher=False, dev=args.dev
+    )
 
 
 _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {

@@ -25,18 +25,21 @@ from starlette.applications import Starlette
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url, session_url, transaction_pooled
-from realtime_dispatch.cli.devsecrets import with_dev_secrets
+from realtime_dispatch.cli.devsecrets import require_secret_unless_dev, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
+from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
-from realtime_dispatch.hub.server import HubServer, uvicorn_config
+from realtime_dispatch.hub.http_protocol import HttpLimits
+from realtime_dispatch.hub.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
+from realtime_dispatch.messenger.api.limits import API_BODY_RULES
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
-from realtime_dispatch.ops.routes import ops_routes
+from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
 
@@ -61,6 +64,16 @@ def hub_options(
         ping_interval=settings.hub_ping_interval,
         idle_timeout=settings.hub_idle_timeout,
         member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
+        max_connections_per_user=settings.hub_max_connections_per_user,
+    )
+
+
+def http_limits(settings: Settings) -> HttpLimits:
+    """The HTTP server's timeouts and per-address cap (``REALTIME_HTTP_*``)."""
+    return HttpLimits(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        max_per_client=settings.http_max_connections_per_client,
     )
 
 
@@ -121,13 +134,21 @@ async def call_reaper(
             await task
 
 
-def _app(settings: Settings, pool: asyncpg.Pool, hub: Hub, demo_secret: str | None) -> Starlette:
+def _app(
+    settings: Settings,
+    pool: asyncpg.Pool,
+    hub: Hub,
+    demo_secret: str | None,
+    *,
+    host: str,
+    port: int,
+) -> Starlette:
     """The reference messenger's REST API with the hub, ops and demo routes; with a manifest
     set, the hub's and ops routes alone."""
     operator_routes = ops_routes(OpsService(pool), hub.verifier)
     if not settings.reference_messenger:
         return Starlette(routes=[*hub_routes(hub), *operator_routes])
-    demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
+    demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret, host=host, port=port)
     return create_api(
         pool=pool,
         options=settings.api_options(),
@@ -135,7 +156,13 @@ def _app(settings: Settings, pool: asyncpg.Pool, hub: Hub, demo_secret: str | No
     )
 
 
-async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
+async def serve(
+    settings: Settings, *, host: str, port: int, with_dispatcher: bool, dev: bool = False
+) -> int:
+    """``serve`` / ``hub``. With ``REALTIME_DATABASE_URL`` and no ``REALTIME_HUB_JWT_SECRET``
+    this refuses to start unless ``dev`` (``--dev``) or ``REALTIME_DEV`` asks for development
+    mode; the embedded default is development mode."""
+    require_secret_unless_dev(settings, dev=dev)
     # Demo tokens are minted only on generated development secrets, never in a deployment.
     dev_tokens = settings.hub_jwt_secret is None
     settings = with_dev_secrets(settings, create=True)
@@ -157,10 +184,16 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry, manifest=manifest),
             ):
                 demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
-                app = _app(settings, pool, hub, demo_secret)
-                server = HubServer(
-                    uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
+                app = _app(settings, pool, hub, demo_secret, host=host, port=port)
+                rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
+                config = uvicorn_config(
+                    guarded(app, hub, rules),
+                    host=host,
+                    port=port,
+                    log_level=settings.log_level,
+                    http_limits=http_limits(settings),
                 )
+                server = HubServer(config, hub)
 
                 def stop_on_reaper_failure() -> None:
                     nonlocal reaper_failed

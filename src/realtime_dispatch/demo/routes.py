@@ -4,7 +4,10 @@
 * ``GET /demo/api/users`` — the demo cast, and whether this server mints demo tokens.
 * ``GET /demo/api/chats`` — the caller's chats with everyone's read marks (bearer token).
 * ``POST /demo/api/token`` ``{"user": "alice"}`` — a token for a demo user. Mounted only when
-  ``dev_secret`` is given, i.e. when ``serve`` generated its development secrets.
+  ``dev_secret`` is given, i.e. when ``serve`` generated its development secrets. It takes
+  ``application/json`` only (415 otherwise: a cross-site form cannot send that without a CORS
+  preflight, which this server never grants) and answers only a ``Host`` that names the address
+  it serves (403 otherwise: :mod:`.hosts`, against DNS rebinding).
 """
 
 from __future__ import annotations
@@ -18,10 +21,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer, mint_token
+from realtime_dispatch.demo.hosts import served_host
 from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
 
 TOKEN_TTL_SECONDS = 12 * 3600
+DEMO_BODY_RULES = (
+    BodyRule("/demo/api/token", 1024, "none"),  # {"user": "alice"}
+    BodyRule("/demo/api/.*", DEFAULT_MAX_BODY_BYTES, "token"),
+)
 _STATIC = {
     "demo.js": "text/javascript",
     "demo.css": "text/css",
@@ -51,9 +60,19 @@ def _read(name: str) -> str:
     return resources.files("realtime_dispatch.demo").joinpath(f"static/{name}").read_text("utf-8")
 
 
+def _is_json(content_type: str | None) -> bool:
+    return (content_type or "").split(";", 1)[0].strip().lower() == "application/json"
+
+
 def demo_routes(
-    pool: asyncpg.Pool, verifier: TokenVerifier, *, dev_secret: str | None
+    pool: asyncpg.Pool,
+    verifier: TokenVerifier,
+    *,
+    dev_secret: str | None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
 ) -> list[BaseRoute]:
+    """The demo's routes; ``host`` and ``port`` are the address ``serve`` listens on."""
     page = _read("index.html")
     static = {name: (_read(name), kind) for name, kind in _STATIC.items()}
 
@@ -102,6 +121,12 @@ def demo_routes(
         secret = dev_secret
 
         async def token(request: Request) -> Response:
+            if not served_host(request.headers.get("host"), bound_host=host, port=port):
+                message = "the Host header does not name the address this server serves"
+                return _json({"error": "Forbidden", "message": message}, 403)
+            if not _is_json(request.headers.get("content-type")):
+                message = "Content-Type must be application/json"
+                return _json({"error": "UnsupportedMediaType", "message": message}, 415)
             try:
                 body = orjson.loads(await request.body())
                 user = BY_KEY[body["user"]]

@@ -1,7 +1,11 @@
 """An ASGI app of the hub alone, its :class:`~.runtime.Hub` entered and left by the lifespan.
 
 For a bigger app (REST + hub), enter a :class:`~.runtime.Hub` in that app's lifespan and mount
-``hub_routes(hub)`` instead.
+``hub_routes(hub)`` instead, and put :class:`~realtime_dispatch.auth.request_guard.RequestGuard`
+with :func:`~.routes.hub_body_rules` in front of it (``serve`` does: ``hub.server.guarded``).
+The header and body timeouts and the per-address cap live in the HTTP protocol
+(:mod:`.http_protocol`): they apply under ``serve`` / ``run_hub``, or with
+``uvicorn_config``'s protocol class, not under another server.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from contextlib import asynccontextmanager
 import asyncpg
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
-from realtime_dispatch.hub.routes import hub_routes
+from realtime_dispatch.auth.request_guard import RequestGuard
+from realtime_dispatch.hub.routes import hub_body_rules, hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 
 
@@ -32,6 +38,12 @@ def create_hub_app(
         async with hub:
             yield
 
-    app = Starlette(routes=hub_routes(hub), lifespan=lifespan)
+    guard = Middleware(
+        RequestGuard,
+        rules=hub_body_rules(),
+        check_token=hub.verifier.user_of,
+        service_key=options.service_key,
+    )
+    app = Starlette(routes=hub_routes(hub), lifespan=lifespan, middleware=[guard])
     app.state.hub = hub
     return app

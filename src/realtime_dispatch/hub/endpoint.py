@@ -18,6 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.hub.admission import ConnectionRefused, Reservation
 from realtime_dispatch.hub.connection import Attachment, HubConnection
 from realtime_dispatch.hub.framing import RawSink
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
@@ -54,8 +55,16 @@ async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
     existing = hub.resumable(id_param, user_id)
     if existing is not None:
         await _resume(hub, websocket, existing)
-    else:
-        await _open(hub, websocket, user_id, id_param)
+        return
+    try:
+        reservation = hub.admit_connection(user_id, "open")
+    except ConnectionRefused as exc:
+        await _deny(websocket, exc.status, str(exc))
+        return
+    try:
+        await _open(hub, websocket, user_id, id_param, reservation)
+    finally:
+        reservation.release()  # a no-op once the connection registered
 
 
 async def _deny(websocket: WebSocket, status: int, text: str) -> None:
@@ -93,7 +102,13 @@ async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) 
             return inbound
 
 
-async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | None) -> None:
+async def _open(
+    hub: Hub,
+    websocket: WebSocket,
+    user_id: UUID,
+    id_param: str | None,
+    reservation: Reservation,
+) -> None:
     loop = asyncio.get_running_loop()
     options = hub.options
     limits = options.limits
@@ -132,7 +147,7 @@ async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | N
         on_sent=hub.sent_counter(),
         now=loop.time(),
     )
-    hub.new_connection(connection)
+    hub.new_connection(connection, reservation)
     try:
         await hub.membership.load_connection(connection_id, user_id)
         if not await hub.interest_settled():

@@ -9,7 +9,7 @@ from realtime_dispatch.hub.session import CloseReason
 
 
 class HubMetrics:
-    __slots__ = ("connections", "disconnects", "pushes", "sent_frames")
+    __slots__ = ("connections", "disconnects", "pushes", "refused", "sent_frames")
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.connections = Gauge(
@@ -34,6 +34,15 @@ class HubMetrics:
             ["source"],
             registry=registry,
         )
+        self.refused = Counter(
+            "messenger_realtime_hub_refused_connections",
+            "Connections and negotiations refused by the per-user cap or a full negotiation"
+            " store, by code (TooManyConnections, TooManyNegotiations).",
+            ["code"],
+            registry=registry,
+        )
+        for code in ("TooManyConnections", "TooManyNegotiations"):
+            self.refused.labels(code)
         for reason in CloseReason:
             self.disconnects.labels(reason.value)
         for source in ("local", "backplane"):

@@ -110,6 +110,9 @@ class GroupRegistry:
     def connections_of(self, user_id: UUID) -> tuple[str, ...]:
         return tuple(self._by_user.get(user_id, ()))
 
+    def connection_count(self, user_id: UUID) -> int:
+        return len(self._by_user.get(user_id, ()))
+
     def users(self) -> frozenset[UUID]:
         return frozenset(self._by_user)
 

@@ -12,10 +12,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from realtime_dispatch.auth.request_guard import BodyRule
 from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.hub.admission import ConnectionRefused
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
-from realtime_dispatch.hub.push_api import push_to_group
+from realtime_dispatch.hub.push_api import MAX_BODY_BYTES, push_to_group
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -24,6 +26,21 @@ log = structlog.get_logger(__name__)
 
 HUB_PATH = "/hubs/messenger"
 PUSH_PATH = "/api/v1/hubs/messenger/groups/{group:str}"
+NEGOTIATE_MAX_BODY_BYTES = 1024
+"""Negotiate takes no body (clients send an empty POST)."""
+HUB_POST_MAX_BODY_BYTES = 1 << 20
+"""A transport's POST of hub messages (long polling): as much as one WebSocket frame."""
+
+
+def hub_body_rules() -> list[BodyRule]:
+    """Credentials and body limits of the hub's HTTP routes, for
+    :class:`~realtime_dispatch.auth.request_guard.RequestGuard`."""
+    post = frozenset({"POST"})
+    return [
+        BodyRule(f"{HUB_PATH}/negotiate", NEGOTIATE_MAX_BODY_BYTES, "token", post),
+        BodyRule(HUB_PATH, HUB_POST_MAX_BODY_BYTES, "token", post),
+        BodyRule("/api/v1/hubs/messenger/groups/[^/]+", MAX_BODY_BYTES, "service_key", post),
+    ]
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
@@ -42,7 +59,13 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
             return PlainTextResponse("Invalid negotiateVersion", status_code=400)
         stateful = request.query_params.get("useStatefulReconnect") == "true"
         now = asyncio.get_running_loop().time()
-        negotiation = hub.negotiations.create(user_id, stateful=stateful, now=now)
+        try:
+            hub.admit_connection(user_id, "negotiate")
+            negotiation = hub.negotiations.create(user_id, stateful=stateful, now=now)
+        except ConnectionRefused as exc:
+            if exc.code != "TooManyConnections":  # admit_connection counted its own
+                hub.metrics.refused.labels(exc.code).inc()
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         return JSONResponse(negotiate_body(negotiation, version=version))
 
     async def websocket(ws: WebSocket) -> None:

@@ -28,6 +28,12 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.database import create_pool
+from realtime_dispatch.hub.admission import (
+    Admission,
+    AdmissionStage,
+    ConnectionRefused,
+    Reservation,
+)
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
 from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
 from realtime_dispatch.hub.framing import text_frame
@@ -74,6 +80,11 @@ class HubOptions:
     resume_window: float = 30.0
     """How long a stateful connection whose transport dropped waits for the client to resume."""
     negotiate_ttl: float = 60.0
+    max_connections_per_user: int = 50
+    """One user's connections on this replica (``REALTIME_HUB_MAX_CONNECTIONS_PER_USER``); also
+    how many of the user's negotiations wait for their connection."""
+    max_pending_negotiations: int = 10_000
+    """Negotiations waiting for their connection, all users together."""
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -99,7 +110,12 @@ class Hub:
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.verifier = TokenVerifier(self.options.jwt_secret)
-        self.negotiations = NegotiationStore(self.options.negotiate_ttl)
+        self.admission = Admission(self.registry, options.max_connections_per_user)
+        self.negotiations = NegotiationStore(
+            options.negotiate_ttl,
+            per_user=options.max_connections_per_user,
+            total=options.max_pending_negotiations,
+        )
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
         self._dsn = dsn
@@ -302,7 +318,25 @@ class Hub:
 
     # connections ---------------------------------------------------------------------------
 
-    def new_connection(self, connection: HubConnection) -> None:
+    def admit_connection(self, user_id: UUID, stage: AdmissionStage) -> Reservation:
+        """The admission check of every transport: call it when a connection is negotiated
+        (``negotiate``) and when one is opened (``open``, before accepting it; pass the
+        reservation to :meth:`new_connection`, or release it if the connection never gets
+        there). Raises :class:`~.admission.ConnectionRefused` (its ``status`` is the HTTP
+        answer) when the user is at ``max_connections_per_user`` on this replica."""
+        try:
+            return self.admission.admit(user_id, stage)
+        except ConnectionRefused as exc:
+            self.metrics.refused.labels(exc.code).inc()
+            log.info("hub_connection_refused", code=exc.code, stage=stage)
+            raise
+
+    def new_connection(
+        self, connection: HubConnection, reservation: Reservation | None = None
+    ) -> None:
+        """Register a connection (its place, reserved at ``open``, becomes the registered one)."""
+        if reservation is not None:
+            reservation.release()
         self.connections[connection.connection_id] = connection
         self._by_token[connection.token] = connection
         self.registry.add_connection(connection.connection_id, connection.user_id)

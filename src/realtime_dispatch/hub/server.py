@@ -7,41 +7,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import signal
 import socket
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import asyncpg
 import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 
+from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
-from realtime_dispatch.hub.routes import hub_routes
+from realtime_dispatch.hub.http_protocol import HttpLimits, guarded_http_protocol
+from realtime_dispatch.hub.routes import hub_body_rules, hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.observability import RedactSecrets
 
 MAX_WS_FRAME_BYTES = 1 << 20
 """uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_TOKEN = re.compile(r"(access_token=)[^&\s\"']+")
-
-
-class RedactTokens(logging.Filter):
-    """uvicorn logs request paths with their query; browsers put the JWT there."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "access_token=" in message:
-            record.msg = _TOKEN.sub(r"\1[redacted]", message)
-            record.args = ()
-        return True
 
 
 class DropDenialNoise(logging.Filter):
@@ -55,7 +46,7 @@ class DropDenialNoise(logging.Filter):
 def redact_uvicorn_logs() -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
-        for kind in (RedactTokens, DropDenialNoise):
+        for kind in (RedactSecrets, DropDenialNoise):
             if not any(isinstance(f, kind) for f in logger.filters):
                 logger.addFilter(kind())
 
@@ -64,6 +55,15 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket protocol that also hands the app its transport (scope
     extension ``realtime_dispatch.raw_transport``), so the hub writes pre-built frames straight
     to it instead of framing every record again per member through ASGI ``send``."""
+
+    on_connection_lost: Callable[[], None] | None = None
+    """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        callback, self.on_connection_lost = self.on_connection_lost, None
+        if callback is not None:
+            callback()
+        super().connection_lost(exc)
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
@@ -100,11 +100,32 @@ class HubServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def uvicorn_config(app: Starlette, *, host: str, port: int, log_level: str) -> uvicorn.Config:
+def guarded(app: ASGIApp, hub: Hub, rules: Sequence[BodyRule] = ()) -> RequestGuard:
+    """``app`` behind the request guard: the hub's body rules, then ``rules`` (REST's, say);
+    tokens checked by the hub's verifier."""
+    return RequestGuard(
+        app,
+        rules=[*hub_body_rules(), *rules],
+        check_token=hub.verifier.user_of,
+        service_key=hub.options.service_key,
+    )
+
+
+def uvicorn_config(
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    http_limits: HttpLimits | None = None,
+) -> uvicorn.Config:
+    """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
+    header and body timeouts and the per-address connection cap (``http_limits``)."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=guarded_http_protocol(http_limits or HttpLimits()),
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
         ws_ping_timeout=None,
@@ -129,13 +150,21 @@ async def run_hub(
     pool: asyncpg.Pool | None = None,
     metrics_registry: CollectorRegistry | None = None,
     extra_routes: Sequence[BaseRoute] = (),
+    extra_rules: Sequence[BodyRule] = (),
+    http_limits: HttpLimits | None = None,
     install_signal_handlers: bool = True,
 ) -> None:
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
     ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
         app = Starlette(routes=[*hub_routes(hub), *extra_routes])
-        config = uvicorn_config(app, host=host, port=port, log_level=log_level.lower())
+        config = uvicorn_config(
+            guarded(app, hub, extra_rules),
+            host=host,
+            port=port,
+            log_level=log_level.lower(),
+            http_limits=http_limits,
+        )
         server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
 
         async def stop_on_failure() -> None:

@@ -1,4 +1,11 @@
-"""Record-level checks shared by the commands: chat membership and the blacklist."""
+"""Record-level checks shared by the commands: chat membership and the blacklist.
+
+The blacklist in a chat (:func:`refuse_if_blocked_in_chat`): a user is blocked in a chat when a
+user who blocked them is an active member of it and the chat has been a chat of just the two of
+them at some moment since the block was placed (``messenger.blacklist_chats``, kept by the
+triggers of migration 0015), or is one now. Adding members never lifts it; in a group chat that
+never came down to the two of them, the block does not silence anyone.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,17 @@ from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"
 _CHAT_EXISTS_SQL = "SELECT 1 FROM messenger.chats WHERE id = $1"
+# Shared with the send statement (messages.py): $1 chat, $2 actor.
+BLOCKED_IN_CHAT_SQL = """
+EXISTS (SELECT 1 FROM messenger.blacklist b
+        JOIN messenger.participants o
+          ON o.chat_id = $1 AND o.user_id = b.owner_user_id AND o.active
+        WHERE b.blocked_user_id = $2 AND b.removed_at IS NULL
+          AND (EXISTS (SELECT 1 FROM messenger.blacklist_chats m
+                       WHERE m.chat_id = $1 AND m.blacklist_id = b.id)
+               OR (SELECT count(*) FROM messenger.participants a
+                   WHERE a.chat_id = $1 AND a.active) = 2))
+"""
 _BLOCKED_SQL = """
 SELECT EXISTS (SELECT 1 FROM messenger.blacklist
                WHERE owner_user_id = $1 AND blocked_user_id = $2 AND removed_at IS NULL)
@@ -38,4 +56,10 @@ async def has_blocked(conn: DbConnection, owner: UUID, blocked: UUID) -> bool:
 async def refuse_if_blocked(conn: DbConnection, *, blocker: UUID, actor: UUID) -> None:
     """A blocked user cannot reach the user who blocked them."""
     if await has_blocked(conn, blocker, actor):
+        raise Forbidden("the user has blocked you")
+
+
+async def refuse_if_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> None:
+    """Forbidden when ``actor`` is blocked in the chat (the module's rule)."""
+    if await conn.fetchval(f"SELECT {BLOCKED_IN_CHAT_SQL}", chat_id, actor):
         raise Forbidden("the user has blocked you")

@@ -1,5 +1,8 @@
-"""The blacklist: block / unblock. A blocked user cannot message (in a two-person chat), call,
-add to a chat, invite to a conference or send a contact request to the user who blocked them.
+"""The blacklist: block / unblock. A blocked user cannot call, add to a chat, invite to a
+conference or send a contact request to the user who blocked them; and in a chat that is, or
+has been since the block, a chat of just the two of them, cannot post, edit, add members,
+rename, or start, join or invite to a conference (:mod:`.access`), however many members are
+added afterwards.
 
 ``BlacklistChanged`` goes to the blocker's own ``user:`` group (their other devices), never to
 the blocked user, who is not told.

@@ -16,7 +16,11 @@ from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import has_blocked, require_active_member
+from realtime_dispatch.messenger.access import (
+    has_blocked,
+    refuse_if_blocked_in_chat,
+    require_active_member,
+)
 from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
@@ -161,9 +165,11 @@ async def set_participant(
 async def add_participant(
     conn: DbConnection, *, chat_id: UUID, actor: UUID, user_id: UUID
 ) -> UUID | None:
-    """An active member adds ``user_id`` (unless that user has blocked the actor)."""
+    """An active member adds ``user_id`` (unless that user has blocked the actor, or the actor
+    is blocked in this chat)."""
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=actor)
         if await has_blocked(conn, user_id, actor):
             raise Forbidden("the user has blocked you")
         return await _change_membership(
@@ -196,9 +202,11 @@ async def remove_participant(
 
 
 async def rename_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID, title: str) -> UUID | None:
-    """Any active member may change the title; an unchanged title records nothing."""
+    """Any active member not blocked in the chat may change the title; an unchanged title
+    records nothing."""
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=actor)
         changed = await conn.fetchval(
             "UPDATE messenger.chats SET title = $2, updated_at = now()"
             " WHERE id = $1 AND title <> $2 RETURNING id",

@@ -18,6 +18,7 @@ from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
     is_active_member,
     refuse_if_blocked,
+    refuse_if_blocked_in_chat,
     require_active_member,
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
@@ -66,10 +67,12 @@ def _require_active(conference: asyncpg.Record) -> None:
 
 
 async def start_conference(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> UUID:
-    """An active member starts the chat's conference (one at a time) and joins it."""
+    """An active member not blocked in the chat starts its conference (one at a time) and
+    joins it."""
     conference_id = new_id()
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=actor)
         try:
             await conn.execute(
                 "INSERT INTO messenger.conference_sessions"
@@ -103,6 +106,7 @@ async def invite_to_conference(
         if not await is_active_member(conn, chat_id, user_id):
             raise Conflict("the user is not a member of this chat")
         await refuse_if_blocked(conn, blocker=user_id, actor=actor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=actor)
         entry_id = await conn.fetchval(
             """
             INSERT INTO messenger.conference_participants
@@ -129,6 +133,7 @@ async def join_conference(conn: DbConnection, *, conference_id: UUID, actor: UUI
     async with conn.transaction():
         conference = await _conference(conn, conference_id, actor)
         _require_active(conference)
+        await refuse_if_blocked_in_chat(conn, chat_id=conference["chat_id"], actor=actor)
         entry_id = await conn.fetchval(
             """
             INSERT INTO messenger.conference_participants

@@ -10,6 +10,8 @@ its increment back too).
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,12 +23,21 @@ import orjson
 from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.access import (
+    BLOCKED_IN_CHAT_SQL,
+    refuse_if_blocked_in_chat,
+    require_active_member,
+)
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
 EDIT_WINDOW_SECONDS = 60
+PROCESS_FINGERPRINT_KEY = secrets.token_bytes(32)
+"""The fingerprint key of callers that give none (library use; ``serve`` always gives one):
+fingerprints made with it are told apart only within this process's lifetime."""
+DELETED_FINGERPRINT = b""
+"""What a deleted message's fingerprint is blanked to: nothing of its content remains."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +59,13 @@ class MessageContent:
                 raise InvalidInput(f"{field} is required for a {self.kind} message")
             raise InvalidInput(f"{field} is not allowed in a {self.kind} message")
 
-    def fingerprint(self) -> bytes:
-        """Tells a retry of this send (same content) from a reused ``clientMessageId``."""
+    def fingerprint(self, key: bytes) -> bytes:
+        """Tells a retry of this send (same content) from a reused ``clientMessageId``: an
+        HMAC-SHA256 under a server secret, so that the stored value cannot be checked against
+        guesses of the content by whoever reads the database."""
         canonical = [self.kind.value, self.body, self.file_meta, self.card_text]
-        return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
+        data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
+        return hmac.new(key, data, hashlib.sha256).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +80,10 @@ class SentMessage:
     """The ``clientMessageId`` was sent before: this is the first send's answer."""
 
 
-# The sender's membership, how many other active members the chat has, and whether one of them
-# has blocked the sender: in a two-person chat a blocked user cannot message the blocker.
-_SENDER_SQL = """
-SELECT p.active,
-       (SELECT count(*) FROM messenger.participants o
-        WHERE o.chat_id = $1 AND o.active AND o.user_id <> $2) AS others,
-       EXISTS (SELECT 1 FROM messenger.blacklist b
-               JOIN messenger.participants o
-                 ON o.user_id = b.owner_user_id AND o.chat_id = $1 AND o.active
-               WHERE b.blocked_user_id = $2 AND b.removed_at IS NULL) AS blocked
+# The sender's membership, and whether the sender is blocked in the chat (access.py: a blocker
+# is an active member of a chat that has been, or is, a chat of just the two of them).
+_SENDER_SQL = f"""
+SELECT p.active, {BLOCKED_IN_CHAT_SQL} AS blocked
 FROM messenger.participants p
 WHERE p.chat_id = $1 AND p.user_id = $2
 """
@@ -112,7 +120,7 @@ _SEND_OUTBOX_SQL = enqueue_select_sql(
 )
 _SEND_SQL = f"""
 WITH sender AS ({_SENDER_SQL}),
-allowed AS (SELECT 1 FROM sender WHERE active AND NOT (blocked AND others = 1)),
+allowed AS (SELECT 1 FROM sender WHERE active AND NOT blocked),
 claim AS (
     INSERT INTO messenger.message_client_ids
         (chat_id, sender_user_id, client_message_id, message_id, fingerprint)
@@ -135,7 +143,7 @@ msg AS (
     RETURNING seq, sent_at
 ),
 outbox AS ({_SEND_OUTBOX_SQL} RETURNING id)
-SELECT s.active, s.others, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
+SELECT s.active, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
        EXISTS (SELECT 1 FROM claim) AS claimed
 FROM sender s LEFT JOIN msg m ON true LEFT JOIN outbox o ON true
 """
@@ -154,17 +162,21 @@ async def send_message(
     body: str | None = None,
     content: MessageContent | None = None,
     client_message_id: str | None = None,
+    fingerprint_key: bytes | None = None,
 ) -> SentMessage:
     """Allocate the next per-chat seq under the chat row lock, insert, enqueue the push: one
     statement, atomic on its own or part of the caller's open transaction. ``body`` alone is a
     Text message. A repeat of ``client_message_id`` by the same sender in the same chat writes
-    nothing and returns the first send (``repeated``); with other content it is a Conflict."""
+    nothing and returns the first send (``repeated``); with other content it is a Conflict
+    (told by the content's fingerprint under ``fingerprint_key``, by default
+    :data:`PROCESS_FINGERPRINT_KEY`). A repeat of a deleted message is a repeat, whatever it
+    carries: its fingerprint was blanked with it."""
     content = content if content is not None else MessageContent(body=body)
     content.check()
     if client_message_id is not None and not 1 <= len(client_message_id) <= 64:
         raise InvalidInput("clientMessageId must be 1-64 characters")
     message_id = new_id()
-    fingerprint = content.fingerprint()
+    fingerprint = content.fingerprint(fingerprint_key or PROCESS_FINGERPRINT_KEY)
     row = await conn.fetchrow(
         _SEND_SQL,
         chat_id,
@@ -182,7 +194,7 @@ async def send_message(
     if row is None or not row["active"]:
         await require_active_member(conn, chat_id, sender)  # raises NotFound / Forbidden
         raise Forbidden("not an active member")
-    if row["blocked"] and row["others"] == 1:
+    if row["blocked"]:
         raise Forbidden("the user has blocked you")
     if client_message_id is not None and not row["claimed"]:
         return await _first_send(conn, chat_id, sender, client_message_id, fingerprint)
@@ -197,7 +209,8 @@ async def _first_send(
     first = await conn.fetchrow(_FIRST_SEND_SQL, chat_id, sender, client_message_id)
     if first is None:  # the first send's chat was deleted meanwhile
         raise NotFound("chat not found")
-    if bytes(first["fingerprint"]) != fingerprint:
+    stored = bytes(first["fingerprint"])
+    if stored != DELETED_FINGERPRINT and not hmac.compare_digest(stored, fingerprint):
         raise Conflict("clientMessageId was already used for another message")
     return SentMessage(
         first["id"], chat_id, int(first["seq"]), first["sent_at"], None, repeated=True
@@ -233,6 +246,7 @@ async def edit_message(
         raise InvalidInput("give exactly one of body and cardText")
     async with conn.transaction():
         await require_active_member(conn, chat_id, editor)
+        await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=editor)
         row = await _message_for_change(conn, chat_id, message_id)
         if row["sender_user_id"] != editor:
             raise Forbidden("only the sender may edit a message")
@@ -272,7 +286,8 @@ async def edit_message(
 async def delete_message(
     conn: DbConnection, *, chat_id: UUID, message_id: UUID, actor: UUID
 ) -> None:
-    """Only the sender; the body is cleared. Deleting twice is a no-op (no second push)."""
+    """Only the sender; the content is cleared, and so is its idempotency fingerprint. Deleting
+    twice is a no-op (no second push)."""
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
         row = await _message_for_change(conn, chat_id, message_id)
@@ -284,6 +299,14 @@ async def delete_message(
             "UPDATE messenger.messages SET deleted_at = now(), body = NULL, file_meta = NULL,"
             " card_text = NULL WHERE id = $1",
             message_id,
+        )
+        await conn.execute(
+            "UPDATE messenger.message_client_ids SET fingerprint = $4"
+            " WHERE chat_id = $1 AND sender_user_id = $2 AND message_id = $3",
+            chat_id,
+            actor,
+            message_id,
+            DELETED_FINGERPRINT,
         )
         await enqueue(
             conn,

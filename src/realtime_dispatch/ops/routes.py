@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
@@ -48,6 +49,10 @@ def _json(data: object, status: int = 200) -> Response:
 
 def _error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
+
+
+OPS_BODY_RULES = (BodyRule("/ops/api/.*", DEFAULT_MAX_BODY_BYTES, "token"),)
+"""The operator API's requests are small JSON objects; an operator token comes first."""
 
 
 def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:

@@ -33,10 +33,12 @@ when join credentials are asked for on a server without a media secret."""
 @dataclass(frozen=True, slots=True)
 class ApiOptions:
     """What the REST API needs besides its pool: the token secret (``None`` refuses every
-    token) and the media secrets for join credentials asked for over REST."""
+    token), the media secrets for join credentials asked for over REST, and the key of the
+    idempotency fingerprints (``None``: a key of this process only)."""
 
     jwt_secret: str | None = None
     media: MediaOptions = field(default_factory=MediaOptions)
+    fingerprint_key: bytes | None = field(default=None, repr=False)
 
 
 def create_api(
@@ -50,6 +52,7 @@ def create_api(
     )
     app.state.verifier = TokenVerifier(options.jwt_secret)
     app.state.pool = pool
+    app.state.fingerprint_key = options.fingerprint_key
     # The same minting as at delivery, for join credentials asked for over REST.
     app.state.minter = MediaMinter(options.media)
     install_error_handlers(app)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from realtime_dispatch.contracts.rest import (
@@ -141,8 +141,8 @@ async def remove_participant(chat_id: ChatId, user_id: UserId, user: User, conn:
         }
     },
 )
-async def send_message(
-    chat_id: ChatId, body: SendMessage, user: User, conn: Conn, response: Response
+async def send_message(  # noqa: PLR0917 (FastAPI passes parameters by name)
+    chat_id: ChatId, body: SendMessage, user: User, conn: Conn, request: Request, response: Response
 ) -> MessageSent:
     sent = await messages.send_message(
         conn,
@@ -155,6 +155,7 @@ async def send_message(
             body.card_text,
         ),
         client_message_id=body.client_message_id,
+        fingerprint_key=request.app.state.fingerprint_key,
     )
     if sent.repeated:
         response.status_code = 200

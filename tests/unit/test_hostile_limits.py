@@ -1,0 +1,136 @@
+"""The pure parts of the limits against hostile clients: the negotiation store's bounds, the
+per-user admission, the request guard's order (credentials, then size), log redaction and the
+demo endpoint's Host check."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
+from realtime_dispatch.auth.tokens import AuthError
+from realtime_dispatch.demo.hosts import served_host
+from realtime_dispatch.hub.admission import Admission, ConnectionRefused
+from realtime_dispatch.hub.negotiate import NegotiationStore
+from realtime_dispatch.hub.registry import GroupRegistry
+from realtime_dispatch.observability import RedactSecrets, redact
+
+
+def test_a_users_negotiations_push_out_their_oldest_and_the_total_is_bounded() -> None:
+    store = NegotiationStore(60, per_user=3, total=5)
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    first = store.create(alice, stateful=False, now=0)
+    for _ in range(9):
+        store.create(alice, stateful=False, now=0)
+    assert store.pending_for(alice) == 3
+    assert store.claim(first.token, alice, now=1) is None  # pushed out by alice's own
+    store.create(bob, stateful=False, now=0)
+    store.create(bob, stateful=False, now=0)
+    with pytest.raises(ConnectionRefused) as full:
+        store.create(carol, stateful=False, now=0)
+    assert (full.value.status, full.value.code) == (503, "TooManyNegotiations")
+    assert len(store) == 5
+    assert store.pending_for(carol) == 0
+    again = store.create(carol, stateful=False, now=61)  # the others expired meanwhile
+    assert len(store) == 1
+    assert store.claim(again.connection_id, carol, now=62) == again
+
+
+def test_admission_counts_registered_and_opening_connections() -> None:
+    registry = GroupRegistry()
+    admission = Admission(registry, max_per_user=2)
+    user = uuid4()
+    admission.admit(user, "negotiate")  # reserves nothing
+    opening = admission.admit(user, "open")
+    registry.add_connection("c1", user)
+    assert admission.held_by(user) == 2  # one registered, one being opened
+    with pytest.raises(ConnectionRefused) as refused:
+        admission.admit(user, "open")
+    assert (refused.value.status, refused.value.code) == (429, "TooManyConnections")
+    with pytest.raises(ConnectionRefused):
+        admission.admit(user, "negotiate")
+    admission.admit(uuid4(), "open")  # another user is not affected
+    opening.release()
+    opening.release()  # idempotent
+    assert admission.held_by(user) == 1
+    admission.admit(user, "open")
+
+
+async def _call(guard: RequestGuard, headers: list[tuple[bytes, bytes]], body: list[bytes]) -> Any:
+    chunks = [
+        {"type": "http.request", "body": b, "more_body": i < len(body) - 1}
+        for i, b in enumerate(body)
+    ]
+    received: list[int] = []
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        received.append(1)
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/api/x", "headers": headers}
+    await guard(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, len(received), sent
+
+
+def _guard() -> tuple[RequestGuard, list[bytes]]:
+    seen: list[bytes] = []
+
+    async def app(_scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        seen.append(message["body"])
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def check(token: str | None) -> object:
+        if token != "good":
+            raise AuthError("bad")
+        return token
+
+    rule = BodyRule("/api/.*", 10, "token")
+    return RequestGuard(app, rules=[rule], check_token=check, service_key=None), seen
+
+
+def test_the_guard_checks_credentials_before_reading_and_refuses_past_the_limit() -> None:
+    guard, seen = _guard()
+    good = [(b"authorization", b"Bearer good")]
+    chunked = [(b"transfer-encoding", b"chunked")]
+    # No token: 401 without reading a byte of the body.
+    assert asyncio.run(_call(guard, [(b"content-length", b"5")], [b"12345"]))[:2] == (401, 0)
+    # A declared length over the limit: 413 without reading.
+    assert asyncio.run(_call(guard, [*good, (b"content-length", b"11")], [b"x" * 11]))[:2] == (
+        413,
+        0,
+    )
+    # Streamed: refused on the chunk that passes the limit, the rest never read.
+    status, reads, _ = asyncio.run(_call(guard, [*good, *chunked], [b"x" * 6, b"x" * 6, b"x"]))
+    assert (status, reads) == (413, 2)
+    assert seen == []
+    # Within the limit: the app gets the body as sent, in one piece.
+    status, _, _ = asyncio.run(_call(guard, [*good, *chunked], [b"1234", b"56789"]))
+    assert (status, seen) == (201, [b"123456789"])
+
+
+def test_tokens_are_redacted_from_log_records() -> None:
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    record = logging.LogRecord("uvicorn.error", logging.DEBUG, "", 0, "< %s: %s", None, None)
+    record.args = ("authorization", f"Bearer {token}")
+    RedactSecrets().filter(record)
+    assert token not in record.getMessage()
+    assert "signature" not in redact(f"GET /hubs/messenger?id=1&access_token={token} HTTP/1.1")
+    assert redact("no secret here") == "no secret here"
+
+
+def test_the_demo_token_endpoint_answers_its_own_address_only() -> None:
+    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "myhost:8000"):
+        assert served_host(host, bound_host="myhost", port=8000), host
+    for host in ("attacker.example:8000", "127.0.0.1:8001", "127.0.0.1", "", None, "[::1"):
+        assert not served_host(host, bound_host="myhost", port=8000), host
