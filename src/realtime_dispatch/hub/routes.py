@@ -15,7 +15,8 @@ from starlette.websockets import WebSocket
 from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
-from realtime_dispatch.hub.push_api import push_to_group
+from realtime_dispatch.hub.push_api import push_batch, push_to_group
+from realtime_dispatch.push import BATCH_PATH
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -27,8 +28,8 @@ PUSH_PATH = "/api/v1/hubs/messenger/groups/{group:str}"
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
-    """The hub's HTTP face: negotiate, the WebSocket, the push endpoint, ``/healthz``,
-    ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
+    """The hub's HTTP face: negotiate, the WebSocket, the push endpoints (one push, a batch),
+    ``/healthz``, ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
 
     async def negotiate(request: Request) -> Response:
         try:
@@ -51,6 +52,9 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
     async def push(request: Request) -> Response:
         return await push_to_group(hub, request)
 
+    async def batch(request: Request) -> Response:
+        return await push_batch(hub, request)
+
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -68,6 +72,7 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
         Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
         WebSocketRoute(HUB_PATH, websocket),
         Route(PUSH_PATH, push, methods=["POST"]),
+        Route(BATCH_PATH, batch, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
