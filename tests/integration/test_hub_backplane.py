@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import uuid
 
+import httpx
+
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane import (
     BackplaneSubscriber,
@@ -21,7 +23,7 @@ from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
 from realtime_dispatch.push import Push
 from tests.conftest import free_port
-from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 
 
 def backplane_settings(redis_url):
@@ -179,3 +181,28 @@ def test_batch_message_format():
     assert decode_batch(encode_batch(items)) == items
     for bad in (b"g\n3\nab", b"g\nx\nabc", b"\n1\na", b"g\n2\n\xff\xfe", b"g\n0\n", b"g"):
         assert decode_batch(bad) is None, bad
+
+
+async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
+    database_url, pool, redis_url
+):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    settings = backplane_settings(redis_url)
+    auth = {"Authorization": f"Bearer {SERVICE_KEY}"}
+    pushes = [
+        {"group": f"user:{alice}", "target": "one", "arguments": [1]},
+        {"group": f"user:{bob}", "target": "two", "arguments": [2]},
+        {"group": "", "target": "t", "arguments": []},
+        {"group": f"user:{alice}", "target": "three", "arguments": [3]},
+    ]
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool) as one,
+        running_hub(settings, dsn=database_url, pool=pool) as two,
+        raw_client(one, make_token(alice)) as on_one,
+        raw_client(two, make_token(bob)) as on_two,
+        httpx.AsyncClient(base_url=one.http_url, headers=auth) as http,
+    ):
+        response = await http.post("/api/v1/hubs/messenger/batch", json={"pushes": pushes})
+        assert [r["status"] for r in response.json()["results"]] == [202, 202, 400, 202]
+        assert [r["target"] for r in await on_one.invocations(2)] == ["one", "three"]
+        assert [r["target"] for r in await on_two.invocations(1)] == ["two"]
