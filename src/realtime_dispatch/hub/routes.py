@@ -15,7 +15,7 @@ from starlette.websockets import WebSocket
 from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
-from realtime_dispatch.hub.push_api import push_batch, push_to_group
+from realtime_dispatch.hub.push_api import BatchEndpoint, push_to_group
 from realtime_dispatch.push import BATCH_PATH
 
 if TYPE_CHECKING:
@@ -52,9 +52,6 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
     async def push(request: Request) -> Response:
         return await push_to_group(hub, request)
 
-    async def batch(request: Request) -> Response:
-        return await push_batch(hub, request)
-
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -72,7 +69,7 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
         Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
         WebSocketRoute(HUB_PATH, websocket),
         Route(PUSH_PATH, push, methods=["POST"]),
-        Route(BATCH_PATH, batch, methods=["POST"]),
+        Route(BATCH_PATH, BatchEndpoint(hub), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
