@@ -30,10 +30,13 @@ Servers, each in its own process, each measured with the clients process of
   way the others count hub records.
 
 Every server but ``hub-http`` takes a stdin line ``{"pushes": n}`` and sends n records, 8
-pushes per event-loop turn; the records carry the same chat id, so they are the same size. For
-each server and layout (members per push): delivered frames/s and the server's CPU µs per
-delivered frame, as the median of ``--runs`` runs with their range, and the server's RSS per
-connection (after connecting, before any push). After the runs every member must have received
+pushes per event-loop turn (``--batch`` per ``publish`` call for ``hub``); the records carry
+the same chat id, so they are the same size. For each server and layout (members per push):
+delivered frames/s and the server's CPU µs per delivered frame, as the median of ``--runs``
+runs with their range; the server's CPU while every client is connected and nothing is pushed
+(``idle_cpu_percent``, over 2 s, and the per-frame figure less it); and the server's RSS per
+connection (after connecting, before any push). With both ``hub`` and ``hub-http`` it also
+prints ``hub-http_vs_hub``. After the runs every member must have received
 every push exactly once, and nobody else any.
 """
 
