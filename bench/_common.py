@@ -184,6 +184,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def private_redis() -> Any:
+    """A ``redis-server`` of this benchmark's own on a free port (no persistence), so that no
+    other process on a shared machine publishes on its channels; yields ``(url, pid)``."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed: pass --redis-url")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` so far (raises OSError once it has exited)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -3,7 +3,10 @@
 Three hub replicas, each with the members of its own share of the groups, and one publisher
 (the dispatcher) sending pushes to random groups, pipelined in batches as the dispatcher does:
 
-* ``redis``: today's backplane, one Redis, one pub/sub channel that every replica reads;
+* ``redis``: the single-channel backplane in format 1, one Redis, one pub/sub channel that every
+  replica reads, one message per push (what versions before the batch format send);
+* ``redis-batch``: the same through the project's own ``RedisHubPublisher`` and
+  ``BackplaneSubscriber``: format 2, one message per dispatcher batch, decoded once per replica;
 * ``redis-cluster``: a 3-node Redis Cluster, one sharded channel per group (``SSUBSCRIBE`` /
   ``SPUBLISH``); a replica subscribes to the groups that have members on it;
 * ``nats``: a 3-node NATS cluster, one subject per group, each replica on its own node.
@@ -106,6 +109,34 @@ async def _read_redis(pubsub: Any, replica: int, counters: Counters) -> None:
         message = await pubsub.get_message(timeout=1.0)
         if message is not None and message["type"] in ("message", "smessage"):
             counters.hit(replica)
+
+
+async def run_redis_batch(
+    url: str, groups: list[str], plan: list[int], counters: Counters
+) -> float:
+    """The project's publisher and subscribers: a batch per message (format 2)."""
+    from realtime_dispatch.hub.backplane import BackplaneSubscriber
+    from realtime_dispatch.hub.publishers import RedisHubPublisher
+
+    counters.expected = len(plan) * REPLICAS
+    subscribers = []
+    for replica in range(REPLICAS):
+
+        async def deliver(items: Sequence[tuple[str, bytes]], replica: int = replica) -> None:
+            counters.hit(replica, len(items))
+
+        subscribers.append(BackplaneSubscriber(url, deliver))
+    readers = [asyncio.create_task(s.run()) for s in subscribers]
+    for subscriber in subscribers:
+        await asyncio.wait_for(subscriber.ready.wait(), 10)
+    publisher = RedisHubPublisher(url)
+    started = time.perf_counter()
+    for chunk in _chunks(plan):
+        results = await publisher.publish_frames([(groups[index], FRAME) for index in chunk])
+        assert not any(results), results
+    elapsed = await _finish(counters, started, readers, [])
+    await publisher.aclose()
+    return elapsed
 
 
 async def run_redis_cluster(
@@ -225,12 +256,13 @@ class Servers:
         values = dict(line.split("=", 1) for line in out.split())
         self.urls = {
             "redis": f"redis://127.0.0.1:{self.redis_port}/0",
+            "redis-batch": f"redis://127.0.0.1:{self.redis_port}/0",
             "redis-cluster": values["REALTIME_REDIS_CLUSTER_URL"],
             "nats": values["REALTIME_NATS_URL"].split(","),
         }
 
     def broker_pids(self, engine: str) -> list[int]:
-        if engine == "redis":
+        if engine in ("redis", "redis-batch"):
             return [self.redis.pid] if self.redis else []
         name = "redis-*/redis.pid" if engine == "redis-cluster" else "nats-*/nats.pid"
         return _pids(self.cluster_dir, name)
@@ -258,6 +290,8 @@ async def one_round(
     url = servers.urls[engine]
     if engine == "redis":
         elapsed = await run_redis(url, groups, plan, counters)
+    elif engine == "redis-batch":
+        elapsed = await run_redis_batch(url, groups, plan, counters)
     elif engine == "redis-cluster":
         elapsed = await run_redis_cluster(url, groups, plan, counters)
     else:
@@ -279,7 +313,7 @@ async def main() -> None:
     parser.add_argument("--groups", type=int, default=3000)
     parser.add_argument("--pushes", type=int, default=30000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--engines", default="redis,redis-cluster,nats")
+    parser.add_argument("--engines", default="redis,redis-batch,redis-cluster,nats")
     args = parser.parse_args()
     engines = args.engines.split(",")
     groups = groups_for(args.groups)

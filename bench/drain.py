@@ -2,7 +2,7 @@
 
     python bench/drain.py [--dsn DSN] [--rows 50000] [--runs 3] [--done 200000]
                           [--scenarios base,spec_only,done_pile,done_pile_spec_only]
-                          [--modes dispatcher,raw]
+                          [--modes dispatcher,redis,raw]
 
 For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end), each run:
 
@@ -12,6 +12,10 @@ For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end),
 2. ``dispatcher``: drains it through the real ``Dispatcher`` + ``OutboxStore`` + payload builder
    (pool and session settings as ``dispatch_service`` builds them, default options, structlog at
    info as the worker configures it) with a publisher that does nothing;
+   ``redis``: the same dispatcher publishing through the Redis backplane's real publisher
+   (``RedisHubPublisher``, a batch per message) to a ``redis-server`` of its own, with a
+   ``redis-cli`` subscribed to both backplane channels standing in for a hub replica: a
+   worker's rows/s with the backplane;
    ``raw``: drains it with a bare asyncpg loop issuing the same ``claim`` and ``mark_done``
    statements from ``QUERIES`` (one connection, no payloads): the floor of the SQL alone.
 
@@ -25,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -38,6 +45,7 @@ from _common import (
     machine,
     median_spread,
     print_table,
+    private_redis,
     quiet_production_logging,
     reset_domain,
     scratch_database,
@@ -68,7 +76,9 @@ CHATS = 50
 MEMBERS = 5
 
 
-async def drain_dispatcher(url: str, options: RealtimeDispatchOptions) -> dict[str, Any]:
+async def drain_dispatcher(
+    url: str, options: RealtimeDispatchOptions, redis_url: str | None = None
+) -> dict[str, Any]:
     pool = await create_pool(
         url, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
     )
@@ -77,7 +87,12 @@ async def drain_dispatcher(url: str, options: RealtimeDispatchOptions) -> dict[s
         conns = [await pool.acquire() for _ in range(4)]
         for conn in conns:
             await pool.release(conn)
-        publisher = NoopPublisher()
+        counted = NoopPublisher()
+        publisher: Any = counted
+        if redis_url is not None:
+            from realtime_dispatch.hub.publishers import RedisHubPublisher
+
+            publisher = RedisHubPublisher.from_url(redis_url)
         dispatcher = Dispatcher(
             store=OutboxStore(pool, options.backoff),
             builder=default_payload_builder(),
@@ -96,8 +111,10 @@ async def drain_dispatcher(url: str, options: RealtimeDispatchOptions) -> dict[s
             if not report.claimed:
                 break
         meter.stop()
-        if publisher.count != dispatched:
-            raise RuntimeError(f"published {publisher.count}, dispatched {dispatched}")
+        if redis_url is not None:
+            await publisher.aclose()
+        elif counted.count != dispatched:
+            raise RuntimeError(f"published {counted.count}, dispatched {dispatched}")
         return {"rows": dispatched, "meter": meter, "passes": passes}
     finally:
         await pool.close()
@@ -129,6 +146,25 @@ async def drain_raw(url: str, options: RealtimeDispatchOptions) -> dict[str, Any
         await conn.close()
 
 
+@contextlib.contextmanager
+def hub_stand_in(redis_url: str) -> Iterator[None]:
+    """A subscriber to both backplane channels (what a hub replica subscribes to), so that the
+    publisher finds a receiver and sends the batch format."""
+    from realtime_dispatch.hub.backplane import CHANNEL, batch_channel
+
+    port = redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]
+    proc = subprocess.Popen(
+        ["redis-cli", "-p", port, "SUBSCRIBE", CHANNEL, batch_channel(CHANNEL)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 async def set_spec_only(conn: asyncpg.Connection, extra: dict[str, str], spec_only: bool) -> None:
     """Drop (or restore) the outbox indexes beyond the spec's."""
     for name, definition in extra.items():
@@ -157,8 +193,12 @@ async def run_scenario(
                 done = args.done if spec["done"] else 0
                 await seed_backlog(admin, chats, args.rows, done=done)
                 await settle(admin)
-                drain = drain_dispatcher if mode == "dispatcher" else drain_raw
-                out = await drain(url, options)
+                if mode == "raw":
+                    out = await drain_raw(url, options)
+                else:
+                    out = await drain_dispatcher(
+                        url, options, args.redis if mode == "redis" else None
+                    )
                 left = await admin.fetchval(
                     "SELECT count(*) FROM messenger.realtime_outbox WHERE status <> 'Done'"
                 )
@@ -211,8 +251,13 @@ async def main(args: argparse.Namespace) -> None:
             if r["indexname"] not in SPEC_INDEXES
         }
         await admin.close()
-        for name in args.scenarios.split(","):
-            scenarios.append(await run_scenario(url, name, args, extra))
+        with contextlib.ExitStack() as stack:
+            args.redis = None
+            if "redis" in args.modes.split(","):
+                args.redis, _ = stack.enter_context(private_redis())
+                stack.enter_context(hub_stand_in(args.redis))
+            for name in args.scenarios.split(","):
+                scenarios.append(await run_scenario(url, name, args, extra))
     rows = []
     for s in scenarios:
         for mode in args.modes.split(","):
@@ -258,7 +303,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--done", type=int, default=200_000, help="Done rows in done_pile runs")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
-    parser.add_argument("--modes", default="dispatcher,raw")
+    parser.add_argument("--modes", default="dispatcher,raw", help="dispatcher, redis, raw")
     args = parser.parse_args()
     for name in args.scenarios.split(","):
         if name not in SCENARIOS:

@@ -56,6 +56,7 @@ from _common import (
     machine,
     postgres_pids,
     print_table,
+    private_redis,
     rss_mib,
     scratch_database,
     seed_backlog,
@@ -592,10 +593,12 @@ async def main(args: argparse.Namespace) -> int:
     facts = {**machine(), **await server_facts(args.dsn)}
     print(f"machine: {facts}", flush=True)
     runs = []
-    for n in range(args.runs):
-        r = await one_run(args.dsn, scenario, args)
-        runs.append(r)
-        print(f"  run {n + 1}: {line(r)}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if scenario.replicas and not args.redis_url:
+            args.redis_url, _ = stack.enter_context(private_redis())
+        for n in range(args.runs):
+            runs.append(await one_run(args.dsn, scenario, args))
+            print(f"  run {n + 1}: {line(runs[-1])}", flush=True)
     keys = ["commit_rate", "deliveries_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "lost"]
     keys += ["machine_busy", "other_cpu", "cpu_pressure"]
     if scenario.burst:
@@ -650,8 +653,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="maintenance database URL")
     parser.add_argument(
         "--redis-url",
-        default=os.environ.get("REALTIME_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis for scenario D's backplane",
+        default=os.environ.get("REALTIME_REDIS_URL"),
+        help="Redis for scenario D's backplane (default: a redis-server of its own)",
     )
     parser.add_argument(
         "--server-env",

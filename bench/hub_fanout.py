@@ -235,16 +235,45 @@ async def wait_http(port: int) -> None:
     raise RuntimeError("hub did not become ready")
 
 
-async def fanout_run(port: int, chat: uuid.UUID, pushes: int, concurrency: int) -> float:
+async def fanout_run(
+    port: int, chat: uuid.UUID, pushes: int, concurrency: int, batch: int = 1
+) -> float:
+    """POST ``pushes`` to the chat, ``concurrency`` requests in flight: one push per request
+    (``batch`` 1, the one-push form), or ``batch`` pushes per request through the worker's
+    :class:`HttpHubPublisher` (the batch form)."""
     import httpx
 
-    body = {"target": "message_received", "arguments": [{"chatId": str(chat), "seq": 0}]}
+    from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
+    from realtime_dispatch.push import Push
+
+    url = f"http://127.0.0.1:{port}"
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for n in range(pushes):
+    for n in range(0, pushes, batch):
         queue.put_nowait(n)
+    if batch > 1:
+        publisher = HttpHubPublisher(url, SERVICE_KEY)
+        group = f"chat:{chat}"
+
+        async def batch_sender() -> None:
+            while not queue.empty():
+                start = queue.get_nowait()
+                items = [
+                    Push(group, "message_received", {"chatId": str(chat), "seq": n})
+                    for n in range(start, min(start + batch, pushes))
+                ]
+                results = await publisher.publish(items)
+                if any(result is not None for result in results):
+                    raise SystemExit(f"push failed: {results}")
+
+        try:
+            await asyncio.gather(*(batch_sender() for _ in range(concurrency)))
+        finally:
+            await publisher.aclose()
+        return time.perf_counter()
+    body = {"target": "message_received", "arguments": [{"chatId": str(chat), "seq": 0}]}
     headers = {"Authorization": f"Bearer {SERVICE_KEY}"}
     path = f"/api/v1/hubs/messenger/groups/chat:{chat}"
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
+    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
 
         async def sender() -> None:
             while not queue.empty():

@@ -8,12 +8,14 @@ Servers, each in its own process, each measured with the clients process of
 
 * ``hub``: the real hub (the same app, WebSocket route, JWT auth, JSON hub protocol and
   membership from PostgreSQL as ``realtime-dispatch serve``, on uvloop as the CLI runs it);
-  pushes arrive on stdin like the peers' and go the way the dispatcher's go in ``serve``: 8 per
-  ``publish`` call to the in-process publisher, which passes the membership barrier (one
-  PostgreSQL round trip per call) and hands them to the hub's fan-out;
-* ``hub-http``: the real hub under ``run_hub``, each push its own ``POST`` to the HTTP push
-  endpoint, 8 requests in flight, as in ``hub_fanout.py`` (the cost of a push from another
-  process, HTTP request and barrier included);
+  pushes arrive on stdin like the peers' and go the way the dispatcher's go in ``serve``:
+  ``--batch`` (8) per ``publish`` call to the in-process publisher, which passes the membership
+  barrier (one PostgreSQL round trip per call) and hands them to the hub's fan-out;
+* ``hub-http``: the real hub under ``run_hub``, pushed to from this process over HTTP by the
+  worker's publisher, ``--batch`` pushes per request (as many as the in-process ``hub`` gets
+  per ``publish`` call; 1 = the one-push form, each push its own ``POST``),
+  ``--http-concurrency`` requests in flight: the cost of a push from another process, HTTP
+  request and barrier included;
 * ``floor``: a minimal server in this file (uvloop): it answers the WebSocket upgrade and the
   hub handshake, then writes pre-framed records to every member's transport; no protocol, no
   auth;
@@ -28,10 +30,13 @@ Servers, each in its own process, each measured with the clients process of
   way the others count hub records.
 
 Every server but ``hub-http`` takes a stdin line ``{"pushes": n}`` and sends n records, 8
-pushes per event-loop turn; the records carry the same chat id, so they are the same size. For
-each server and layout (members per push): delivered frames/s and the server's CPU µs per
-delivered frame, as the median of ``--runs`` runs with their range, and the server's RSS per
-connection (after connecting, before any push). After the runs every member must have received
+pushes per event-loop turn (``--batch`` per ``publish`` call for ``hub``); the records carry
+the same chat id, so they are the same size. For each server and layout (members per push):
+delivered frames/s and the server's CPU µs per delivered frame, as the median of ``--runs``
+runs with their range; the server's CPU while every client is connected and nothing is pushed
+(``idle_cpu_percent``, over 2 s, and the per-frame figure less it); and the server's RSS per
+connection (after connecting, before any push). With both ``hub`` and ``hub-http`` it also
+prints ``hub-http_vs_hub``. After the runs every member must have received
 every push exactly once, and nobody else any.
 """
 
@@ -200,10 +205,10 @@ async def hub_main(args: argparse.Namespace) -> None:
         reader = await stdin_lines()
         while line := await reader.readline():
             pushes = json.loads(line)["pushes"]
-            for start in range(0, pushes, 8):
+            for start in range(0, pushes, args.batch):
                 batch = [
                     Push(group, "message_received", {"chatId": chat, "seq": n})
-                    for n in range(start, min(start + 8, pushes))
+                    for n in range(start, min(start + args.batch, pushes))
                 ]
                 results = await publisher.publish(batch)
                 if any(result is not None for result in results):
@@ -260,7 +265,7 @@ HUBS = ("hub", "hub-http")
 
 
 async def start_server(
-    kind: str, port: int, members: int, dsn: str
+    kind: str, port: int, members: int, dsn: str, batch: int
 ) -> tuple[Any, tuple[str, str] | None]:
     """The server process, and (for the hub) the benchmark database and chat."""
     bench_dsn, chat = None, "c"
@@ -278,7 +283,7 @@ async def start_server(
     if kind in ("hub", "floor", "floor-batched", "socketio"):
         command = [sys.executable, __file__, kind, "--port", str(port), "--chat", chat_arg]
         if kind == "hub":
-            command += ["--dsn", str(bench_dsn)]
+            command += ["--dsn", str(bench_dsn), "--batch", str(batch)]
     else:
         command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), chat_arg]
     proc = await asyncio.create_subprocess_exec(
@@ -295,7 +300,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
     port = free_port()
-    server, hub_db = await start_server(kind, port, members, dsn)
+    server, hub_db = await start_server(kind, port, members, dsn, args.batch)
     clients = None
     try:
         await asyncio.sleep(0.5)
@@ -321,8 +326,13 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         assert json.loads(line)["event"] == "connected", line
         await asyncio.sleep(1.0)
         rss_connected = rss_kib(server.pid)
+        # The server's CPU with every client connected and nothing pushed (pings, timers): a
+        # server that receives pushes more slowly pays more of it per frame.
+        idle0 = cpu_seconds(server.pid)
+        await asyncio.sleep(2.0)
+        idle_rate = (cpu_seconds(server.pid) - idle0) / 2.0
         pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
-        rates, cpu_us = [], []
+        rates, cpu_us, net_us = [], [], []
         profiler = None
         if args.perf:  # the server's CPU during the runs only, kernel included
             profiler = await asyncio.create_subprocess_exec(
@@ -347,7 +357,8 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             t0 = time.perf_counter()
             if kind == "hub-http":
                 assert hub_db is not None
-                await fanout_run(port, uuid.UUID(hub_db[1]), pushes, 8)
+                chat_id = uuid.UUID(hub_db[1])
+                await fanout_run(port, chat_id, pushes, args.http_concurrency, args.batch)
             else:
                 server.stdin.write(json.dumps({"pushes": pushes}).encode() + b"\n")
                 await server.stdin.drain()
@@ -355,7 +366,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             elapsed = time.perf_counter() - t0
             assert json.loads(line)["event"] == "received"
             rates.append(expect / elapsed)
-            cpu_us.append((cpu_seconds(server.pid) - cpu0) / expect * 1e6)
+            cpu = cpu_seconds(server.pid) - cpu0
+            cpu_us.append(cpu / expect * 1e6)
+            net_us.append((cpu - idle_rate * elapsed) / expect * 1e6)
             await asyncio.sleep(0.5)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
@@ -376,7 +389,10 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             "frames_per_second_range": [round(min(rates)), round(max(rates))],
             "cpu_us_per_frame_median": round(statistics.median(cpu_us), 2),
             "cpu_us_per_frame_range": [round(min(cpu_us), 2), round(max(cpu_us), 2)],
+            "cpu_us_per_frame_net_of_idle_median": round(statistics.median(net_us), 2),
+            "idle_cpu_percent": round(idle_rate * 100, 2),
             "rss_kib_per_connection": round((rss_connected - rss_before) / args.clients, 1),
+            **({"pushes_per_call": args.batch} if kind in HUBS else {}),
         }
     finally:
         if clients is not None:
@@ -405,6 +421,10 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             for peer, value in cost.items()
             if peer not in HUBS and value
         }
+        if cost.get("hub") and "hub-http" in cost:  # from another process against in-process
+            ratios[f"{members}_members"]["hub-http_vs_hub"] = round(
+                cost["hub-http"] / cost["hub"], 2
+            )
     return {"clients": args.clients, "results": results, "cpu_ratios": ratios}
 
 
@@ -424,6 +444,10 @@ def main() -> None:
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--pushes", type=int, default=2000, help="pushes at 100 members per run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--batch", type=int, default=8, help="hub: pushes per publish call; hub-http: per request"
+    )
+    parser.add_argument("--http-concurrency", type=int, default=8, help="hub-http: in flight")
     parser.add_argument(
         "--perf",
         metavar="PREFIX",

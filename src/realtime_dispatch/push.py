@@ -102,6 +102,16 @@ class Push:
 
 PublishResult: TypeAlias = RealtimeDispatchError | None
 
+# The HTTP push API, shared by the worker's publisher and the hub's endpoint: the one-push form
+# (Azure SignalR's REST shape) and the batch form, ``{"pushes": [{"group", "target",
+# "arguments"}, ...]}`` answered with one status per push.
+PUSH_PATH = "/api/v1/hubs/messenger/groups/{group}"
+BATCH_PATH = "/api/v1/hubs/messenger/batch"
+MAX_PUSH_BYTES = 256 * 1024
+"""The largest body of a one-push request, and the largest invocation record in a batch."""
+MAX_BATCH_PUSHES = 1000
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
 MIN_PUSH_TIME = 0.5  # seconds
 PUSH_DEADLINE: ContextVar[float | None] = ContextVar("realtime_push_deadline", default=None)
 

@@ -5,6 +5,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
+import httpx
 import orjson
 import uvicorn
 from starlette.applications import Starlette
@@ -14,7 +15,7 @@ from starlette.routing import Route
 
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from realtime_dispatch.push import Push, hub_problem
+from realtime_dispatch.push import BATCH_PATH, Push, hub_problem
 from tests.conftest import free_port, wait_until
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, running_hub
 from tests.integration.support import make_stack, new_chat, send
@@ -151,6 +152,42 @@ async def test_the_hubs_refusal_quarantines_and_a_wrong_path_retries(
     assert isinstance(invalid, PushRejected), invalid
     assert isinstance(misrouted, HubUnavailable), misrouted
     assert misrouted.code == "Http404"
+
+
+async def test_an_older_hub_without_the_batch_form_gets_one_push_per_request() -> None:
+    seen: list[tuple[str, bytes, str]] = []
+    paths: list[str] = []
+    transport = httpx.AsyncHTTPTransport()
+
+    class Counting(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            paths.append(request.url.path)
+            return await transport.handle_async_request(request)
+
+    async with target({"chat:bad": 400}, seen, bodies={"chat:bad": HUB_REFUSAL}) as url:
+        publisher = HttpHubPublisher(url, "svc", transport=Counting())
+        try:
+            first = await publisher.publish(
+                [
+                    Push("chat:a", "t", {"n": 1}),
+                    Push("chat:bad", "t", {"n": 2}),
+                    Push("chat:a", "t", {"n": 3}),
+                ]
+            )
+            second = await publisher.publish([Push("chat:a", "t", {"n": 4})])
+        finally:
+            await publisher.aclose()
+            await transport.aclose()
+    assert first[0] is None
+    assert first[2] is None
+    assert isinstance(first[1], PushRejected)
+    assert second == [None]
+    assert paths.count(BATCH_PATH) == 1  # asked once, then remembered
+    assert [orjson.loads(body)["arguments"] for group, body, _ in seen if group == "chat:a"] == [
+        [{"n": 1}],
+        [{"n": 3}],
+        [{"n": 4}],
+    ]
 
 
 async def test_unreachable_hub_is_transient() -> None:

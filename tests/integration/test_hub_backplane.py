@@ -3,15 +3,27 @@ on both, membership changes reach both, and a Redis outage is a transient publis
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 
+import httpx
+
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.publishers import RedisHubPublisher
+from realtime_dispatch.hub.backplane import (
+    BackplaneSubscriber,
+    batch_channel,
+    decode_batch,
+    encode_batch,
+    encode_push,
+    redis_client,
+)
+from realtime_dispatch.hub.publishers import RedisHubPublisher, push_frames
 from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
 from realtime_dispatch.push import Push
 from tests.conftest import free_port
-from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 
 
 def backplane_settings(redis_url):
@@ -85,11 +97,112 @@ async def test_redis_outage_is_transient():
 
 async def test_publish_that_no_replica_receives_is_transient(redis_url):
     """With no hub replica subscribed (all down, or re-subscribing after a Redis restart) nobody
-    can deliver: the rows must be retried, not marked Done."""
+    can deliver: the rows must be retried, not marked Done, every push the message carried."""
     publisher = RedisHubPublisher(redis_url, channel=f"realtime-dispatch:test:{free_port()}")
     try:
-        [result] = await publisher.publish([Push("chat:x", "message_received", {})])
+        results = await publisher.publish(
+            [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
+        )
     finally:
         await publisher.aclose()
-    assert isinstance(result, HubUnavailable)
-    assert result.code == "NoSubscribers"
+    assert len(results) == 2
+    assert all(isinstance(r, HubUnavailable) and r.code == "NoSubscribers" for r in results)
+
+
+async def test_a_batch_is_one_message_unless_an_older_replica_listens(redis_url):
+    """A replica of this version reads both formats; one of an older version reads format 1
+    only. While one listens, the publisher sends a message per push, and both replicas get each
+    push once."""
+    channel = f"realtime-dispatch:test:{free_port()}"
+    delivered: list[tuple[str, bytes]] = []
+    arrived = asyncio.Condition()
+
+    async def deliver(items):
+        async with arrived:
+            delivered.extend(items)
+            arrived.notify_all()
+
+    async def delivered_count(n):
+        async with arrived:
+            await asyncio.wait_for(arrived.wait_for(lambda: len(delivered) >= n), 10)
+
+    replica = BackplaneSubscriber(redis_url, deliver, channel=channel)
+    replica_task = asyncio.create_task(replica.run())
+    spy_client, older_client = redis_client(redis_url), redis_client(redis_url)
+    spy = spy_client.pubsub()  # a pattern: not counted by PUBSUB NUMSUB
+    older = older_client.pubsub()
+    publisher = RedisHubPublisher(redis_url, channel=channel, format_check_every=0)
+
+    async def next_message(pubsub, kinds=("message", "pmessage")):
+        async with asyncio.timeout(10):
+            while True:
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None and message["type"] in kinds:
+                    return message["channel"].decode(), message["data"]
+
+    try:
+        await asyncio.wait_for(replica.ready.wait(), 10)
+        await spy.psubscribe(f"{channel}*")
+        await next_message(spy, ("psubscribe",))
+        first = [
+            Push("chat:a", "t", {"n": 1}),
+            Push("user:b", "t", {"n": 2}),
+            Push("chat:a", "t", {}),
+        ]
+        assert await publisher.publish(first) == [None] * 3
+        frames = push_frames(first)
+        assert await next_message(spy) == (batch_channel(channel), encode_batch(frames))
+        await delivered_count(3)
+        assert delivered == frames
+
+        await older.subscribe(channel)
+        await next_message(older, ("subscribe",))
+        second = [Push("chat:a", "t", {"n": 4}), Push("user:b", "t", {"n": 5})]
+        assert await publisher.publish(second) == [None] * 2
+        frames = push_frames(second)
+        for group, frame in frames:
+            assert await next_message(spy) == (channel, encode_push(group, frame))
+            assert await next_message(older) == (channel, encode_push(group, frame))
+        await delivered_count(5)
+        assert delivered[3:] == frames
+    finally:
+        await publisher.aclose()
+        replica_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await replica_task
+        for pubsub in (spy, older):
+            await pubsub.aclose()
+        for client in (spy_client, older_client):
+            await client.aclose()
+
+
+def test_batch_message_format():
+    items = [("chat:é", '{"x":"ü"}\x1e'.encode()), ("user:1", b"\n\n5\n")]
+    assert decode_batch(encode_batch(items)) == items
+    for bad in (b"g\n3\nab", b"g\nx\nabc", b"\n1\na", b"g\n2\n\xff\xfe", b"g\n0\n", b"g"):
+        assert decode_batch(bad) is None, bad
+
+
+async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
+    database_url, pool, redis_url
+):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    settings = backplane_settings(redis_url)
+    auth = {"Authorization": f"Bearer {SERVICE_KEY}"}
+    pushes = [
+        {"group": f"user:{alice}", "target": "one", "arguments": [1]},
+        {"group": f"user:{bob}", "target": "two", "arguments": [2]},
+        {"group": "", "target": "t", "arguments": []},
+        {"group": f"user:{alice}", "target": "three", "arguments": [3]},
+    ]
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool) as one,
+        running_hub(settings, dsn=database_url, pool=pool) as two,
+        raw_client(one, make_token(alice)) as on_one,
+        raw_client(two, make_token(bob)) as on_two,
+        httpx.AsyncClient(base_url=one.http_url, headers=auth) as http,
+    ):
+        response = await http.post("/api/v1/hubs/messenger/batch", json={"pushes": pushes})
+        assert [r["status"] for r in response.json()["results"]] == [202, 202, 400, 202]
+        assert [r["target"] for r in await on_one.invocations(2)] == ["one", "three"]
+        assert [r["target"] for r in await on_two.invocations(1)] == ["two"]

@@ -1,21 +1,30 @@
-"""Push to a hub in another process over HTTP: ``POST {hub}/api/v1/hubs/messenger/groups/{group}``
-with ``{"target", "arguments"}`` and the bearer service key (Azure SignalR REST API shape).
+"""Push to a hub in another process over HTTP, with the bearer service key.
 
-2xx is success. Only a refusal in the hub's own words is permanent (:func:`classify_answer`):
-anything else may come from a proxy, an ingress or a wrong URL in front of the hub, and is
-retried with backoff (quarantined only after ``max_attempts``).
+A dispatcher batch goes in one request, ``POST {hub}/api/v1/hubs/messenger/batch`` with
+``{"pushes": [{"group", "target", "arguments"}, ...]}`` (split only past the hub's limits of
+:data:`MAX_BATCH_PUSHES` pushes or :data:`MAX_BATCH_BYTES` bytes, the parts sent in order); the
+hub answers one status per push. A hub that does not know the batch form (an older version:
+404 or 405) is pushed to one push at a time for :data:`LEGACY_FOR` seconds, then asked again:
+``POST {hub}/api/v1/hubs/messenger/groups/{group}`` with ``{"target", "arguments"}`` (Azure
+SignalR REST API shape). Pushes to the same group then go one after another, in order;
+different groups go concurrently, up to ``concurrency`` at once.
 
-Pushes to the same group go one after another, in order; different groups go concurrently, up
-to ``concurrency`` at once. Under the dispatcher's :data:`PUSH_DEADLINE` each
-push waits at most for the time left (:data:`MIN_PUSH_TIME` at least), and pushes not started by
-then are answered :class:`NotPushed`.
+What an answer means (docs/reference.md, "Push outcomes"): 2xx is success. Only a refusal in
+the hub's own words is permanent: a 4xx answer with the hub's refusal body
+(:func:`classify_answer`), or a 4xx status of one push inside the hub's answer to a batch.
+Anything else may come from a proxy, an ingress or a wrong URL in front of the hub (a 404 or
+405 of a wrong path, an error page, 5xx), as may connection errors and timeouts: retried with
+backoff, quarantined only after ``max_attempts``. 401/403 are transient too (a wrong key is
+fixed by an operator, after which the backlog drains).
+Under the dispatcher's :data:`PUSH_DEADLINE` each request waits at most for the time left
+(:data:`MIN_PUSH_TIME` at least), and pushes not sent by then are answered :class:`NotPushed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from urllib.parse import quote
 
 import httpx
@@ -24,8 +33,12 @@ import structlog
 
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 from realtime_dispatch.push import (
+    BATCH_PATH,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_PUSHES,
     MIN_PUSH_TIME,
     PUSH_DEADLINE,
+    PUSH_PATH,
     NotPushed,
     PublishResult,
     Push,
@@ -33,7 +46,9 @@ from realtime_dispatch.push import (
 )
 
 _log = structlog.get_logger(__name__)
-PUSH_PATH = "/api/v1/hubs/messenger/groups/{group}"
+LEGACY_FOR = 60.0
+"""Seconds a hub without the batch form is pushed to one push at a time before it is asked again."""
+_BATCH_HEAD, _BATCH_TAIL = b'{"pushes":[', b"]}"
 
 
 class HttpHubPublisher:
@@ -44,8 +59,10 @@ class HttpHubPublisher:
         *,
         timeout: float = 5.0,
         concurrency: int = 16,
+        batch: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``batch=False`` always uses the one-push form (what an older worker does)."""
         self._client = httpx.AsyncClient(
             base_url=hub_url.rstrip("/"),
             headers={
@@ -57,8 +74,56 @@ class HttpHubPublisher:
         )
         self._concurrency = concurrency
         self._timeout = timeout
+        self._batch = batch
+        self._legacy_until = 0.0
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        if not pushes:
+            return []
+        if not self._batch or time.monotonic() < self._legacy_until:
+            return await self._publish_one_by_one(pushes)
+        deadline = PUSH_DEADLINE.get()
+        results: list[PublishResult] = [None] * len(pushes)
+        for start, end, body in _batches(pushes):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                results[start:] = [NotPushed("the pass ran out of time")] * (len(pushes) - start)
+                break
+            answered = await self._send_batch(body, end - start, left)
+            if answered is None:  # an older hub: the rest goes one push at a time
+                self._legacy_until = time.monotonic() + LEGACY_FOR
+                _log.warning("hub_push_batch_unsupported", retry_in=LEGACY_FOR)
+                results[start:] = await self._publish_one_by_one(pushes[start:])
+                break
+            results[start:end] = answered
+        return results
+
+    async def _send_batch(
+        self, body: bytes, count: int, left: float | None
+    ) -> list[PublishResult] | None:
+        """One request for ``count`` pushes: their results, or None if the hub has no batch form."""
+        try:
+            response = await self._client.post(BATCH_PATH, content=body, timeout=self._within(left))
+        except httpx.TimeoutException:
+            return [HubUnavailable("push timed out", code="Timeout")] * count
+        except httpx.TransportError as exc:
+            return [HubUnavailable(type(exc).__name__, code="Unreachable")] * count
+        status = response.status_code
+        if status in (404, 405):
+            return None
+        if not 200 <= status < 300:
+            return [_answer_outcome(status, response.content)] * count
+        try:
+            answers = orjson.loads(response.content)["results"]
+            statuses = [int(answer["status"]) for answer in answers]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            statuses = []
+        if len(statuses) != count:
+            _log.error("hub_push_batch_answer_invalid", status=status)
+            return [HubUnavailable("hub answered the batch wrongly", code="BadAnswer")] * count
+        return [_item_outcome(s) for s in statuses]
+
+    async def _publish_one_by_one(self, pushes: Sequence[Push]) -> list[PublishResult]:
         results: list[PublishResult] = [None] * len(pushes)
         by_group: dict[str, list[int]] = {}
         for index, push in enumerate(pushes):
@@ -80,31 +145,32 @@ class HttpHubPublisher:
                 tg.create_task(send_group(indexes))
         return results
 
+    def _within(self, left: float | None) -> float:
+        return self._timeout if left is None else min(self._timeout, max(left, MIN_PUSH_TIME))
+
     async def _send(self, push: Push, left: float | None) -> RealtimeDispatchError | None:
         # The payload's JSON goes in as encoded (no decode and re-encode of the payload).
         body = b"".join(
             (b'{"target":', orjson.dumps(push.target), b',"arguments":[', push.payload_json, b"]}")
         )
-        timeout = self._timeout if left is None else min(self._timeout, max(left, MIN_PUSH_TIME))
         try:
             response = await self._client.post(
-                PUSH_PATH.format(group=quote(push.group, safe=":")), content=body, timeout=timeout
+                PUSH_PATH.format(group=quote(push.group, safe=":")),
+                content=body,
+                timeout=self._within(left),
             )
         except httpx.TimeoutException:
             return HubUnavailable("push timed out", code="Timeout")
         except httpx.TransportError as exc:
             return HubUnavailable(type(exc).__name__, code="Unreachable")
-        status = response.status_code
-        if status in (401, 403):
-            _log.error("hub_push_unauthorized", status=status)
-        return classify_answer(status, response.content)
+        return _answer_outcome(response.status_code, response.content)
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
 def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
-    """What an answer of the push endpoint means for the row (docs/reference.md, "Push
+    """What an answer of a push endpoint means for its rows (docs/reference.md, "Push
     outcomes"):
 
     - 2xx: pushed.
@@ -122,3 +188,52 @@ def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
             return PushRejected(f"hub refused the push ({refusal})", code=code)
         return HubUnavailable(f"answered {status}, not by the hub (proxy or wrong URL?)", code=code)
     return HubUnavailable(f"hub answered {status}", code=code)
+
+
+def _answer_outcome(status: int, body: bytes) -> PublishResult:
+    """The result of a whole answer (a one-push request, or a batch refused as a whole)."""
+    if status in (401, 403):
+        _log.error("hub_push_unauthorized", status=status)
+    return classify_answer(status, body)
+
+
+def _item_outcome(status: int) -> PublishResult:
+    """The result of one push inside the hub's 200 answer to a batch: that answer is the hub's
+    own, so a 4xx there is its refusal of that push (permanent), as in :func:`classify_answer`."""
+    if 200 <= status < 300:
+        return None
+    if status >= 500 or status in (401, 403, 408, 429):
+        return HubUnavailable(f"hub answered {status}", code=f"Http{status}")
+    return PushRejected(f"hub refused the push (Http{status})", code=f"Http{status}")
+
+
+def _batch_item(push: Push) -> bytes:
+    # The payload's JSON goes in as encoded (no decode and re-encode of the payload).
+    return b"".join(
+        (
+            b'{"group":',
+            orjson.dumps(push.group),
+            b',"target":',
+            orjson.dumps(push.target),
+            b',"arguments":[',
+            push.payload_json,
+            b"]}",
+        )
+    )
+
+
+def _batches(pushes: Sequence[Push]) -> Iterator[tuple[int, int, bytes]]:
+    """``(start, end, body)`` of each request: as few as the hub's limits allow, in order. A
+    push too large for any batch goes alone (and the hub refuses it alone)."""
+    empty = len(_BATCH_HEAD) + len(_BATCH_TAIL)
+    start, size = 0, empty
+    items: list[bytes] = []
+    for index, push in enumerate(pushes):
+        item = _batch_item(push)
+        if items and (len(items) >= MAX_BATCH_PUSHES or size + len(item) + 1 > MAX_BATCH_BYTES):
+            yield start, index, _BATCH_HEAD + b",".join(items) + _BATCH_TAIL
+            start, items, size = index, [], empty
+        items.append(item)
+        size += len(item) + 1
+    if items:
+        yield start, len(pushes), _BATCH_HEAD + b",".join(items) + _BATCH_TAIL

@@ -1,6 +1,16 @@
 """The Redis backplane: every replica subscribes to one pub/sub channel and delivers each push to
-its own connections. A message is ``{group}\\n{frame}``: the frame is the invocation record,
-serialised once by the publisher and relayed byte for byte.
+its own connections. The frame of a push is its invocation record, serialised once by the
+publisher and relayed byte for byte. Two message formats, each on its own channel:
+
+* ``CHANNEL`` (format 1, one push per message): ``{group}\\n{frame}``;
+* ``CHANNEL:v2`` (format 2, a batch per message, in order): ``{group}\\n{length}\\n{frame}``
+  repeated, ``length`` the frame's size in bytes as decimal digits.
+
+A replica of this version subscribes to both (in one ``SUBSCRIBE``, so both or neither); a
+replica of an older version reads format 1 only. A publisher sends format 2 while every replica
+subscribed to format 1 is subscribed to format 2 too (``PUBSUB NUMSUB``, see
+:class:`~realtime_dispatch.hub.publishers.RedisHubPublisher`), and format 1 otherwise, so a
+rolling upgrade of the hubs loses nothing and a worker may be upgraded before or after them.
 
 One channel rather than a channel per group: a replica would otherwise have to (un)subscribe as
 memberships change, and a change racing a push could lose it. Every replica reads every push and
@@ -20,6 +30,7 @@ log = structlog.get_logger(__name__)
 
 CHANNEL = "realtime-dispatch:hub:messenger"
 MAX_BATCH = 256
+"""Pushes handed to ``deliver`` at once (a batch message is never split)."""
 
 Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 
@@ -39,6 +50,42 @@ def decode_push(data: bytes) -> tuple[str, bytes] | None:
         return group.decode(), frame
     except UnicodeDecodeError:
         return None
+
+
+def batch_channel(channel: str) -> str:
+    """The channel of format 2 beside a format-1 ``channel``."""
+    return f"{channel}:v2"
+
+
+def encode_batch(items: Sequence[tuple[str, bytes]]) -> bytes:
+    parts: list[bytes] = []
+    for group, frame in items:
+        parts += (group.encode(), b"\n", b"%d\n" % len(frame), frame)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes) -> list[tuple[str, bytes]] | None:
+    """The pushes of a format-2 message, or None if any part of it is malformed."""
+    items: list[tuple[str, bytes]] = []
+    at, end = 0, len(data)
+    try:
+        while at < end:
+            group_end = data.index(b"\n", at)
+            length_end = data.index(b"\n", group_end + 1)
+            digits = data[group_end + 1 : length_end]
+            if not digits.isdigit():
+                return None
+            frame_end = length_end + 1 + int(digits)
+            frame = data[length_end + 1 : frame_end]
+            if group_end == at or not frame or frame_end > end:
+                return None
+            if not frame.isascii():  # checked, never kept as str: the bytes go out as they are
+                frame.decode()
+            items.append((data[at:group_end].decode(), frame))
+            at = frame_end
+    except (ValueError, UnicodeDecodeError):  # a missing separator, or not UTF-8
+        return None
+    return items
 
 
 def redis_client(url: str, *, timeout: float | None = 2.0) -> aioredis.Redis:
@@ -67,6 +114,7 @@ class BackplaneSubscriber:
         self._url = url
         self._deliver = deliver
         self._channel = channel
+        self._batch_channel = batch_channel(channel).encode()
         self._reconnect_delay = reconnect_delay
         self._max_reconnect_delay = max_reconnect_delay
         self.ready = asyncio.Event()
@@ -77,7 +125,7 @@ class BackplaneSubscriber:
             client = redis_client(self._url, timeout=None)
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self._channel)
+                    await pubsub.subscribe(self._channel, self._batch_channel)
                     self.ready.set()
                     log.info("backplane_subscribed")
                     delay = self._reconnect_delay
@@ -98,11 +146,16 @@ class BackplaneSubscriber:
             batch: list[tuple[str, bytes]] = []
             while message is not None:
                 if message.get("type") == "message":
-                    decoded = decode_push(message["data"])
-                    if decoded is None:
+                    data = message["data"]
+                    if message["channel"] == self._batch_channel:
+                        pushes = decode_batch(data)
+                    else:
+                        one = decode_push(data)
+                        pushes = None if one is None else [one]
+                    if pushes is None:
                         log.warning("backplane_message_invalid")
                     else:
-                        batch.append(decoded)
+                        batch += pushes
                 if len(batch) >= MAX_BATCH:
                     break
                 message = await pubsub.get_message(timeout=0.0)

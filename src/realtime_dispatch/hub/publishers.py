@@ -5,13 +5,16 @@
 * :class:`RedisHubPublisher`: the backplane; success means "published to Redis and received by
   at least one hub replica" (every subscribed replica delivers to its own connections). A Redis
   outage, or a publish that no replica received, is a
-  :class:`~realtime_dispatch.errors.HubUnavailable`, so the rows are retried, never lost.
+  :class:`~realtime_dispatch.errors.HubUnavailable` for every push the message carried, so the
+  rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
+  :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
 
 Both serialise each push's invocation record once, whatever the number of recipients.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -19,11 +22,23 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.backplane import CHANNEL, encode_push, redis_client
+from realtime_dispatch.hub.backplane import (
+    CHANNEL,
+    MAX_BATCH,
+    batch_channel,
+    encode_batch,
+    encode_push,
+    redis_client,
+)
 from realtime_dispatch.hub.protocol import push_record
 from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
+
+MAX_MESSAGE_PUSHES = MAX_BATCH
+MAX_MESSAGE_BYTES = 1024 * 1024
+FORMAT_CHECK_EVERY = 1.0
+"""Seconds between two checks of which message format every replica reads."""
 
 
 class FramePublisher(Protocol):
@@ -64,10 +79,17 @@ class InProcessHubPublisher:
 
 
 class RedisHubPublisher:
-    """Publishes pushes to the backplane channel, one pipelined round trip per call."""
+    """Publishes pushes to the backplane, one pipelined round trip per call: a batch message per
+    call (format 2) when every subscribed replica reads it, else a message per push (format 1,
+    what replicas of older versions read); see :mod:`realtime_dispatch.hub.backplane`."""
 
     def __init__(
-        self, client: aioredis.Redis | str, *, owns_client: bool = False, channel: str = CHANNEL
+        self,
+        client: aioredis.Redis | str,
+        *,
+        owns_client: bool = False,
+        channel: str = CHANNEL,
+        format_check_every: float = FORMAT_CHECK_EVERY,
     ) -> None:
         """``client`` is a Redis client the caller keeps owning (unless ``owns_client``), or a
         URL, in which case the publisher makes and owns its client."""
@@ -76,6 +98,10 @@ class RedisHubPublisher:
         self._client = client
         self._owns_client = owns_client
         self._channel = channel
+        self._batch_channel = batch_channel(channel)
+        self._batched = False
+        self._format_check_every = format_check_every
+        self._format_checked = -format_check_every
         self._closed = False
 
     @classmethod
@@ -90,9 +116,10 @@ class RedisHubPublisher:
         if not items:
             return []
         try:
+            messages = await self._messages(items)
             async with self._client.pipeline(transaction=False) as pipe:
-                for group, frame in items:
-                    pipe.publish(self._channel, encode_push(group, frame))
+                for channel, message, _ in messages:
+                    pipe.publish(channel, message)
                 receivers = await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
             error = HubUnavailable(
@@ -100,9 +127,45 @@ class RedisHubPublisher:
             )
             return [error] * len(items)
         # PUBLISH answers how many subscribers got the message: the hub replicas. None means no
-        # replica could deliver it (all down, or re-subscribing after a Redis restart): retry.
+        # replica could deliver it (all down, or re-subscribing after a Redis restart): retry
+        # every push the message carried.
         nobody = HubUnavailable("no hub replica is subscribed", code="NoSubscribers")
-        return [None if count else nobody for count in receivers]
+        results: list[PublishResult] = []
+        for (_, _, carried), count in zip(messages, receivers, strict=True):
+            results += [None if count else nobody] * carried
+        return results
+
+    async def _messages(self, items: GroupFrames) -> list[tuple[str, bytes, int]]:
+        """``(channel, message, pushes carried)`` for ``items``, in order."""
+        if not await self._all_read_batches():
+            return [(self._channel, encode_push(group, frame), 1) for group, frame in items]
+        messages: list[tuple[str, bytes, int]] = []
+        start = size = 0
+        for index, (group, frame) in enumerate(items):
+            full = index - start >= MAX_MESSAGE_PUSHES or size + len(frame) > MAX_MESSAGE_BYTES
+            if index > start and full:
+                chunk = items[start:index]
+                messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+                start, size = index, 0
+            size += len(group) + len(frame) + 8
+        chunk = items[start:]
+        messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+        return messages
+
+    async def _all_read_batches(self) -> bool:
+        """Whether every replica subscribed to format 1 is subscribed to format 2 too (checked
+        every :data:`FORMAT_CHECK_EVERY` seconds): then nobody misses a batch message."""
+        now = time.monotonic()
+        if now - self._format_checked >= self._format_check_every:
+            counts = {
+                name.decode() if isinstance(name, bytes) else str(name): int(count)
+                for name, count in await self._client.pubsub_numsub(
+                    self._channel, self._batch_channel
+                )
+            }
+            self._batched = counts.get(self._channel, 0) <= counts.get(self._batch_channel, 0)
+            self._format_checked = now
+        return self._batched
 
     async def aclose(self) -> None:
         if self._owns_client and not self._closed:

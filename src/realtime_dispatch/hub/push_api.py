@@ -1,6 +1,17 @@
-"""``POST /api/v1/hubs/messenger/groups/{group}``: the server side of the HTTP publisher (the shape
-of Azure SignalR Service's REST API). Body ``{"target": str, "arguments": [...]}``, bearer
-``REALTIME_HUB_SERVICE_KEY``; 202 once delivered locally or published to the backplane."""
+"""The HTTP push endpoints (the server side of the dispatcher's HTTP publisher), bearer
+``REALTIME_HUB_SERVICE_KEY``:
+
+* ``POST /api/v1/hubs/messenger/groups/{group}`` (the shape of Azure SignalR Service's REST
+  API): body ``{"target": str, "arguments": [...]}``; 202 once delivered locally or published to
+  the backplane.
+* ``POST /api/v1/hubs/messenger/batch``: body ``{"pushes": [{"group", "target", "arguments"},
+  ...]}``; 200 with ``{"results": [{"status": 202}, {"status": 400, "error": "..."}, ...]}``,
+  one per push in order, each the status the one-push form would have answered (with its
+  ``code``; every refusal of the hub's own, whole or per push, carries
+  ``"source": "realtime-dispatch-hub"`` at the top level of the body). The batch is
+  decoded once and goes out as one publish (one membership barrier locally, one backplane
+  message), in order; a push that is invalid fails alone.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +19,43 @@ from typing import TYPE_CHECKING
 
 import orjson
 import structlog
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.tokens import service_key_matches
 from realtime_dispatch.hub.protocol import invocation_frame
 from realtime_dispatch.hub.registry import is_valid_group
-from realtime_dispatch.push import hub_problem
+from realtime_dispatch.push import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_PUSHES,
+    MAX_PUSH_BYTES,
+    JsonValue,
+    hub_problem,
+)
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
 
 log = structlog.get_logger(__name__)
 
-MAX_BODY_BYTES = 256 * 1024
+MAX_BODY_BYTES = MAX_PUSH_BYTES
 MAX_TARGET_CHARS = 128
+UNAVAILABLE = "hub unavailable, retry later"
 
 
 def _problem(status: int, detail: str, code: str) -> JSONResponse:
     return JSONResponse(hub_problem(detail, code), status_code=status)
+
+
+def _invocation(target: object, arguments: object) -> bytes | tuple[str, str]:
+    """The record of one push, or what is wrong with it (detail, code)."""
+    if not isinstance(target, str) or not 0 < len(target) <= MAX_TARGET_CHARS:
+        return "target must be a non-empty string", "InvalidTarget"
+    if not isinstance(arguments, list):
+        return "arguments must be an array", "InvalidArguments"
+    return invocation_frame(target, arguments)
 
 
 async def push_to_group(hub: Hub, request: Request) -> Response:
@@ -37,7 +66,7 @@ async def push_to_group(hub: Hub, request: Request) -> Response:
     if not is_valid_group(group):
         return _problem(400, "invalid group name", "InvalidGroup")
     body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
+    if len(body) > MAX_PUSH_BYTES:
         return _problem(413, "body too large", "BodyTooLarge")
     try:
         value = orjson.loads(body)
@@ -45,13 +74,105 @@ async def push_to_group(hub: Hub, request: Request) -> Response:
         return _problem(400, "body is not JSON", "InvalidJson")
     if not isinstance(value, dict):
         return _problem(400, "body must be an object", "InvalidBody")
-    target, arguments = value.get("target"), value.get("arguments", [])
-    if not isinstance(target, str) or not 0 < len(target) <= MAX_TARGET_CHARS:
-        return _problem(400, "target must be a non-empty string", "InvalidTarget")
-    if not isinstance(arguments, list):
-        return _problem(400, "arguments must be an array", "InvalidArguments")
-    [result] = await hub.publish_frames([(group, invocation_frame(target, arguments))])
+    frame = _invocation(value.get("target"), value.get("arguments", []))
+    if isinstance(frame, tuple):
+        return _problem(400, *frame)
+    [result] = await hub.publish_frames([(group, frame)])
     if result is not None:
         log.warning("push_failed", code=result.code)
-        return _problem(503, "hub unavailable, retry later", "HubUnavailable")
+        return _problem(503, UNAVAILABLE, "HubUnavailable")
     return Response(status_code=202)
+
+
+class BatchEndpoint:
+    """``POST /api/v1/hubs/messenger/batch`` as a plain ASGI app: the request is read and
+    answered straight from the ASGI messages, without a Request and Response object per call
+    (a fixed cost of every batch, paid by the worker's every dispatcher batch)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status, answer = await self._answer(scope, receive)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(answer)),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        hub = self._hub
+        if not service_key_matches(Headers(scope=scope), hub.options.service_key):
+            log.info("push_refused", code="Unauthorized")
+            return 401, _error("missing or wrong service key", "Unauthorized")
+        parts: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return 400, _error("client disconnected", "Disconnected")
+            part = message.get("body", b"")
+            size += len(part)
+            if size > MAX_BATCH_BYTES:
+                return 413, _error("body too large", "BodyTooLarge")
+            parts.append(part)
+            more = message.get("more_body", False)
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return 400, _error("body is not JSON", "InvalidJson")
+        pushes = value.get("pushes") if isinstance(value, dict) else None
+        if not isinstance(pushes, list):
+            return 400, _error('body must be an object with a "pushes" array', "InvalidBody")
+        if len(pushes) > MAX_BATCH_PUSHES:
+            return 413, _error(f"more than {MAX_BATCH_PUSHES} pushes", "BatchTooLarge")
+        return 200, await _results(hub, pushes)
+
+
+def _error(detail: str, code: str) -> bytes:
+    return orjson.dumps(hub_problem(detail, code))
+
+
+async def _results(hub: Hub, pushes: list[object]) -> bytes:
+    """Publish the valid pushes of a batch at once; the JSON answer, one result per push."""
+    answers: list[dict[str, JsonValue]] = [{"status": 202}] * len(pushes)
+    items: list[tuple[str, bytes]] = []
+    positions: list[int] = []
+    for index, push in enumerate(pushes):
+        problem = _checked(push)
+        if isinstance(problem, tuple):
+            items.append(problem)
+            positions.append(index)
+        else:
+            answers[index] = problem
+    results = await hub.publish_frames(items) if items else []
+    failed = None
+    for index, result in zip(positions, results, strict=True):
+        if result is not None:
+            failed = result
+            answers[index] = {"status": 503, "error": UNAVAILABLE, "code": "HubUnavailable"}
+    if failed is not None:
+        log.warning("push_failed", code=failed.code, pushes=len(items))
+    return orjson.dumps({"results": answers})
+
+
+def _checked(push: object) -> tuple[str, bytes] | dict[str, JsonValue]:
+    """One push of a batch as ``(group, record)``, or the answer refusing it."""
+    if not isinstance(push, dict):
+        return {"status": 400, "error": "push must be an object", "code": "InvalidBody"}
+    group = push.get("group")
+    if not isinstance(group, str) or not is_valid_group(group):
+        return {"status": 400, "error": "invalid group name", "code": "InvalidGroup"}
+    frame = _invocation(push.get("target"), push.get("arguments", []))
+    if isinstance(frame, tuple):
+        return {"status": 400, "error": frame[0], "code": frame[1]}
+    if len(frame) > MAX_PUSH_BYTES:
+        return {"status": 413, "error": "push too large", "code": "BodyTooLarge"}
+    return group, frame

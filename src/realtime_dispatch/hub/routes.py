@@ -17,7 +17,8 @@ from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.admission import ConnectionRefused
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
-from realtime_dispatch.hub.push_api import MAX_BODY_BYTES, push_to_group
+from realtime_dispatch.hub.push_api import MAX_BODY_BYTES, BatchEndpoint, push_to_group
+from realtime_dispatch.push import BATCH_PATH, MAX_BATCH_BYTES
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -40,12 +41,13 @@ def hub_body_rules() -> list[BodyRule]:
         BodyRule(f"{HUB_PATH}/negotiate", NEGOTIATE_MAX_BODY_BYTES, "token", post),
         BodyRule(HUB_PATH, HUB_POST_MAX_BODY_BYTES, "token", post),
         BodyRule("/api/v1/hubs/messenger/groups/[^/]+", MAX_BODY_BYTES, "service_key", post),
+        BodyRule(BATCH_PATH, MAX_BATCH_BYTES, "service_key", post),
     ]
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
-    """The hub's HTTP face: negotiate, the WebSocket, the push endpoint, ``/healthz``,
-    ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
+    """The hub's HTTP face: negotiate, the WebSocket, the push endpoints (one push, a batch),
+    ``/healthz``, ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
 
     async def negotiate(request: Request) -> Response:
         try:
@@ -91,6 +93,7 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
         Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
         WebSocketRoute(HUB_PATH, websocket),
         Route(PUSH_PATH, push, methods=["POST"]),
+        Route(BATCH_PATH, BatchEndpoint(hub), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
