@@ -222,10 +222,24 @@ class NodeClient:
 
     @classmethod
     async def start(
-        cls, url: str, token: str, *, stateful: bool = False, targets: Sequence[str] = ()
+        cls,
+        url: str,
+        token: str,
+        *,
+        stateful: bool = False,
+        targets: Sequence[str] = (),
+        **options: object,
     ) -> NodeClient:
+        """``options``: ``transport`` (``WebSockets``, ``ServerSentEvents``, ``LongPolling``),
+        ``protocol`` (``json``, ``messagepack``), ``reconnect`` (automatic reconnect)."""
         require_node_client()
-        config = {"url": url, "token": token, "stateful": stateful, "targets": list(targets)}
+        config = {
+            "url": url,
+            "token": token,
+            "stateful": stateful,
+            "targets": list(targets),
+            **options,
+        }
         process = await asyncio.create_subprocess_exec(
             "node",
             str(REPO / "tests" / "js" / "hub_client.mjs"),

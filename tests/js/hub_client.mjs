@@ -1,7 +1,10 @@
 // Drives the official @microsoft/signalr client against the hub for the e2e tests.
-// Usage: node hub_client.mjs '{"url": "...", "token": "...", "stateful": true, "targets": ["x"]}'
+// Usage: node hub_client.mjs '{"url": "...", "token": "...", "stateful": true, "targets": ["x"],
+//   "transport": "WebSockets|ServerSentEvents|LongPolling", "protocol": "json|messagepack",
+//   "reconnect": true}'
 // Prints one JSON object per line on stdout; exits when stdin closes (after stopping cleanly).
 import * as signalR from "@microsoft/signalr";
+import { MessagePackHubProtocol } from "@microsoft/signalr-protocol-msgpack";
 import { createInterface } from "node:readline";
 
 const config = JSON.parse(process.argv[2]);
@@ -13,19 +16,23 @@ const stderrLogger = {
   },
 };
 
+let token = config.token;
 let builder = new signalR.HubConnectionBuilder()
   .withUrl(config.url, {
-    accessTokenFactory: () => config.token,
-    transport: signalR.HttpTransportType.WebSockets,
+    accessTokenFactory: () => token,
+    transport: signalR.HttpTransportType[config.transport ?? "WebSockets"],
   })
   .configureLogging(stderrLogger);
 if (config.stateful) builder = builder.withStatefulReconnect();
+if (config.protocol === "messagepack") builder = builder.withHubProtocol(new MessagePackHubProtocol());
+if (config.reconnect) builder = builder.withAutomaticReconnect([0, 200, 500, 1000, 2000]);
 const connection = builder.build();
 
 for (const target of config.targets ?? []) {
   connection.on(target, (...args) => emit({ event: "message", target, args }));
 }
 connection.onreconnecting((error) => emit({ event: "reconnecting", error: String(error) }));
+connection.onreconnected((connectionId) => emit({ event: "reconnected", connectionId }));
 connection.onclose((error) => emit({ event: "closed", error: error ? String(error) : null }));
 
 try {
@@ -39,6 +46,7 @@ try {
 const lines = createInterface({ input: process.stdin });
 lines.on("line", async (line) => {
   const command = JSON.parse(line);
+  if (command.token) token = command.token;
   if (command.invoke) {
     try {
       const result = await connection.invoke(command.invoke, ...(command.args ?? []));

@@ -16,6 +16,7 @@ from realtime_dispatch.auth.tokens import AuthError, request_token
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
 from realtime_dispatch.hub.push_api import push_to_group
+from realtime_dispatch.hub.transports.http import HttpTransportEndpoint
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -27,7 +28,8 @@ PUSH_PATH = "/api/v1/hubs/messenger/groups/{group:str}"
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
-    """The hub's HTTP face: negotiate, the WebSocket, the push endpoint, ``/healthz``,
+    """The hub's HTTP face: negotiate, the WebSocket, Server-Sent Events and long polling, the
+    push endpoint, ``/healthz``,
     ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
 
     async def negotiate(request: Request) -> Response:
@@ -67,6 +69,7 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
     return [
         Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
         WebSocketRoute(HUB_PATH, websocket),
+        Route(HUB_PATH, HttpTransportEndpoint(hub), methods=["GET", "POST", "DELETE"]),
         Route(PUSH_PATH, push, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -30,12 +30,13 @@ from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
 from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-from realtime_dispatch.hub.framing import text_frame
+from realtime_dispatch.hub.framing import binary_frame, text_frame
+from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.negotiate import NegotiationStore
-from realtime_dispatch.hub.protocol import PING
+from realtime_dispatch.hub.protocol import ProtocolError
 from realtime_dispatch.hub.publishers import (
     FramePublisher,
     GroupFrames,
@@ -46,6 +47,7 @@ from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_grou
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
 
@@ -55,6 +57,9 @@ PushSource = Literal["local", "backplane"]
 LOCAL: PushSource = "local"
 BACKPLANE: PushSource = "backplane"
 IDLE_TIMEOUT_ERROR = "Server timeout elapsed without receiving a message from the client."
+
+EncodedRun = tuple[list[bytes], list[bytes], bytes]
+"""A run of one group's records in one protocol: records, their WebSocket frames, joined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,8 @@ class Hub:
         self.negotiations = NegotiationStore(self.options.negotiate_ttl)
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
+        self.http_transports = HttpTransports()
+        """Server-Sent Events and long-polling connections by token (:mod:`.transports`)."""
         self._dsn = dsn
         self._pool = pool
         self._owned_pool: asyncpg.Pool | None = None
@@ -151,6 +158,7 @@ class Hub:
         tb: TracebackType | None,
     ) -> None:
         await self.close_connections()
+        await self.http_transports.aclose()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -258,8 +266,9 @@ class Hub:
 
         Each record is framed once. Consecutive records for the same group are a run: their
         frames are joined once, and every member without stateful reconnect gets the run as that
-        one piece. What is due to one connection is written to its transport in one call at the
-        end. Returns how many deliveries were made.
+        one piece. Members speaking another protocol than JSON (MessagePack) get the run
+        re-encoded once for all of them. What is due to one connection is written to its
+        transport in one call at the end. Returns how many deliveries were made.
         """
         connections = self.connections
         members_of = self.registry.members
@@ -278,8 +287,20 @@ class Hub:
                 frames = [text_frame(record) for record in records]
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 deliveries += len(members) * len(records)
+                others: dict[HubProtocol, EncodedRun | None] | None = None
                 for connection_id in members:
-                    connections[connection_id].offer(records, frames, data, touched)
+                    connection = connections[connection_id]
+                    if connection.protocol is JSON:
+                        connection.offer(records, frames, data, touched)
+                        continue
+                    if others is None:
+                        others = {}
+                    protocol = connection.protocol
+                    if protocol not in others:
+                        others[protocol] = _encode_run(protocol, records)
+                    run = others[protocol]
+                    if run is not None:
+                        connection.offer(*run, touched)
             start = end
         if touched:
             loop_time = asyncio.get_running_loop().time()
@@ -341,6 +362,7 @@ class Hub:
             await asyncio.sleep(tick)
             now = loop.time()
             self.negotiations.sweep(now)
+            self.http_transports.sweep(now, self.options.handshake_timeout)
             for connection in list(self.connections.values()):
                 self._check(connection, now)
 
@@ -359,4 +381,19 @@ class Hub:
             connection.close(CloseRequest(CloseReason.IDLE_TIMEOUT, IDLE_TIMEOUT_ERROR))
         elif now - connection.last_sent >= options.ping_interval:
             connection.last_sent = now
-            connection.send_control(PING)
+            connection.send_control(connection.protocol.ping)
+
+
+def _encode_run(protocol: HubProtocol, records: list[bytes]) -> EncodedRun | None:
+    """A run of JSON records in ``protocol``, framed as binary WebSocket frames; None (logged)
+    when a record has no equivalent there."""
+    if protocol.from_json is None:
+        raise ValueError(f"{protocol.name} records are JSON records")
+    try:
+        encoded = protocol.from_json(records)
+    except ProtocolError as exc:
+        log.warning("hub_push_not_encodable", protocol=protocol.name, code=exc.code)
+        return None
+    frame = binary_frame if protocol.binary else text_frame
+    frames = [frame(record) for record in encoded]
+    return encoded, frames, frames[0] if len(frames) == 1 else b"".join(frames)

@@ -1,0 +1,86 @@
+"""Opening a connection once its handshake is done: the one admission point of every transport.
+
+WebSockets (:mod:`.endpoint`), Server-Sent Events and long polling (:mod:`.transports`) all
+call :func:`admit` after a good handshake and before they answer it. It builds the
+:class:`~.connection.HubConnection`, registers it (``user:{id}``), joins its chats from
+PostgreSQL and waits until the backplane carries them; a rule that refuses a connection (say,
+a per-user cap) belongs here, raising :class:`AdmissionRefused`, and then holds for every
+transport. The caller answers the handshake with the error of a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+import structlog
+
+from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.hub.connection import HubConnection
+from realtime_dispatch.hub.membership_feed import DB_ERRORS
+from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.session import CloseReason, InboundSession
+from realtime_dispatch.hub.wire import Transport
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.runtime import Hub
+
+log = structlog.get_logger(__name__)
+
+UNAVAILABLE_ERROR = "Service unavailable, try again later."
+
+
+class AdmissionRefused(RealtimeDispatchError):
+    """The connection is not opened; ``str(exc)`` is the handshake error the client gets."""
+
+    code = "AdmissionRefused"
+
+
+async def admit(
+    hub: Hub,
+    *,
+    connection_id: str,
+    token: str,
+    user_id: UUID,
+    session: InboundSession,
+    transport: Transport,
+) -> HubConnection:
+    """Open, register and join the groups of a connection whose handshake ``session`` read."""
+    limits = hub.options.limits
+    connection = HubConnection(
+        connection_id=connection_id,
+        token=token,
+        user_id=user_id,
+        session=session,
+        outbound=Outbound(
+            stateful=session.stateful,
+            max_pending=limits.max_pending,
+            max_replay_chars=limits.max_replay_chars,
+        ),
+        limits=limits,
+        on_sent=hub.sent_counter(),
+        now=asyncio.get_running_loop().time(),
+        transport=transport,
+    )
+    hub.new_connection(connection)
+    try:
+        await hub.membership.load_connection(connection_id, user_id)
+        if not await hub.interest_settled():
+            raise TimeoutError("backplane subscriptions not settled")
+    except DB_ERRORS as exc:
+        log.warning("hub_membership_load_failed", error=type(exc).__name__)
+        hub.finalize(connection, CloseReason.SERVER_ERROR)
+        raise AdmissionRefused(UNAVAILABLE_ERROR, code="MembershipUnavailable") from exc
+    except BaseException:  # the client went away meanwhile (cancelled)
+        hub.finalize(connection, CloseReason.TRANSPORT_LOST)
+        raise
+    log.info(
+        "hub_connected",
+        connection_id=connection_id,
+        transport=transport.value,
+        protocol=connection.protocol.name,
+        version=session.handshake.version if session.handshake else None,
+        stateful=connection.stateful,
+    )
+    return connection
