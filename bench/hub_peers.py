@@ -11,6 +11,9 @@ Servers, each in its own process, each measured with the clients process of
   pushes arrive on stdin like the peers' and go the way the dispatcher's go in ``serve``: 8 per
   ``publish`` call to the in-process publisher, which passes the membership barrier (one
   PostgreSQL round trip per call) and hands them to the hub's fan-out;
+* ``hub-msgpack`` and ``hub-mixed``: the same hub process as ``hub``, its clients speaking the
+  MessagePack hub protocol (binary frames), all of them or every other one: the fan-out cost
+  per frame of MessagePack next to JSON, a push re-encoded once for all MessagePack members;
 * ``hub-http``: the real hub under ``run_hub``, each push its own ``POST`` to the HTTP push
   endpoint, 8 requests in flight, as in ``hub_fanout.py`` (the cost of a push from another
   process, HTTP request and barrier included);
@@ -252,8 +255,18 @@ async def socketio_main(args: argparse.Namespace) -> None:
 # --- driver -------------------------------------------------------------------------------------
 
 
-SERVERS = ("hub", "hub-http", "floor", "floor-batched", "ws", "socketio")
-HUBS = ("hub", "hub-http")
+SERVERS = (
+    "hub",
+    "hub-msgpack",
+    "hub-mixed",
+    "hub-http",
+    "floor",
+    "floor-batched",
+    "ws",
+    "socketio",
+)
+HUBS = ("hub", "hub-msgpack", "hub-mixed", "hub-http")
+CLIENT_PROTOCOL = {"socketio": "socketio", "hub-msgpack": "messagepack", "hub-mixed": "mixed"}
 
 
 async def start_server(
@@ -272,9 +285,10 @@ async def start_server(
         await wait_http(port)
         return proc, (str(bench_dsn), chat)
     chat_arg = str(uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")) if kind not in HUBS else chat
-    if kind in ("hub", "floor", "floor-batched", "socketio"):
-        command = [sys.executable, __file__, kind, "--port", str(port), "--chat", chat_arg]
-        if kind == "hub":
+    if kind in ("hub", "hub-msgpack", "hub-mixed", "floor", "floor-batched", "socketio"):
+        mode = "hub" if kind in HUBS else kind
+        command = [sys.executable, __file__, mode, "--port", str(port), "--chat", chat_arg]
+        if mode == "hub":
             command += ["--dsn", str(bench_dsn)]
     else:
         command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), chat_arg]
@@ -308,7 +322,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             "--members",
             str(members),
             "--protocol",
-            "socketio" if kind == "socketio" else "hub",
+            CLIENT_PROTOCOL.get(kind, "hub"),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -402,6 +416,11 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             for peer, value in cost.items()
             if peer not in HUBS and value
         }
+        for variant in ("hub-msgpack", "hub-mixed"):
+            if variant in cost and cost.get("hub"):
+                ratios[f"{members}_members"][f"{variant}_vs_hub"] = round(
+                    cost[variant] / cost["hub"], 2
+                )
     return {"clients": args.clients, "results": results, "cpu_ratios": ratios}
 
 
