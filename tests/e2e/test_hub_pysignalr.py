@@ -1,4 +1,5 @@
-"""A second real client: ``pysignalr`` (negotiate, then the WebSocket with ``id=connectionId``)."""
+"""A second real client: ``pysignalr`` (negotiate, then the WebSocket with ``id=connectionId``),
+with the JSON and the MessagePack hub protocols (it has no other transport than WebSockets)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import uuid
 
 import pytest
 from pysignalr.client import SignalRClient
+from pysignalr.protocol.json import JSONProtocol
+from pysignalr.protocol.messagepack import MessagepackProtocol
 
 from realtime_dispatch.hub.registry import user_group
 from tests.hub_fixtures import hub_settings, make_token, push, running_hub
@@ -15,11 +18,13 @@ from tests.hub_fixtures import hub_settings, make_token, push, running_hub
 pytestmark = pytest.mark.e2e
 
 
-async def test_pysignalr_connects_and_receives(database_url, pool):
+@pytest.mark.parametrize("protocol", ["json", "messagepack"])
+async def test_pysignalr_connects_and_receives(database_url, pool, protocol):
     user = uuid.uuid4()
     async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
         client = SignalRClient(
             f"{hub.http_url}/hubs/messenger",
+            protocol=MessagepackProtocol() if protocol == "messagepack" else JSONProtocol(),
             headers={"Authorization": f"Bearer {make_token(user)}"},
         )
         opened = asyncio.Event()
@@ -37,6 +42,8 @@ async def test_pysignalr_connects_and_receives(database_url, pool):
         try:
             async with asyncio.timeout(10):
                 await opened.wait()
+            [connection] = hub.hub.connections.values()
+            assert connection.protocol.name == protocol
             await push(hub, user_group(user), "contact_request_received", {"fromUserId": "x"})
             async with asyncio.timeout(5):
                 assert await received.get() == [{"fromUserId": "x"}]
