@@ -186,7 +186,7 @@ def record_from_json(record: bytes) -> bytes:
     """The MessagePack record of one JSON record the hub sends (a push's invocation, or a
     ping, close, completion, ack or sequence), for a MessagePack member."""
     try:
-        value = orjson.loads(record[:-1] if record.endswith(b"\x1e") else record)
+        value = orjson.loads(record[:-1] if record[-1:] == b"\x1e" else record)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError("record is not valid JSON", code="InvalidJson") from exc
     if not isinstance(value, dict):
@@ -197,22 +197,30 @@ def record_from_json(record: bytes) -> bytes:
         raise ProtocolError("record has no MessagePack equivalent", code="Unsupported") from exc
 
 
+_INVOCATION = MessageType.INVOCATION.value  # plain ints: an enum's .value costs a lookup each
+_COMPLETION = MessageType.COMPLETION.value
+_PING = MessageType.PING.value
+_CLOSE = MessageType.CLOSE.value
+_ACK = MessageType.ACK.value
+_SEQUENCE = MessageType.SEQUENCE.value
+
+
 def _from_json_value(value: dict[str, Any]) -> bytes:
-    match value.get("type"):
-        case MessageType.INVOCATION.value:
-            return invocation(value["target"], value.get("arguments", []))
-        case MessageType.PING.value:
-            return PING
-        case MessageType.CLOSE.value:
-            return close_message(
-                value.get("error"), allow_reconnect=bool(value.get("allowReconnect"))
-            )
-        case MessageType.COMPLETION.value if "error" in value:
-            return completion_error(value["invocationId"], value["error"])
-        case MessageType.ACK.value:
-            return ack_message(value["sequenceId"])
-        case MessageType.SEQUENCE.value:
-            return sequence_message(value["sequenceId"])
+    kind = value.get("type")
+    if kind == _INVOCATION:
+        return length_prefixed(
+            ormsgpack.packb([_INVOCATION, {}, None, value["target"], value.get("arguments", [])])
+        )
+    if kind == _PING:
+        return PING
+    if kind == _CLOSE:
+        return close_message(value.get("error"), allow_reconnect=bool(value.get("allowReconnect")))
+    if kind == _COMPLETION and "error" in value:
+        return completion_error(value["invocationId"], value["error"])
+    if kind == _ACK:
+        return ack_message(value["sequenceId"])
+    if kind == _SEQUENCE:
+        return sequence_message(value["sequenceId"])
     raise ValueError("no MessagePack equivalent")
 
 

@@ -104,6 +104,8 @@ class Hub:
         self.negotiations = NegotiationStore(self.options.negotiate_ttl)
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
+        self._not_json = 0
+        """How many connections speak another protocol than JSON (MessagePack)."""
         self.http_transports = HttpTransports()
         """Server-Sent Events and long-polling connections by token (:mod:`.transports`)."""
         self._dsn = dsn
@@ -287,20 +289,11 @@ class Hub:
                 frames = [text_frame(record) for record in records]
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 deliveries += len(members) * len(records)
-                others: dict[HubProtocol, EncodedRun | None] | None = None
-                for connection_id in members:
-                    connection = connections[connection_id]
-                    if connection.protocol is JSON:
-                        connection.offer(records, frames, data, touched)
-                        continue
-                    if others is None:
-                        others = {}
-                    protocol = connection.protocol
-                    if protocol not in others:
-                        others[protocol] = _encode_run(protocol, records)
-                    run = others[protocol]
-                    if run is not None:
-                        connection.offer(*run, touched)
+                if not self._not_json:  # every connection speaks JSON: no check per member
+                    for connection_id in members:
+                        connections[connection_id].offer(records, frames, data, touched)
+                else:
+                    self._offer_mixed(members, records, frames, data, touched)
             start = end
         if touched:
             loop_time = asyncio.get_running_loop().time()
@@ -310,6 +303,34 @@ class Hub:
                 connection.last_sent = loop_time
             self.metrics.sent_frames.inc(written)
         return deliveries
+
+    def _offer_mixed(
+        self,
+        members: tuple[str, ...],
+        records: list[bytes],
+        frames: list[bytes],
+        data: bytes,
+        touched: list[HubConnection],
+    ) -> None:
+        """:meth:`send_to_groups` for one run while some connections speak another protocol
+        than JSON: the run is re-encoded once per such protocol, on its first member."""
+        connections = self.connections
+        json_protocol = JSON
+        encoded: dict[HubProtocol, EncodedRun | None] = {}
+        last: HubProtocol | None = None
+        run: EncodedRun | None = None
+        for connection_id in members:
+            connection = connections[connection_id]
+            protocol = connection.protocol
+            if protocol is json_protocol:
+                connection.offer(records, frames, data, touched)
+                continue
+            if protocol is not last:
+                if protocol not in encoded:
+                    encoded[protocol] = _encode_run(protocol, records)
+                last, run = protocol, encoded[protocol]
+            if run is not None:
+                connection.offer(run[0], run[1], run[2], touched)
 
     def _count_sent(self, records: int) -> None:
         self.metrics.sent_frames.inc(records)
@@ -321,6 +342,8 @@ class Hub:
         self._by_token[connection.token] = connection
         self.registry.add_connection(connection.connection_id, connection.user_id)
         self.registry.join(connection.connection_id, user_group(connection.user_id))
+        if connection.protocol is not JSON:
+            self._not_json += 1
         self.metrics.connections.inc()
         self._ended.clear()
 
@@ -342,6 +365,8 @@ class Hub:
             return
         self._by_token.pop(connection.token, None)
         self.registry.remove_connection(connection.connection_id)
+        if connection.protocol is not JSON:
+            self._not_json -= 1
         self.metrics.connections.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Receive, Send
 
 from realtime_dispatch.hub.http_connections import HttpConnectionState
+from realtime_dispatch.hub.session import CloseReason
 from realtime_dispatch.hub.transports.common import disconnected, serve_attached
 
 if TYPE_CHECKING:
@@ -63,8 +64,12 @@ async def serve_stream(hub: Hub, state: HttpConnectionState, receive: Receive, s
             await asyncio.wait((answered, reader), return_when=asyncio.FIRST_COMPLETED)
         finally:
             answered.cancel()
-        if state.connection is None or state.ended:
-            if state.refusal is not None and not reader.done():
+        connection = state.connection
+        if connection is None or state.ended:  # refused, timed out, gone, or ended by DELETE
+            if connection is not None:
+                reason = connection.closing.reason if connection.closing else None
+                hub.finalize(connection, reason or CloseReason.TRANSPORT_LOST)
+            elif state.refusal is not None and not reader.done():
                 await SseWriter(send).write([state.refusal])
             reader.cancel()
             state.end(loop.time())
