@@ -61,8 +61,11 @@ class LongPoller:
         self.auth = {"Authorization": f"Bearer {token}"}
         self.id = ""
 
-    async def open(self, running: RunningHub, token: str, handshake: bytes) -> bytes:
-        self.id = (await negotiate(running, token)).json()["connectionToken"]
+    async def open(
+        self, running: RunningHub, token: str, handshake: bytes, *, version: int = 1
+    ) -> bytes:
+        negotiated = (await negotiate(running, token, version=version)).json()
+        self.id = negotiated["connectionToken" if version else "connectionId"]
         first = await self.get()
         assert (first.status_code, first.content) == (200, b"")  # opens, answers at once
         assert (await self.post(handshake)).status_code == 200
@@ -117,6 +120,18 @@ async def test_long_polling_json(hub):
         assert (await client.get()).status_code == 204
         assert not hub.hub.connections
         assert (await client.post(call)).status_code == 404
+
+
+async def test_long_polling_after_negotiate_version_0(hub):
+    """Version 0 has no connection token: its clients send the connection id as ``id``."""
+    user = uuid.uuid4()
+    token = make_token(user)
+    async with http_client(hub) as http:
+        client = LongPoller(http, token)
+        assert _records(await client.open(hub, token, JSON_HANDSHAKE, version=0)) == [{}]
+        await push(hub, user_group(user), "t", {"n": 1})
+        assert _records((await client.get()).content)[0]["arguments"] == [{"n": 1}]
+        assert (await client.delete()).status_code == 202
 
 
 async def test_long_polling_delete_ends_the_waiting_poll(hub):

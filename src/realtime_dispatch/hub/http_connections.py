@@ -1,4 +1,4 @@
-"""The hub's Server-Sent Events and long-polling connections, by connection token.
+"""The hub's Server-Sent Events and long-polling connections, by the ``id`` of their requests.
 
 Over these transports one connection is several HTTP requests (a stream or polls, then
 ``POST``s), so its state lives here between them: :class:`HttpConnectionState` from the first
@@ -81,6 +81,9 @@ class LongPollWriter:
 
 @dataclass(eq=False, slots=True)
 class HttpConnectionState:
+    key: str
+    """The ``id`` its requests carry: the connection token (negotiate version 1), or the
+    connection id (version 0, which has no token)."""
     transport: Transport
     connection_id: str
     token: str
@@ -124,11 +127,11 @@ class HttpTransports:
         return self._by_token.get(token) if token else None
 
     def add(self, state: HttpConnectionState) -> None:
-        self._by_token[state.token] = state
+        self._by_token[state.key] = state
 
     def remove(self, state: HttpConnectionState) -> None:
-        if self._by_token.get(state.token) is state:
-            del self._by_token[state.token]
+        if self._by_token.get(state.key) is state:
+            del self._by_token[state.key]
 
     def spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run a connection's task; a failure is logged (the connection ends, the hub goes on)."""

@@ -83,9 +83,10 @@ class HttpTransportEndpoint:
             raise Refused(PlainTextResponse("Connection already in use", status_code=status))
         now = asyncio.get_running_loop().time()
         negotiation = hub.negotiations.claim(token, user_id, now=now)
-        if negotiation is None or negotiation.token != token:
+        if negotiation is None:
             raise Refused(PlainTextResponse(NO_CONNECTION, status_code=404))
         state = HttpConnectionState(
+            key=token,
             transport=transport,
             connection_id=negotiation.connection_id,
             token=negotiation.token,
