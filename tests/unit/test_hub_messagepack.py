@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ormsgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from realtime_dispatch.hub.messagepack import (
     BinaryRecordBuffer,
@@ -129,3 +131,16 @@ def test_binary_protocol_refused_on_a_text_transport() -> None:
 def test_sse_event_has_a_data_line_per_line() -> None:
     assert sse_event(b'{"a":1}\x1e') == b'data: {"a":1}\x1e\r\n\r\n'
     assert sse_event(b"one\ntwo\r\nthree") == b"data: one\r\ndata: two\r\ndata: three\r\n\r\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(st.binary(max_size=64), max_size=6))
+def test_session_never_raises_on_arbitrary_bytes_after_a_messagepack_handshake(
+    chunks: list[bytes],
+) -> None:
+    session = InboundSession(max_record_chars=100, stateful_allowed=True)
+    session.feed(b'{"protocol":"messagepack","version":2}\x1e')
+    for chunk in chunks:
+        inbound = session.feed(chunk)
+        if inbound.close is not None:
+            break
