@@ -331,3 +331,36 @@ async def test_group_of_json_and_messagepack_members_is_encoded_once_per_protoco
         assert encodings == [("messagepack", 1)]
         assert {c.protocol.name for c in hub.hub.connections.values()} == {"json", "messagepack"}
         assert (await poller.delete()).status_code == 202
+
+
+async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
+    database_url, pool, redis_url
+):
+    """Pushes from the backplane reach a MessagePack long poller like a WebSocket; the token
+    negotiated on one replica gets a 404 on the other (no sticky session)."""
+    from realtime_dispatch.hub.publishers import RedisHubPublisher
+    from realtime_dispatch.push import Push
+
+    user = uuid.uuid4()
+    token = make_token(user)
+    settings = hub_settings(backplane_enabled=True, redis_url=redis_url)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool) as one,
+        running_hub(settings, dsn=database_url, pool=pool) as two,
+        http_client(two) as http,
+    ):
+        stray = (await negotiate(one, token)).json()["connectionToken"]
+        auth = {"Authorization": f"Bearer {token}"}
+        lost = await http.get(HUB, params={"id": stray}, headers=auth)
+        assert lost.status_code == 404
+        assert "sticky sessions" in lost.text
+        client = LongPoller(http, token)
+        await client.open(two, token, MSGPACK_HANDSHAKE)
+        worker = RedisHubPublisher(redis_url)
+        try:
+            [result] = await worker.publish([Push(user_group(user), "t", {"n": 1})])
+            assert result is None
+        finally:
+            await worker.aclose()
+        assert _msgpack((await client.get()).content) == [[1, {}, None, "t", [{"n": 1}]]]
+        assert (await client.delete()).status_code == 202
