@@ -93,6 +93,11 @@ class Writer(Protocol):
         """Write whole records (in the connection's protocol) in order."""
         ...
 
+    async def write_last(self, records: list[bytes]) -> bool:
+        """Write the last records of a closing connection (its close message), waiting only as
+        the transport must; False if they could not go."""
+        ...
+
 
 class WebSocketWriter:
     """Writes to an accepted WebSocket: pre-built frames straight to its transport (``sink``),
@@ -122,6 +127,12 @@ class WebSocketWriter:
             await self._websocket.send_bytes(payload)
         else:  # ASGI carries a text frame as str only: a server without the raw transport
             await self._websocket.send_text(payload.decode())
+
+    async def write_last(self, records: list[bytes]) -> bool:
+        if self._sink is not None and self._sink.closed():
+            return False
+        await self.write(records)  # even under backpressure: it joins the transport's buffer
+        return True
 
 
 @dataclass(slots=True)
@@ -318,8 +329,7 @@ class HubConnection:
         while True:
             if self.closing is not None:
                 records = outbound.take_control()
-                if records and await writer.writable():
-                    await writer.write(records)
+                if records and await writer.write_last(records):
                     self._on_sent(len(records))
                 return
             if not outbound.has_pending():

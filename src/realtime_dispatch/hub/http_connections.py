@@ -57,6 +57,13 @@ class LongPollWriter:
         self._waiter = None
         waiter.set_result(records[0] if len(records) == 1 else b"".join(records))
 
+    async def write_last(self, records: list[bytes]) -> bool:
+        """The close message goes to the next poll (or none comes within the close grace)."""
+        if not await self.writable():
+            return False
+        await self.write(records)
+        return True
+
     def poll(self) -> asyncio.Future[bytes | None]:
         """A poll arrives: the future of its body (None: the connection has ended). An older
         poll still waiting is answered empty, as the client has given up on it."""

@@ -49,6 +49,10 @@ class SseWriter:
             {"type": "http.response.body", "body": sse_event(payload), "more_body": True}
         )
 
+    async def write_last(self, records: list[bytes]) -> bool:
+        await self.write(records)
+        return True
+
 
 async def serve_stream(hub: Hub, state: HttpConnectionState, receive: Receive, send: Send) -> None:
     """The stream of one connection: opened now, records once its handshake was accepted."""
