@@ -364,3 +364,24 @@ async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
             await worker.aclose()
         assert _msgpack((await client.get()).content) == [[1, {}, None, "t", [{"n": 1}]]]
         assert (await client.delete()).status_code == 202
+
+
+async def test_long_polling_client_that_only_polls_is_not_idle(database_url, pool):
+    """The official clients send no pings over long polling: polls keep the connection."""
+    settings = hub_settings()
+    options = dataclasses.replace(options_for(settings), ping_interval=0.2, idle_timeout=0.6)
+    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
+        user = uuid.uuid4()
+        token = make_token(user)
+        async with http_client(running) as http:
+            client = LongPoller(http, token)
+            await client.open(running, token, JSON_HANDSHAKE)
+            [connection] = running.hub.connections.values()
+            pings = 0
+            while pings < 8:  # each poll is answered by a ping: well past the idle timeout
+                records = _records((await client.get()).content)
+                assert {"type": 7} not in [{"type": r["type"]} for r in records], records
+                pings += sum(r == {"type": 6} for r in records)
+            assert connection.closing is None
+            assert running.hub.connections
+            assert (await client.delete()).status_code == 202

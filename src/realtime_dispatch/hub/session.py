@@ -3,9 +3,9 @@
 :class:`InboundSession` takes raw frames (WebSocket messages, HTTP POST bodies) and returns an
 :class:`Inbound` describing what to do (handshake done or refused, completions to send, acks
 received, close). It never raises for anything a client sends, so a fuzzer can throw arbitrary
-bytes at it. Under stateful reconnect it
-numbers the client's sequenced messages, drops the duplicates a client resends after a reconnect
-and tells the connection which sequence id to acknowledge.
+bytes at it. Under stateful reconnect it numbers the client's sequenced messages, drops the
+duplicates a client resends after a reconnect and tells the connection which sequence id to
+acknowledge.
 
 The handshake (JSON text, ended by ``\x1e``) names the hub protocol; from then on the session
 reads that protocol's records (:mod:`.wire`). A binary protocol on a text-only transport

@@ -56,7 +56,7 @@ class HttpTransportEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            if request.method in ("GET", "HEAD"):
+            if request.method == "GET":
                 if "text/event-stream" in request.headers.get("accept", ""):
                     state = self._open(request, Transport.SERVER_SENT_EVENTS)
                     await serve_stream(self._hub, state, receive, send)
@@ -64,8 +64,10 @@ class HttpTransportEndpoint:
                 response = await self._poll(request, receive)
             elif request.method == "POST":
                 response = await self._post(request)
-            else:
+            elif request.method == "DELETE":
                 response = self._delete(request)
+            else:  # HEAD, which the route adds to GET
+                response = PlainTextResponse("Method Not Allowed", status_code=405)
         except Refused as refused:
             response = refused.response
         await response(scope, receive, send)

@@ -1,7 +1,10 @@
 """Long polling: ``GET /hubs/messenger?id=<token>`` waits for records and answers 200 with
 them (or empty after :data:`POLL_TIMEOUT`), or 204 once the connection has ended; the first
 poll answers at once (it only opens the connection). The client sends with ``POST`` and ends
-the connection with ``DELETE``. Text or binary bodies, so both hub protocols."""
+the connection with ``DELETE``. Text or binary bodies, so both hub protocols.
+
+The official clients send no pings over long polling (the polls show they are there), so each
+poll counts as hearing from the client for the idle timeout."""
 
 from __future__ import annotations
 
@@ -56,11 +59,16 @@ async def poll(hub: Hub, state: HttpConnectionState, receive: Receive) -> Respon
         if state.connection is None and not state.ended:
             return _body(state, b"")
     poller = state.poller
-    if state.ended or poller is None:
+    connection = state.connection
+    if state.ended or poller is None or connection is None:
         hub.http_transports.remove(state)
         return Response(status_code=204)
+    # A polling client is alive: the official clients send no pings over long polling.
+    connection.last_received = loop.time()
     future = poller.poll()
-    if not await _first_of(future, receive):
+    got = await _first_of(future, receive)
+    connection.last_received = loop.time()
+    if not got:
         future.cancel()  # the writer hands these records to the next poll instead
         return _body(state, b"")
     body = future.result()
