@@ -385,3 +385,38 @@ async def test_long_polling_client_that_only_polls_is_not_idle(database_url, poo
             assert connection.closing is None
             assert running.hub.connections
             assert (await client.delete()).status_code == 202
+
+
+async def test_server_sent_events_slow_consumer_is_closed(database_url, pool):
+    """An SSE client that stops reading is closed like a WebSocket that stops reading."""
+    settings = hub_settings()
+    options = options_for(settings)
+    options = dataclasses.replace(
+        options, limits=dataclasses.replace(options.limits, max_pending=50, close_grace=0.5)
+    )
+    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
+        user = uuid.uuid4()
+        token = make_token(user)
+        connection_token = (await negotiate(running, token)).json()["connectionToken"]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+        try:  # a stream whose reader never reads
+            writer.write(
+                f"GET {HUB}?id={connection_token}&access_token={token} HTTP/1.1\r\n"
+                f"Host: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode()
+            )
+            await writer.drain()
+            async with http_client(running) as http:
+                params = {"id": connection_token}
+                auth = {"Authorization": f"Bearer {token}"}
+                await http.post(HUB, params=params, content=JSON_HANDSHAKE, headers=auth)
+            await wait_until(lambda: running.hub.connections, within=5)
+            big = {"blob": "x" * 20_000}
+            for _ in range(400):
+                await push(running, user_group(user), "t", big)
+            await wait_until(lambda: not running.hub.connections, within=10)
+        finally:
+            writer.transport.abort()
+        value = running.hub.metrics_registry.get_sample_value(
+            "messenger_realtime_hub_disconnects_total", {"reason": "slow_consumer"}
+        )
+        assert value == 1

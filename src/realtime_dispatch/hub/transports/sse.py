@@ -84,5 +84,7 @@ async def serve_stream(hub: Hub, state: HttpConnectionState, receive: Receive, s
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-    with contextlib.suppress(OSError, RuntimeError):
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    # Bounded: a client that stopped reading (a slow consumer) must not hold this task.
+    with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+        async with asyncio.timeout(hub.options.limits.close_grace):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
