@@ -420,3 +420,14 @@ async def test_server_sent_events_slow_consumer_is_closed(database_url, pool):
             "messenger_realtime_hub_disconnects_total", {"reason": "slow_consumer"}
         )
         assert value == 1
+
+
+async def test_long_polling_refused_handshake_is_answered_then_204(hub):
+    user = uuid.uuid4()
+    token = make_token(user)
+    async with http_client(hub) as http:
+        client = LongPoller(http, token)
+        [reply] = _records(await client.open(hub, token, b'{"protocol":"xml","version":1}\x1e'))
+        assert "not supported" in reply["error"]
+        assert (await client.get()).status_code == 204
+    assert not hub.hub.connections

@@ -53,11 +53,12 @@ async def poll(hub: Hub, state: HttpConnectionState, receive: Receive) -> Respon
             await _first_of(answered, receive)
         finally:
             answered.cancel()
-        if state.refusal is not None:
-            state.end(loop.time())
-            return _body(state, state.refusal)
-        if state.connection is None and not state.ended:
-            return _body(state, b"")
+    if state.refusal is not None:  # the handshake was refused: its error, once, then 204
+        refusal, state.refusal = state.refusal, None
+        state.end(loop.time())
+        return _body(state, refusal)
+    if state.connection is None and not state.ended:
+        return _body(state, b"")
     poller = state.poller
     connection = state.connection
     if state.ended or poller is None or connection is None:
