@@ -222,10 +222,28 @@ class NodeClient:
 
     @classmethod
     async def start(
-        cls, url: str, token: str, *, stateful: bool = False, targets: Sequence[str] = ()
+        cls,
+        url: str,
+        token: str | None,
+        *,
+        stateful: bool = False,
+        targets: Sequence[str] = (),
+        mint: dict[str, Any] | None = None,
+        reconnect: Sequence[int] | None = None,
     ) -> NodeClient:
+        """``mint`` (``secret``, ``user``, ``ttls``) instead of ``token``: the client's token
+        factory signs a fresh token at every call; ``reconnect``: automatic reconnect delays."""
         require_node_client()
-        config = {"url": url, "token": token, "stateful": stateful, "targets": list(targets)}
+        config: dict[str, Any] = {
+            "url": url,
+            "token": token,
+            "stateful": stateful,
+            "targets": list(targets),
+        }
+        if mint is not None:
+            config["mint"] = mint
+        if reconnect is not None:
+            config["reconnect"] = list(reconnect)
         process = await asyncio.create_subprocess_exec(
             "node",
             str(REPO / "tests" / "js" / "hub_client.mjs"),

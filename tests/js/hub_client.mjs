@@ -1,7 +1,12 @@
 // Drives the official @microsoft/signalr client against the hub for the e2e tests.
 // Usage: node hub_client.mjs '{"url": "...", "token": "...", "stateful": true, "targets": ["x"]}'
-// Prints one JSON object per line on stdout; exits when stdin closes (after stopping cleanly).
+// With "mint": {"secret", "user", "ttls": [s, ...]} instead of "token", the token factory signs a
+// fresh HS256 token once the last one expired (as an app's refresh would; the n-th lives ttls[n] seconds, the
+// last entry repeating), and "reconnect": [delays] turns on automatic
+// reconnect. Prints one JSON object per line on stdout; exits when stdin closes (after stopping
+// cleanly).
 import * as signalR from "@microsoft/signalr";
+import { createHmac } from "node:crypto";
 import { createInterface } from "node:readline";
 
 const config = JSON.parse(process.argv[2]);
@@ -13,19 +18,47 @@ const stderrLogger = {
   },
 };
 
+const base64url = (value) => Buffer.from(value).toString("base64url");
+
+let minted = 0;
+
+function mint({ secret, user, ttls }) {
+  const ttl = ttls[Math.min(minted++, ttls.length - 1)];
+  const now = Math.floor(Date.now() / 1000);
+  const header = base64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
+  const claims = base64url(JSON.stringify({ sub: user, iat: now, exp: now + ttl }));
+  const signature = createHmac("sha256", secret).update(`${header}.${claims}`).digest("base64url");
+  return `${header}.${claims}.${signature}`;
+}
+
+// Like an app's token cache: the same token until it expires, then a fresh one.
+let current = null;
+
+function accessTokenFactory() {
+  if (!config.mint) return config.token;
+  if (current === null || current.exp <= Date.now() / 1000) {
+    const token = mint(config.mint);
+    current = { token, exp: JSON.parse(Buffer.from(token.split(".")[1], "base64url")).exp };
+    emit({ event: "token", exp: current.exp });
+  }
+  return current.token;
+}
+
 let builder = new signalR.HubConnectionBuilder()
   .withUrl(config.url, {
-    accessTokenFactory: () => config.token,
+    accessTokenFactory,
     transport: signalR.HttpTransportType.WebSockets,
   })
   .configureLogging(stderrLogger);
 if (config.stateful) builder = builder.withStatefulReconnect();
+if (config.reconnect) builder = builder.withAutomaticReconnect(config.reconnect);
 const connection = builder.build();
 
 for (const target of config.targets ?? []) {
   connection.on(target, (...args) => emit({ event: "message", target, args }));
 }
 connection.onreconnecting((error) => emit({ event: "reconnecting", error: String(error) }));
+connection.onreconnected((connectionId) => emit({ event: "reconnected", connectionId }));
 connection.onclose((error) => emit({ event: "closed", error: error ? String(error) : null }));
 
 try {

@@ -46,6 +46,7 @@ def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptio
         url = settings.redis_url.get_secret_value()
     return HubOptions(
         jwt_secret=secret.get_secret_value() if secret is not None else None,
+        tokens=settings.token_options(),
         service_key=key.get_secret_value() if key is not None else None,
         backplane_url=url if settings.backplane_mode != "none" else None,
         backplane_mode=settings.backplane_mode,
@@ -119,6 +120,7 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                     pool=pool,
                     options=settings.api_options(),
                     routes=[*hub_routes(hub), *operator_routes, *demo],
+                    verifier=hub.verifier,
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub

@@ -11,16 +11,22 @@ connection's batch, and the hub writes each batch to its transport once per deli
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from starlette.websockets import WebSocket
 
+from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.framing import RawSink, text_frame
 from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.protocol import close_message
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, InboundSession
+
+TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
+"""At the token's ``exp``: the client reconnects with a fresh token from its token factory."""
+TOKEN_REVOKED = CloseRequest(CloseReason.TOKEN_REVOKED, "token revoked")
 
 
 class Wake:
@@ -94,6 +100,7 @@ class HubConnection:
         "closing",
         "connection_id",
         "detached_at",
+        "identity",
         "last_received",
         "last_sent",
         "limits",
@@ -101,7 +108,6 @@ class HubConnection:
         "session",
         "sink",
         "token",
-        "user_id",
         "wake",
     )
 
@@ -110,7 +116,7 @@ class HubConnection:
         *,
         connection_id: str,
         token: str,
-        user_id: UUID,
+        identity: Identity,
         session: InboundSession,
         outbound: Outbound,
         limits: ConnectionLimits,
@@ -119,7 +125,9 @@ class HubConnection:
     ) -> None:
         self.connection_id = connection_id
         self.token = token
-        self.user_id = user_id
+        self.identity = identity
+        """Who this is (user, token lifetime, transport, protocol); replaced on a resume with a
+        fresher token of the same user."""
         self.session = session
         self.outbound = outbound
         self.limits = limits
@@ -136,6 +144,10 @@ class HubConnection:
         """Frames offered during the current delivery, written by :meth:`flush`."""
         self.batched = 0
         """How many records those frames hold."""
+
+    @property
+    def user_id(self) -> UUID:
+        return self.identity.user_id
 
     @property
     def stateful(self) -> bool:
@@ -250,6 +262,8 @@ class HubConnection:
         outbound = self.outbound
         max_bytes = self.limits.max_write_chars
         while True:
+            if self.closing is None and self.identity.expires_at <= time.time():
+                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: send nothing more
             if self.closing is not None:
                 records = outbound.take_control()
                 if records:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
 from realtime_dispatch.hub.connection import Attachment, HubConnection
 from realtime_dispatch.hub.framing import RawSink
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 NORMAL_CLOSE_CODES = frozenset({1000, 1001})
+WEBSOCKETS = "WebSockets"
 TOO_BIG_ERROR = "Connection closed with an error: message too big."
 
 
@@ -45,17 +46,24 @@ async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
         await _deny(websocket, 503, "Service Unavailable")
         return
     try:
-        user_id = hub.verifier.user_of(request_token(websocket.headers, websocket.query_params))
+        identity = await hub.verifier.verify(
+            request_token(websocket.headers, websocket.query_params)
+        )
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport="websocket")
         await _deny(websocket, 401, "Unauthorized")
         return
+    except KeysUnavailable:
+        log.warning("hub_auth_unavailable", transport="websocket")
+        await _deny(websocket, 503, "Service Unavailable")
+        return
     id_param = websocket.query_params.get("id")
-    existing = hub.resumable(id_param, user_id)
+    existing = hub.resumable(id_param, identity.user_id)
     if existing is not None:
+        hub.reidentify(existing, identity)
         await _resume(hub, websocket, existing)
     else:
-        await _open(hub, websocket, user_id, id_param)
+        await _open(hub, websocket, identity, id_param)
 
 
 async def _deny(websocket: WebSocket, status: int, text: str) -> None:
@@ -93,8 +101,9 @@ async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) 
             return inbound
 
 
-async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | None) -> None:
+async def _open(hub: Hub, websocket: WebSocket, identity: Identity, id_param: str | None) -> None:
     loop = asyncio.get_running_loop()
+    user_id = identity.user_id
     options = hub.options
     limits = options.limits
     negotiation = hub.negotiations.claim(id_param, user_id, now=loop.time())
@@ -121,7 +130,9 @@ async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | N
     connection = HubConnection(
         connection_id=connection_id,
         token=token,
-        user_id=user_id,
+        identity=identity.on(
+            WEBSOCKETS, session.handshake.protocol if session.handshake is not None else None
+        ),
         session=session,
         outbound=Outbound(
             stateful=session.stateful,
