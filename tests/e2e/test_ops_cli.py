@@ -40,7 +40,6 @@ async def test_quarantined_lists_rows_with_errors(pool: asyncpg.Pool, database_u
 async def test_revoke_lists_and_lifts(pool: asyncpg.Pool, database_url: str) -> None:
     env = cli_env(REALTIME_DATABASE_URL=database_url)
     user = "7d4cbd55-5c0e-4a43-9f34-0f4b2b3b4f10"
-    assert run_cli("revoke", "--list", env=env).stdout.strip() == "no revocations"
     revoked = run_cli("revoke", "--user", user, env=env)
     assert revoked.returncode == 0, revoked.stderr
     assert revoked.stdout.startswith(f"revoked {user}: tokens issued before ")
@@ -53,8 +52,6 @@ async def test_revoke_lists_and_lifts(pool: asyncpg.Pool, database_url: str) -> 
     again = run_cli("revoke", "--lift", user, env=env)
     assert again.returncode == 1
     assert again.stderr.strip() == f"realtime-dispatch: no revocation for user {user}"
-    assert run_cli("revoke", "--user", "bob", env=env).returncode == 2
-    assert run_cli("revoke", env=env).returncode == 2
 
 
 async def test_lock_shows_the_holder(database_url: str) -> None:

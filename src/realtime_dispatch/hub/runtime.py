@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from realtime_dispatch.hub.connection import (
     ConnectionLimits,
     HubConnection,
 )
-from realtime_dispatch.hub.expiry import ExpiryQueue
+from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import text_frame
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
@@ -123,9 +122,8 @@ class Hub:
         self.verifier = TokenVerifier(self.options.token_options(), revocations=self.revocations)
         """The one token check of this hub's transports and of the REST and ops APIs served
         beside it."""
-        self.expiries = ExpiryQueue()
-        self._expiry_timer: asyncio.TimerHandle | None = None
-        self._expiry_armed_at = math.inf
+        self.expiry = ExpiryTimer(self._expired)
+        """Each connection's token expiry, and the one timer that closes them at ``exp``."""
         self.negotiations = NegotiationStore(self.options.negotiate_ttl)
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
@@ -165,11 +163,17 @@ class Hub:
             self.membership.pool = self._owned_pool
         pool = self._pool or self._owned_pool
         assert pool is not None
-        # Revocations in force before any token is checked (a replica that was down reads
-        # what it missed); the feed reloads them on every (re)connect of its listener.
-        await self.revocation_watch.resync(pool)
-        if self.verifier.keys is not None:
-            await self.verifier.keys.prefetch()
+        try:
+            # Revocations in force before any token is checked (a replica that was down reads
+            # what it missed); the feed reloads them on every (re)connect of its listener.
+            await self.revocation_watch.resync(pool)
+            if self.verifier.keys is not None:
+                await self.verifier.keys.prefetch()
+        except BaseException:
+            if self._owned_pool is not None:
+                await self._owned_pool.close()
+                self._owned_pool = None
+            raise
         url = self.options.backplane_url
         if url is not None and self.sharded:
             self._publisher = ShardedRedisHubPublisher(
@@ -193,9 +197,7 @@ class Hub:
         tb: TracebackType | None,
     ) -> None:
         await self.close_connections()
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
+        self.expiry.cancel()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -310,8 +312,8 @@ class Hub:
         Connections whose token has expired are closed first (one comparison per call, none
         per member), so nothing is delivered to them even if the expiry timer is late.
         """
-        if self.expiries.next_at <= time.time():
-            self._expire_due()
+        if self.expiry.queue.next_at <= time.time():
+            self.expiry.run_due()
         connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
@@ -351,7 +353,7 @@ class Hub:
         self._by_token[connection.token] = connection
         self.registry.add_connection(connection.connection_id, connection.user_id)
         self.registry.join(connection.connection_id, user_group(connection.user_id))
-        self._track_expiry(connection)
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
         self.metrics.connections.inc()
         self._ended.clear()
         if self.revocations.refuses(connection.identity):  # revoked while it was opening
@@ -362,38 +364,14 @@ class Hub:
         connection.identity = dataclasses.replace(
             identity, transport=connection.identity.transport, protocol=connection.identity.protocol
         )
-        self._track_expiry(connection)
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
 
     # expiry and revocation -----------------------------------------------------------------
 
-    def _track_expiry(self, connection: HubConnection) -> None:
-        self.expiries.add(connection.connection_id, connection.identity.expires_at)
-        self._arm_expiry_timer()
-
-    def _arm_expiry_timer(self) -> None:
-        """One timer for the whole hub, at the earliest expiry."""
-        due = self.expiries.next_at
-        if due >= self._expiry_armed_at and self._expiry_timer is not None:
-            return
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
-        self._expiry_armed_at = due
-        if due == math.inf:
-            return
-        loop = asyncio.get_running_loop()
-        self._expiry_timer = loop.call_later(max(0.0, due - time.time()), self._expire_due)
-
-    def _expire_due(self) -> None:
-        """Close every connection whose token's ``exp`` has passed, then re-arm the timer."""
-        self._expiry_timer = None
-        self._expiry_armed_at = math.inf
-        now = time.time()
-        for connection_id in self.expiries.pop_due(now):
-            connection = self.connections.get(connection_id)
-            if connection is not None and connection.identity.expired(now):
-                self._end(connection, TOKEN_EXPIRED)
-        self._arm_expiry_timer()
+    def _expired(self, connection_id: str, now: float) -> None:
+        connection = self.connections.get(connection_id)
+        if connection is not None and connection.identity.expired(now):
+            self._end(connection, TOKEN_EXPIRED)
 
     def cut_revoked(self, user_id: UUID) -> int:
         """Close ``user_id``'s connections whose token the revocations now refuse; returns how
@@ -434,7 +412,7 @@ class Hub:
             return
         self._by_token.pop(connection.token, None)
         self.registry.remove_connection(connection.connection_id)
-        self.expiries.discard(connection.connection_id)
+        self.expiry.forget(connection.connection_id)
         self.metrics.connections.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
