@@ -129,6 +129,28 @@ async def test_a_replica_started_later_reads_the_revocations(database_url, pool)
             assert len(hub.hub.connections) == 1
 
 
+KILL_FEED = """
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'realtime-dispatch-hub-membership'
+"""
+
+
+async def test_a_revocation_made_while_the_listener_is_down_still_cuts(database_url, pool):
+    """The NOTIFY is lost while the hub's listening connection is down; the reload after it
+    reconnects finds the revocation and cuts the user."""
+    alice = uuid.uuid4()
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        raw_client(hub, token_for(alice, now=time.time() - 5)) as client,
+    ):
+        assert await pool.fetchval(KILL_FEED) == 1
+        await wait_until(lambda: not hub.hub.membership.ready.is_set())
+        await revocation_store.revoke(pool, alice)  # most likely while it is away
+        assert await client.next_of([1, 7], within=15) == REVOKED
+        await wait_until(hub.hub.membership.ready.is_set)
+        assert alice in hub.hub.revocations.users()
+
+
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
