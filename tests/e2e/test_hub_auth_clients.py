@@ -1,7 +1,8 @@
 """The official ``@microsoft/signalr`` client, in Node and in headless Chromium, against a real
 hub whose tokens expire and whose users get revoked: at ``exp`` the hub closes the connection
 with reconnect allowed, the client's ``accessTokenFactory`` hands it a fresh token and it goes on
-receiving; ``realtime-dispatch revoke --user`` (a real process) cuts a connected user for good."""
+receiving; ``realtime-dispatch revoke --user`` (a real process; in the browser test the same
+SQL) cuts a connected user for good."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from playwright.async_api import async_playwright
 
+from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub.registry import user_group
 from tests.e2e.processes import cli_env, start_cli
@@ -103,7 +105,7 @@ window.startHub = async (url, delays) => {
 """
 
 
-async def test_browser_client_reconnects_with_a_fresh_token_after_expiry(hub):
+async def test_browser_client_gets_a_fresh_token_after_expiry_and_is_cut_when_revoked(hub, pool):
     alice = uuid.uuid4()
     minted: list[tuple[str, int]] = []
 
@@ -146,5 +148,14 @@ async def test_browser_client_reconnects_with_a_fresh_token_after_expiry(hub):
             )
             messages = [e for e in await page.evaluate("() => events") if e["event"] == "message"]
             assert messages == [{"event": "message", "payload": {"seq": 7}}]
+
+            # Revoked: the page's connection is closed for good (no reconnect attempt).
+            await revocation_store.revoke(pool, alice)
+            await page.wait_for_function(
+                "() => events.some(e => e.event === 'closed')", timeout=10_000
+            )
+            tail = (await page.evaluate("() => events"))[len(seen) + 1 :]
+            assert [e["event"] for e in tail] == ["closed"], tail
+            assert "token revoked" in tail[0]["error"]
         finally:
             await browser.close()
