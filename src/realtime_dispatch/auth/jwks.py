@@ -24,7 +24,7 @@ import httpx
 import jwt
 import structlog
 
-from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.errors import TransientError
 
 log = structlog.get_logger(__name__)
 
@@ -33,8 +33,9 @@ _KEY_TYPES = {"RS256": "RSA", "ES256": "EC"}
 MAX_JWKS_BYTES = 1 << 20
 
 
-class KeysUnavailable(RealtimeDispatchError):
-    """The key set could not be fetched and the token's key is not cached (→ 503)."""
+class KeysUnavailable(TransientError):
+    """The key set could not be fetched and the token's key is not cached (→ 503: try again
+    later, the token may well be fine)."""
 
     code = "KeysUnavailable"
 
