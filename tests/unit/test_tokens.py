@@ -4,6 +4,7 @@ HTTP), issuer, audience, the user claim, revocations, and the hub's expiry queue
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
@@ -25,7 +26,11 @@ from realtime_dispatch.auth.revocations import (
     parse_change,
 )
 from realtime_dispatch.auth.tokens import AuthError, TokenOptions, TokenVerifier, mint_token
+from realtime_dispatch.hub.connection import TOKEN_EXPIRED, ConnectionLimits, HubConnection
 from realtime_dispatch.hub.expiry import ExpiryQueue
+from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.protocol import close_message
+from realtime_dispatch.hub.session import InboundSession
 
 ISSUER = "https://idp.example/realms/acme"
 AUDIENCE = "realtime-dispatch"
@@ -302,3 +307,34 @@ def test_expiry_queue_orders_moves_and_forgets():
         queue.add(f"c{n}", 1e12)
         queue.discard(f"c{n}")
     assert len(queue._heap) < 100
+
+
+class RecordingWebSocket:
+    """Stands in for the ASGI WebSocket of a server without the raw transport."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(text)
+
+
+async def test_the_writer_sends_nothing_queued_after_exp():
+    """Records queued before ``exp`` and not yet written when it passes are dropped: the writer
+    sends the close message only, even if the hub's timer has not run."""
+    connection = HubConnection(
+        connection_id="c",
+        token="t",
+        identity=Identity(USER, expires_at=time.time() - 1),  # exp passed, the timer not run
+        session=InboundSession(max_record_chars=1024, stateful_allowed=False),
+        outbound=Outbound(stateful=False, max_pending=16, max_replay_chars=1024),
+        limits=ConnectionLimits(),
+        on_sent=lambda _n: None,
+        now=0.0,
+    )
+    connection.send(b'{"type":1,"target":"queued","arguments":[]}\x1e')
+    websocket = RecordingWebSocket()
+    async with asyncio.timeout(5):  # a writer that wrote the record would wait for more
+        await connection.write_loop(websocket, None)  # type: ignore[arg-type]
+    assert websocket.sent == [close_message("token expired", allow_reconnect=True)]
+    assert connection.closing == TOKEN_EXPIRED

@@ -262,8 +262,6 @@ class HubConnection:
         outbound = self.outbound
         max_bytes = self.limits.max_write_chars
         while True:
-            if self.closing is None and self.identity.expires_at <= time.time():
-                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: send nothing more
             if self.closing is not None:
                 records = outbound.take_control()
                 if records:
@@ -278,6 +276,9 @@ class HubConnection:
                 if sink.closed():
                     return
                 await sink.drained()
+                continue
+            if self.identity.expires_at <= time.time():
+                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: only the close goes
                 continue
             records, _ = outbound.take(max_bytes)
             await _write(websocket, sink, records)
