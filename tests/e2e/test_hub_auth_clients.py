@@ -43,7 +43,7 @@ async def test_node_client_reconnects_with_a_fresh_token_after_expiry(hub):
     client = await NodeClient.start(
         f"{hub.http_url}/hubs/messenger",
         None,
-        mint={"secret": SECRET, "user": str(alice), "ttls": [2, 300]},
+        mint={"secret": SECRET, "user": str(alice), "ttls": [3, 300]},
         reconnect=RECONNECT_DELAYS,
         targets=["message_received"],
     )
@@ -112,7 +112,7 @@ async def test_browser_client_gets_a_fresh_token_after_expiry_and_is_cut_when_re
     def mint() -> str:
         """An app's token cache: the same token until it expires, then a fresh one."""
         if not minted or minted[-1][1] <= time.time():
-            ttl = 2 if not minted else 300
+            ttl = 3 if not minted else 300
             token = mint_token(SECRET, alice, ttl=ttl)
             minted.append((token, int(time.time()) + ttl))
         return minted[-1][0]

@@ -57,7 +57,7 @@ async def test_pysignalr_sees_expiry_and_starts_again_with_a_fresh_token(databas
     async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
         expiring = SignalRClient(
             f"{hub.http_url}/hubs/messenger",
-            headers={"Authorization": f"Bearer {mint_token(SECRET, user, ttl=2)}"},
+            headers={"Authorization": f"Bearer {mint_token(SECRET, user, ttl=3)}"},
         )
         with pytest.raises(ServerError, match="token expired"):
             async with asyncio.timeout(20):

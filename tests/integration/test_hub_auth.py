@@ -53,15 +53,15 @@ async def test_connection_closes_at_exp_and_gets_nothing_after(database_url, poo
     async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
         user = uuid.uuid4()
         # The hub's timer closes the connection at exp, with reconnect allowed.
-        async with raw_client(hub, token_for(user, ttl=2)) as client:
+        async with raw_client(hub, token_for(user, ttl=3)) as client:
             await push(hub, user_group(user), "before", {"n": 1})
             assert (await client.next_of([1]))["target"] == "before"
             assert await client.next_of([7], within=10) == EXPIRED
         await wait_until(lambda: not hub.hub.connections)
 
         # A late timer (the loop was busy) does not matter: the fan-out closes it first.
-        exp = int(time.time()) + 2
-        async with raw_client(hub, token_for(user, ttl=exp - int(time.time()))) as client:
+        exp = int(time.time()) + 3
+        async with raw_client(hub, token_for(user, ttl=3, now=exp - 3)) as client:
             [connection] = hub.hub.connections.values()
             assert connection.identity.expires_at == exp
             assert connection.identity.transport == "WebSockets"
