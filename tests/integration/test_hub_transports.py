@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,8 @@ import ormsgpack
 import pytest
 from websockets.asyncio.client import connect
 
+from realtime_dispatch.auth import revocation_store
+from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub import runtime
 from realtime_dispatch.hub.messagepack import BinaryRecordBuffer, length_prefixed
 from realtime_dispatch.hub.registry import user_group
@@ -25,6 +28,7 @@ from realtime_dispatch.hub.wire import Transport
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
     RS,
+    SECRET,
     RunningHub,
     hub_settings,
     make_token,
@@ -431,3 +435,31 @@ async def test_long_polling_refused_handshake_is_answered_then_204(hub):
         assert "not supported" in reply["error"]
         assert (await client.get()).status_code == 204
     assert not hub.hub.connections
+
+
+async def test_long_polling_connection_of_a_revoked_user_is_closed(hub, pool):
+    """A revocation closes a long-polling connection as it does a WebSocket: the waiting poll
+    gets the close record; from then on a poll with the revoked token is refused, and one with
+    a token issued after the revocation gets 204."""
+    user = uuid.uuid4()
+    old = mint_token(SECRET, user, now=time.time() - 2)
+    async with http_client(hub) as http:
+        client = LongPoller(http, old)
+        assert _records(await client.open(hub, old, JSON_HANDSHAKE)) == [{}]
+        [connection] = hub.hub.connections.values()
+        state = hub.hub.http_transports.get(client.id)
+        assert state is not None
+        poller = state.poller
+        assert poller is not None
+        waiting = asyncio.create_task(client.get())
+        await wait_until(lambda: poller.waiting)
+        revocation = await revocation_store.revoke(pool, user)
+        closing = await waiting
+        assert _records(closing.content) == [{"type": 7, "error": "token revoked"}]
+        assert connection.closing is not None
+        assert connection.closing.reason is CloseReason.TOKEN_REVOKED
+        assert (await client.get()).status_code == 401  # the revoked token
+        fresh = mint_token(SECRET, user, now=revocation.revoked_at.timestamp() + 1)
+        client.auth = {"Authorization": f"Bearer {fresh}"}
+        assert (await client.get()).status_code == 204
+        assert not hub.hub.connections

@@ -1,5 +1,6 @@
 """Development secrets: when ``serve`` runs without ``REALTIME_HUB_JWT_SECRET`` (or the service
-key, or any media secret) it generates them once, keeps them in
+key, or any media secret) it generates them once (the JWT secret only when no identity
+provider's JWKS is configured either), keeps them in
 ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
 reads the same file, so its tokens work against it.
 
@@ -51,6 +52,9 @@ def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
         )
         if value is None
     }
+    if settings.hub_jwt_jwks_url is not None:
+        # Tokens come from an identity provider: no HS256 secret of our making beside it.
+        missing.discard("hub_jwt_secret")
     if settings.media_jitsi_app_secret is None and settings.media_turn_secret is None:
         missing |= set(MEDIA_SECRETS)
     if not missing:

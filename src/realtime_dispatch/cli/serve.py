@@ -46,6 +46,7 @@ def hub_options(settings: Settings, *, redis_url: str | None = None) -> HubOptio
         url = settings.redis_url.get_secret_value()
     return HubOptions(
         jwt_secret=secret.get_secret_value() if secret is not None else None,
+        tokens=settings.token_options(),
         service_key=key.get_secret_value() if key is not None else None,
         backplane_url=url if settings.backplane_mode != "none" else None,
         backplane_mode=settings.backplane_mode,
@@ -100,9 +101,8 @@ async def call_reaper(
 
 async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bool) -> int:
     # Demo tokens are minted only on generated development secrets, never in a deployment.
-    dev_tokens = settings.hub_jwt_secret is None
+    dev_tokens = settings.hub_jwt_secret is None and settings.hub_jwt_jwks_url is None
     settings = with_dev_secrets(settings, create=True)
-    assert settings.hub_jwt_secret is not None
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
@@ -113,12 +113,14 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry),
             ):
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)
-                demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
+                jwt_secret = settings.hub_jwt_secret
+                demo_secret = jwt_secret.get_secret_value() if dev_tokens and jwt_secret else None
                 demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
                 app = create_api(
                     pool=pool,
                     options=settings.api_options(),
                     routes=[*hub_routes(hub), *operator_routes, *demo],
+                    verifier=hub.verifier,
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub
@@ -135,12 +137,11 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                         f" (demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                         f"{', dispatcher on' if with_dispatcher else ''})"
                     ]
-                    if dev_tokens:
+                    if demo_secret is not None:
                         # Only on generated development secrets: with a configured secret a
                         # ready-made token would end up in production logs.
                         demo_user = uuid4()
-                        secret = settings.hub_jwt_secret.get_secret_value()
-                        token = mint_token(secret, demo_user)
+                        token = mint_token(demo_secret, demo_user)
                         lines.append(f"realtime-dispatch: a token for user {demo_user}: {token}")
                     print("\n".join(lines), file=sys.stderr, flush=True)
                     await server.serve()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 
+from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.connection import HubConnection
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
@@ -42,16 +42,19 @@ async def admit(
     *,
     connection_id: str,
     token: str,
-    user_id: UUID,
+    identity: Identity,
     session: InboundSession,
     transport: Transport,
 ) -> HubConnection:
-    """Open, register and join the groups of a connection whose handshake ``session`` read."""
+    """Open, register and join the groups of a connection whose handshake ``session`` read,
+    for the verified ``identity``. :meth:`~.runtime.Hub.new_connection` tracks its token's
+    expiry and closes it at once if its user was revoked meanwhile (the close message goes out
+    right after the handshake's answer)."""
     limits = hub.options.limits
     connection = HubConnection(
         connection_id=connection_id,
         token=token,
-        user_id=user_id,
+        identity=identity,
         session=session,
         outbound=Outbound(
             stateful=session.stateful,
@@ -65,7 +68,7 @@ async def admit(
     )
     hub.new_connection(connection)
     try:
-        await hub.membership.load_connection(connection_id, user_id)
+        await hub.membership.load_connection(connection_id, identity.user_id)
         if not await hub.interest_settled():
             raise TimeoutError("backplane subscriptions not settled")
     except DB_ERRORS as exc:

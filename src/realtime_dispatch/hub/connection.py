@@ -17,6 +17,7 @@ connection's batch, and the hub writes each batch to its transport once per deli
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,10 +25,15 @@ from uuid import UUID
 
 from starlette.websockets import WebSocket
 
+from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.framing import RawSink, binary_frame, text_frame
 from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
 from realtime_dispatch.hub.wire import HubProtocol, Transport
+
+TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
+"""At the token's ``exp``: the client reconnects with a fresh token from its token factory."""
+TOKEN_REVOKED = CloseRequest(CloseReason.TOKEN_REVOKED, "token revoked")
 
 
 class Wake:
@@ -154,6 +160,7 @@ class HubConnection:
         "closing",
         "connection_id",
         "detached_at",
+        "identity",
         "last_received",
         "last_sent",
         "limits",
@@ -163,7 +170,6 @@ class HubConnection:
         "sink",
         "token",
         "transport",
-        "user_id",
         "wake",
     )
 
@@ -172,7 +178,7 @@ class HubConnection:
         *,
         connection_id: str,
         token: str,
-        user_id: UUID,
+        identity: Identity,
         session: InboundSession,
         outbound: Outbound,
         limits: ConnectionLimits,
@@ -182,7 +188,10 @@ class HubConnection:
     ) -> None:
         self.connection_id = connection_id
         self.token = token
-        self.user_id = user_id
+        self.identity = identity
+        """Who this is (user, token lifetime): the verified token's :class:`Identity`, replaced
+        on a resume with a fresher token of the same user. How it talks is ``transport`` and
+        ``protocol``, fixed at admission."""
         self.session = session
         self.transport = transport
         """What carries the connection; fixed (a resume comes back on the same transport)."""
@@ -203,6 +212,10 @@ class HubConnection:
         """Frames offered during the current delivery, written by :meth:`flush`."""
         self.batched = 0
         """How many records those frames hold."""
+
+    @property
+    def user_id(self) -> UUID:
+        return self.identity.user_id
 
     @property
     def stateful(self) -> bool:
@@ -339,6 +352,9 @@ class HubConnection:
             if not await writer.writable():
                 return
             if self.closing is not None:  # closed while waiting: only the close message goes
+                continue
+            if self.identity.expires_at <= time.time():
+                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: only the close goes
                 continue
             records, _ = outbound.take(max_bytes)
             await writer.write(records)

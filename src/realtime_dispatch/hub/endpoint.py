@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
 from realtime_dispatch.hub.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.connection import Attachment, HubConnection, WebSocketWriter
 from realtime_dispatch.hub.framing import RawSink
@@ -41,17 +41,24 @@ async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
         await _deny(websocket, 503, "Service Unavailable")
         return
     try:
-        user_id = hub.verifier.user_of(request_token(websocket.headers, websocket.query_params))
+        identity = await hub.verifier.verify(
+            request_token(websocket.headers, websocket.query_params)
+        )
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport="websocket")
         await _deny(websocket, 401, "Unauthorized")
         return
+    except KeysUnavailable:
+        log.warning("hub_auth_unavailable", transport="websocket")
+        await _deny(websocket, 503, "Service Unavailable")
+        return
     id_param = websocket.query_params.get("id")
-    existing = hub.resumable(id_param, user_id)
+    existing = hub.resumable(id_param, identity.user_id)
     if existing is not None:
+        hub.reidentify(existing, identity)
         await _resume(hub, websocket, existing)
     else:
-        await _open(hub, websocket, user_id, id_param)
+        await _open(hub, websocket, identity, id_param)
 
 
 async def _deny(websocket: WebSocket, status: int, text: str) -> None:
@@ -89,11 +96,11 @@ async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) 
             return inbound
 
 
-async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | None) -> None:
+async def _open(hub: Hub, websocket: WebSocket, identity: Identity, id_param: str | None) -> None:
     loop = asyncio.get_running_loop()
     options = hub.options
     limits = options.limits
-    negotiation = hub.negotiations.claim(id_param, user_id, now=loop.time())
+    negotiation = hub.negotiations.claim(id_param, identity.user_id, now=loop.time())
     if negotiation is not None:
         connection_id, token, stateful = (
             negotiation.connection_id,
@@ -119,7 +126,7 @@ async def _open(hub: Hub, websocket: WebSocket, user_id: UUID, id_param: str | N
             hub,
             connection_id=connection_id,
             token=token,
-            user_id=user_id,
+            identity=identity,
             session=session,
             transport=Transport.WEBSOCKETS,
         )

@@ -41,6 +41,11 @@ class LongPollWriter:
         self.gone = False
         """The client ended the connection (``DELETE``), or the hub did."""
 
+    @property
+    def waiting(self) -> bool:
+        """A poll is waiting for records."""
+        return self._waiter is not None and not self._waiter.done()
+
     async def writable(self) -> bool:
         while self._waiter is None or self._waiter.done():
             if self.gone:

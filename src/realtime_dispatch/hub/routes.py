@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
 from realtime_dispatch.hub.push_api import push_to_group
@@ -34,10 +34,16 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
 
     async def negotiate(request: Request) -> Response:
         try:
-            user_id = hub.verifier.user_of(request_token(request.headers, request.query_params))
+            identity = await hub.verifier.verify(
+                request_token(request.headers, request.query_params)
+            )
         except AuthError as exc:
             log.info("hub_auth_refused", code=exc.code, transport="negotiate")
             return PlainTextResponse("Unauthorized", status_code=401)
+        except KeysUnavailable:
+            log.warning("hub_auth_unavailable", transport="negotiate")
+            return PlainTextResponse("Service Unavailable", status_code=503)
+        user_id = identity.user_id
         try:
             version = int(request.query_params.get("negotiateVersion", "0"))
         except ValueError:

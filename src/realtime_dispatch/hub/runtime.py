@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -26,10 +28,18 @@ import asyncpg
 import structlog
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.auth.tokens import TokenVerifier
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.revocations import Revocations
+from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
-from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
+from realtime_dispatch.hub.connection import (
+    TOKEN_EXPIRED,
+    TOKEN_REVOKED,
+    ConnectionLimits,
+    HubConnection,
+)
+from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.membership import MembershipTracker
@@ -44,6 +54,7 @@ from realtime_dispatch.hub.publishers import (
     RedisHubPublisher,
 )
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
+from realtime_dispatch.hub.revocation_watch import RevocationWatch
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
@@ -68,6 +79,10 @@ class HubOptions:
     (``realtime_dispatch.cli.serve.hub_options``); the hub never reads settings itself."""
 
     jwt_secret: str | None = None
+    """The HS256 secret; shorthand for ``tokens.secret`` (which wins when both are set)."""
+    tokens: TokenOptions | None = None
+    """Which tokens are accepted: the secret, an identity provider's JWKS, issuer, audience,
+    user claim (``REALTIME_HUB_JWT_*``)."""
     service_key: str | None = None
     backplane_url: str | None = None
     backplane_mode: str = "redis"
@@ -82,6 +97,12 @@ class HubOptions:
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+
+    def token_options(self) -> TokenOptions:
+        tokens = self.tokens if self.tokens is not None else TokenOptions()
+        if tokens.secret is None and self.jwt_secret is not None:
+            tokens = dataclasses.replace(tokens, secret=self.jwt_secret)
+        return tokens
 
 
 class Hub:
@@ -100,7 +121,14 @@ class Hub:
         """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
-        self.verifier = TokenVerifier(self.options.jwt_secret)
+        self.revocations = Revocations()
+        """Revoked users, kept current from ``NOTIFY realtime_revocation`` on the membership
+        feed's connection; the verifier refuses their earlier tokens."""
+        self.verifier = TokenVerifier(self.options.token_options(), revocations=self.revocations)
+        """The one token check of this hub's transports and of the REST and ops APIs served
+        beside it."""
+        self.expiry = ExpiryTimer(self._expired)
+        """Each connection's token expiry, and the one timer that closes them at ``exp``."""
         self.negotiations = NegotiationStore(self.options.negotiate_ttl)
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
@@ -111,8 +139,13 @@ class Hub:
         self._dsn = dsn
         self._pool = pool
         self._owned_pool: asyncpg.Pool | None = None
+        self.revocation_watch = RevocationWatch(self.revocations, self.cut_revoked)
         self.membership = MembershipFeed(
-            dsn=dsn, pool=pool, tracker=self.tracker, connected_users=self.registry.users
+            dsn=dsn,
+            pool=pool,
+            tracker=self.tracker,
+            connected_users=self.registry.users,
+            subscriptions=[self.revocation_watch],
         )
         url = self.options.backplane_url
         from_backplane = functools.partial(self.deliver, source=BACKPLANE)
@@ -137,6 +170,19 @@ class Hub:
         if self._pool is None:
             self._owned_pool = await create_pool(self._dsn, min_size=1, max_size=4)
             self.membership.pool = self._owned_pool
+        pool = self._pool or self._owned_pool
+        assert pool is not None
+        try:
+            # Revocations in force before any token is checked (a replica that was down reads
+            # what it missed); the feed reloads them on every (re)connect of its listener.
+            await self.revocation_watch.resync(pool)
+            if self.verifier.keys is not None:
+                await self.verifier.keys.prefetch()
+        except BaseException:
+            if self._owned_pool is not None:
+                await self._owned_pool.close()
+                self._owned_pool = None
+            raise
         url = self.options.backplane_url
         if url is not None and self.sharded:
             self._publisher = ShardedRedisHubPublisher(
@@ -161,6 +207,7 @@ class Hub:
     ) -> None:
         await self.close_connections()
         await self.http_transports.aclose()
+        self.expiry.cancel()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -170,6 +217,7 @@ class Hub:
         if self._owned_pool is not None:
             await self._owned_pool.close()
             self._owned_pool = None
+        await self.verifier.aclose()
         log.info("hub_stopped")
 
     def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
@@ -271,7 +319,13 @@ class Hub:
         one piece. Members speaking another protocol than JSON (MessagePack) get the run
         re-encoded once for all of them. What is due to one connection is written to its
         transport in one call at the end. Returns how many deliveries were made.
+
+        Connections whose token has expired are closed first (one comparison per call, none
+        per member), so nothing is delivered to them even if the expiry timer is late; this
+        holds for every transport, as a closing connection takes no more records.
         """
+        if self.expiry.queue.next_at <= time.time():
+            self.expiry.run_due()
         connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
@@ -344,8 +398,44 @@ class Hub:
         self.registry.join(connection.connection_id, user_group(connection.user_id))
         if connection.protocol is not JSON:
             self._not_json += 1
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
         self.metrics.connections.inc()
         self._ended.clear()
+        if self.revocations.refuses(connection.identity):  # revoked while it was opening
+            connection.close(TOKEN_REVOKED)
+
+    def reidentify(self, connection: HubConnection, identity: Identity) -> None:
+        """A resumed connection's fresher token (same user): its expiry moves with it."""
+        connection.identity = identity
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
+
+    # expiry and revocation -----------------------------------------------------------------
+
+    def _expired(self, connection_id: str, now: float) -> None:
+        connection = self.connections.get(connection_id)
+        if connection is not None and connection.identity.expired(now):
+            self._end(connection, TOKEN_EXPIRED)
+
+    def cut_revoked(self, user_id: UUID) -> int:
+        """Close ``user_id``'s connections whose token the revocations now refuse; returns how
+        many."""
+        cut = 0
+        for connection_id in self.registry.connections_of(user_id):
+            connection = self.connections.get(connection_id)
+            if connection is not None and self.revocations.refuses(connection.identity):
+                self._end(connection, TOKEN_REVOKED)
+                cut += 1
+        if cut:
+            log.info("hub_user_revoked", connections=cut)
+        return cut
+
+    def _end(self, connection: HubConnection, request: CloseRequest) -> None:
+        """Close a connection with ``request``'s close message (sent once it is attached, for
+        one still opening); forget one waiting to resume at once."""
+        if connection.attachment is None and connection.detached_at is not None:
+            self.finalize(connection, request.reason)
+        else:
+            connection.close(request)
 
     def resumable(self, token: str | None, user_id: UUID) -> HubConnection | None:
         if token is None:
@@ -367,6 +457,7 @@ class Hub:
         self.registry.remove_connection(connection.connection_id)
         if connection.protocol is not JSON:
             self._not_json -= 1
+        self.expiry.forget(connection.connection_id)
         self.metrics.connections.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)

@@ -52,6 +52,8 @@ class CloseReason(Enum):
     SHUTDOWN = "shutdown"
     RESUME_EXPIRED = "resume_expired"
     SERVER_ERROR = "server_error"
+    TOKEN_EXPIRED = "token_expired"
+    TOKEN_REVOKED = "token_revoked"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive
 
-from realtime_dispatch.auth.tokens import AuthError, request_token
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
 from realtime_dispatch.hub.connection import Attachment, Writer
 from realtime_dispatch.hub.http_connections import HttpConnectionState
 from realtime_dispatch.hub.session import CloseReason
@@ -40,12 +41,17 @@ class Refused(Exception):
         self.response = response
 
 
-def user_of(hub: Hub, request: Request, transport: str) -> UUID:
+async def identity_of(hub: Hub, request: Request, transport: str) -> Identity:
+    """The verified identity of a request's token, as on the WebSocket: 401 when it is refused
+    (expired, revoked, forged...), 503 when the identity provider's keys are unavailable."""
     try:
-        return hub.verifier.user_of(request_token(request.headers, request.query_params))
+        return await hub.verifier.verify(request_token(request.headers, request.query_params))
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport=transport)
         raise Refused(PlainTextResponse("Unauthorized", status_code=401)) from exc
+    except KeysUnavailable as exc:
+        log.warning("hub_auth_unavailable", transport=transport)
+        raise Refused(PlainTextResponse("Service Unavailable", status_code=503)) from exc
 
 
 def state_of(hub: Hub, request: Request, user_id: UUID) -> HttpConnectionState:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 import structlog
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.http_connections import HttpConnectionState, LongPollWriter
 from realtime_dispatch.hub.protocol import HANDSHAKE_OK, handshake_error
@@ -31,11 +33,11 @@ from realtime_dispatch.hub.session import CloseReason, CloseRequest, InboundSess
 from realtime_dispatch.hub.transports.common import (
     NO_CONNECTION,
     Refused,
+    identity_of,
     read_body,
     require_id,
     serve_attached,
     state_of,
-    user_of,
 )
 from realtime_dispatch.hub.transports.longpolling import poll
 from realtime_dispatch.hub.transports.sse import serve_stream
@@ -58,26 +60,28 @@ class HttpTransportEndpoint:
         try:
             if request.method == "GET":
                 if "text/event-stream" in request.headers.get("accept", ""):
-                    state = self._open(request, Transport.SERVER_SENT_EVENTS)
+                    user_id = (
+                        await identity_of(self._hub, request, Transport.SERVER_SENT_EVENTS.value)
+                    ).user_id
+                    state = self._open(request, Transport.SERVER_SENT_EVENTS, user_id)
                     await serve_stream(self._hub, state, receive, send)
                     return
                 response = await self._poll(request, receive)
             elif request.method == "POST":
                 response = await self._post(request)
             elif request.method == "DELETE":
-                response = self._delete(request)
+                response = await self._delete(request)
             else:  # HEAD, which the route adds to GET
                 response = PlainTextResponse("Method Not Allowed", status_code=405)
         except Refused as refused:
             response = refused.response
         await response(scope, receive, send)
 
-    def _open(self, request: Request, transport: Transport) -> HttpConnectionState:
+    def _open(self, request: Request, transport: Transport, user_id: UUID) -> HttpConnectionState:
         """Claim the negotiation named by ``id`` for a new SSE or long-polling connection."""
         hub = self._hub
         if hub.stopping:
             raise Refused(PlainTextResponse("Service Unavailable", status_code=503))
-        user_id = user_of(hub, request, transport.value)
         token = require_id(request)
         existing = hub.http_transports.get(token)
         if existing is not None:
@@ -106,10 +110,10 @@ class HttpTransportEndpoint:
 
     async def _poll(self, request: Request, receive: Receive) -> Response:
         hub = self._hub
-        user_id = user_of(hub, request, Transport.LONG_POLLING.value)
+        user_id = (await identity_of(hub, request, Transport.LONG_POLLING.value)).user_id
         state = hub.http_transports.get(require_id(request))
         if state is None:  # the first poll opens the connection and answers at once
-            self._open(request, Transport.LONG_POLLING)
+            self._open(request, Transport.LONG_POLLING, user_id)
             return Response(status_code=200)
         if state.user_id != user_id:
             raise Refused(PlainTextResponse("Forbidden", status_code=403))
@@ -119,21 +123,24 @@ class HttpTransportEndpoint:
 
     async def _post(self, request: Request) -> Response:
         hub = self._hub
-        state = state_of(hub, request, user_of(hub, request, "post"))
+        identity = await identity_of(hub, request, "post")
+        state = state_of(hub, request, identity.user_id)
         body = await read_body(request)
         async with state.lock:
             if state.ended:
                 raise Refused(PlainTextResponse(NO_CONNECTION, status_code=404))
             connection = state.connection
             if connection is None:
-                await self._handshake(state, body)
+                await self._handshake(state, body, identity)
                 return Response(status_code=200)
             connection.last_received = asyncio.get_running_loop().time()
             connection.apply(connection.session.feed(body))
         return Response(status_code=200)
 
-    async def _handshake(self, state: HttpConnectionState, body: bytes) -> None:
-        """The first ``POST``: the handshake (and whatever follows it in the body)."""
+    async def _handshake(self, state: HttpConnectionState, body: bytes, identity: Identity) -> None:
+        """The first ``POST``: the handshake (and whatever follows it in the body). The
+        connection is admitted with this request's ``identity``: its token's expiry is the
+        connection's."""
         hub = self._hub
         loop = asyncio.get_running_loop()
         inbound = state.session.feed(body)
@@ -150,7 +157,7 @@ class HttpTransportEndpoint:
                 hub,
                 connection_id=state.connection_id,
                 token=state.token,
-                user_id=state.user_id,
+                identity=identity,
                 session=state.session,
                 transport=state.transport,
             )
@@ -161,7 +168,8 @@ class HttpTransportEndpoint:
         if state.ended:  # the stream went away while the connection was being admitted
             hub.finalize(connection, CloseReason.TRANSPORT_LOST)
             return
-        connection.outbound.push_control(HANDSHAKE_OK.encode())  # before anything queued
+        # Before anything queued, even the close message of a connection revoked meanwhile.
+        connection.outbound.push_control(HANDSHAKE_OK.encode(), first=True)
         state.connection = connection
         connection.apply(inbound)
         if state.poller is not None:
@@ -171,9 +179,9 @@ class HttpTransportEndpoint:
             )
         state.answered.set()
 
-    def _delete(self, request: Request) -> Response:
+    async def _delete(self, request: Request) -> Response:
         hub = self._hub
-        state = state_of(hub, request, user_of(hub, request, "delete"))
+        state = state_of(hub, request, (await identity_of(hub, request, "delete")).user_id)
         if state.connection is not None:
             state.connection.close(CloseRequest(CloseReason.CLIENT_CLOSE, None))
         state.end(asyncio.get_running_loop().time())
