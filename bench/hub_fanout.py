@@ -33,6 +33,8 @@ SECRET = "bench-secret-bench-secret-bench-secret!"
 SERVICE_KEY = "bench-service-key"
 NAMESPACE = uuid.UUID("6f1d7c1e-6d3a-4b7e-9a51-1f5c2b3d4e5f")
 RS = "\x1e"
+MSGPACK_INVOCATION = b"\x95\x01\x80\xc0"
+"""How a MessagePack invocation from the hub starts: [1, {}, nil, …] (pings are [6])."""
 
 
 def user_id(index: int) -> uuid.UUID:
@@ -99,6 +101,10 @@ async def clients_main(args: argparse.Namespace) -> None:
 
     url = f"ws://127.0.0.1:{args.port}/hubs/messenger"
     socketio = args.protocol == "socketio"
+
+    def speaks_msgpack(index: int) -> bool:  # "mixed": every other client
+        return args.protocol == "messagepack" or (args.protocol == "mixed" and index % 2 == 1)
+
     received = [0] * args.clients
     target = 0
     done = asyncio.Event()
@@ -129,12 +135,16 @@ async def clients_main(args: argparse.Namespace) -> None:
                 await ws.send("40")
                 assert str(await ws.recv()).startswith("40")
                 mark = '42["message_received",'
+            elif speaks_msgpack(index):
+                await ws.send('{"protocol":"messagepack","version":1}' + RS)
+                assert await ws.recv() == b"{}" + RS.encode()
+                mark = MSGPACK_INVOCATION  # type: ignore[assignment]
             else:
                 await ws.send('{"protocol":"json","version":1}' + RS)
                 assert await ws.recv() == "{}" + RS
                 mark = '{"type":1,'  # invocations; pings are not counted
             ready.set()
-            keepalive = None if socketio else asyncio.create_task(ping(ws))
+            keepalive = None if socketio else asyncio.create_task(ping(ws, speaks_msgpack(index)))
             try:
                 async for frame in ws:
                     count = frame.count(mark)  # type: ignore[arg-type]
@@ -149,10 +159,10 @@ async def clients_main(args: argparse.Namespace) -> None:
                 if keepalive is not None:
                     keepalive.cancel()
 
-    async def ping(ws: ClientConnection) -> None:
+    async def ping(ws: ClientConnection, binary: bool) -> None:
         while True:
             await asyncio.sleep(10)
-            await ws.send('{"type":6}' + RS)
+            await ws.send(b"\x02\x91\x06" if binary else '{"type":6}' + RS)
 
     tasks = []
     gate = asyncio.Semaphore(100)
@@ -384,7 +394,11 @@ def main() -> None:
     parser.add_argument("--pushes", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument(
-        "--protocol", choices=["hub", "socketio"], default="hub", help="what the clients speak"
+        "--protocol",
+        choices=["hub", "messagepack", "mixed", "socketio"],
+        default="hub",
+        help="what the clients speak: the JSON or the MessagePack hub protocol, every other "
+        "client MessagePack (mixed), or socket.io",
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hold", type=float, default=5.0)

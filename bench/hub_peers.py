@@ -1,6 +1,7 @@
 """The hub against peers, same clients, same pushes, same machine, one command:
 
     python bench/hub_peers.py [--clients 1000] [--layouts 100,10] [--pushes 2000] [--runs 3]
+    python bench/hub_peers.py fanout [--members 100] [--mix json|messagepack|mixed] [--pushes N]
 
 Servers, each in its own process, each measured with the clients process of
 ``bench/hub_fanout.py`` (``--clients`` WebSocket connections sending the hub handshake; the first
@@ -11,6 +12,9 @@ Servers, each in its own process, each measured with the clients process of
   pushes arrive on stdin like the peers' and go the way the dispatcher's go in ``serve``:
   ``--batch`` (8) per ``publish`` call to the in-process publisher, which passes the membership
   barrier (one PostgreSQL round trip per call) and hands them to the hub's fan-out;
+* ``hub-msgpack`` and ``hub-mixed``: the same hub process as ``hub``, its clients speaking the
+  MessagePack hub protocol (binary frames), all of them or every other one: the fan-out cost
+  per frame of MessagePack next to JSON, a push re-encoded once for all MessagePack members;
 * ``hub-http``: the real hub under ``run_hub``, pushed to from this process over HTTP by the
   worker's publisher, ``--batch`` pushes per request (as many as the in-process ``hub`` gets
   per ``publish`` call; 1 = the one-push form, each push its own ``POST``),
@@ -217,6 +221,111 @@ async def hub_main(args: argparse.Namespace) -> None:
         await serving
 
 
+# --- the fan-out alone: Hub.send_to_groups to members on null transports -------------------------
+
+
+def fanout_main(args: argparse.Namespace) -> None:
+    """``Hub.send_to_groups`` in this process, to ``--members`` connections whose transports
+    discard what they are given: the fan-out's own CPU per delivery, without the kernel's send
+    and without the clients (so much less noisy than the runs over sockets). ``--mix``: every
+    member JSON, every member MessagePack, or every other one MessagePack."""
+    import orjson
+
+    from realtime_dispatch.hub import Hub, HubOptions
+    from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
+    from realtime_dispatch.hub.framing import RawSink
+    from realtime_dispatch.hub.outbound import Outbound
+    from realtime_dispatch.hub.publishers import push_frames
+    from realtime_dispatch.hub.session import InboundSession
+    from realtime_dispatch.push import Push
+
+    class NullTransport:
+        def __init__(self) -> None:
+            self.written = 0
+
+        def write(self, data: bytes) -> None:
+            self.written += len(data)
+
+        def writelines(self, chunks: list[bytes]) -> None:
+            for chunk in chunks:
+                self.written += len(chunk)
+
+        def is_closing(self) -> bool:
+            return False
+
+    class Server:
+        def __init__(self) -> None:
+            self.transport = NullTransport()
+            self.writable = asyncio.Event()
+            self.writable.set()
+            self.close_sent = False
+
+    def handshake(index: int) -> bytes:
+        msgpack = args.mix == "messagepack" or (args.mix == "mixed" and index % 2 == 1)
+        name = "messagepack" if msgpack else "json"
+        return b'{"protocol":"%s","version":1}\x1e' % name.encode()
+
+    async def run() -> dict[str, Any]:
+        hub = Hub(HubOptions(), pool=None, dsn="postgresql://unused/unused")
+        group = "chat:bench"
+        limits = ConnectionLimits()
+        for index in range(args.members):
+            session = InboundSession(max_record_chars=1 << 15, stateful_allowed=False)
+            assert session.feed(handshake(index)).handshake is not None
+            connection = HubConnection(
+                connection_id=f"c{index}",
+                token=f"t{index}",
+                user_id=uuid.uuid4(),
+                session=session,
+                outbound=Outbound(stateful=False, max_pending=1 << 20, max_replay_chars=1 << 20),
+                limits=limits,
+                on_sent=lambda _n: None,
+                now=0.0,
+            )
+            connection.sink = RawSink(Server())  # type: ignore[arg-type]
+            hub.new_connection(connection)
+            hub.registry.join(connection.connection_id, group)
+        chat = str(uuid.uuid4())
+        batches = []
+        for start in range(0, args.pushes, 8):
+            pushes = [
+                Push(
+                    group,
+                    "message_received",
+                    payload_json=orjson.dumps(
+                        {
+                            "chatId": chat,
+                            "messageId": str(uuid.uuid4()),
+                            "seq": n,
+                            "senderUserId": str(uuid.uuid4()),
+                            "kind": "Text",
+                            "sentAt": "2026-12-01T10:00:00.123456Z",
+                            "body": "See you at noon, the usual place?",
+                            "eventId": str(uuid.uuid4()),
+                        }
+                    ),
+                )
+                for n in range(start, min(start + 8, args.pushes))
+            ]
+            batches.append(push_frames(pushes))  # what the in-process publisher hands over
+        costs = []
+        for _ in range(args.runs):
+            t0 = time.process_time()
+            deliveries = sum(hub.send_to_groups(batch) for batch in batches)
+            costs.append((time.process_time() - t0) / deliveries * 1e6)
+        assert deliveries == args.pushes * args.members
+        return {
+            "mode": "fanout",
+            "mix": args.mix,
+            "members": args.members,
+            "deliveries_per_run": deliveries,
+            "cpu_us_per_delivery_median": round(statistics.median(costs), 4),
+            "cpu_us_per_delivery_range": [round(min(costs), 4), round(max(costs), 4)],
+        }
+
+    print(json.dumps(asyncio.run(run())))
+
+
 # --- python-socketio: rooms and emit to a room --------------------------------------------------
 
 
@@ -260,8 +369,18 @@ async def socketio_main(args: argparse.Namespace) -> None:
 # --- driver -------------------------------------------------------------------------------------
 
 
-SERVERS = ("hub", "hub-http", "floor", "floor-batched", "ws", "socketio")
-HUBS = ("hub", "hub-http")
+SERVERS = (
+    "hub",
+    "hub-msgpack",
+    "hub-mixed",
+    "hub-http",
+    "floor",
+    "floor-batched",
+    "ws",
+    "socketio",
+)
+HUBS = ("hub", "hub-msgpack", "hub-mixed", "hub-http")
+CLIENT_PROTOCOL = {"socketio": "socketio", "hub-msgpack": "messagepack", "hub-mixed": "mixed"}
 
 
 async def start_server(
@@ -280,9 +399,10 @@ async def start_server(
         await wait_http(port)
         return proc, (str(bench_dsn), chat)
     chat_arg = str(uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")) if kind not in HUBS else chat
-    if kind in ("hub", "floor", "floor-batched", "socketio"):
-        command = [sys.executable, __file__, kind, "--port", str(port), "--chat", chat_arg]
-        if kind == "hub":
+    if kind in ("hub", "hub-msgpack", "hub-mixed", "floor", "floor-batched", "socketio"):
+        mode = "hub" if kind in HUBS else kind
+        command = [sys.executable, __file__, mode, "--port", str(port), "--chat", chat_arg]
+        if mode == "hub":
             command += ["--dsn", str(bench_dsn), "--batch", str(batch)]
     else:
         command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), chat_arg]
@@ -316,7 +436,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             "--members",
             str(members),
             "--protocol",
-            "socketio" if kind == "socketio" else "hub",
+            CLIENT_PROTOCOL.get(kind, "hub"),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -425,6 +545,11 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             ratios[f"{members}_members"]["hub-http_vs_hub"] = round(
                 cost["hub-http"] / cost["hub"], 2
             )
+        for variant in ("hub-msgpack", "hub-mixed"):
+            if variant in cost and cost.get("hub"):
+                ratios[f"{members}_members"][f"{variant}_vs_hub"] = round(
+                    cost[variant] / cost["hub"], 2
+                )
     return {"clients": args.clients, "results": results, "cpu_ratios": ratios}
 
 
@@ -434,8 +559,10 @@ def main() -> None:
         "mode",
         nargs="?",
         default="driver",
-        choices=["driver", "hub", "floor", "floor-batched", "socketio"],
+        choices=["driver", "hub", "floor", "floor-batched", "socketio", "fanout"],
     )
+    parser.add_argument("--members", type=int, default=100, help="fanout mode")
+    parser.add_argument("--mix", choices=["json", "messagepack", "mixed"], default="json")
     parser.add_argument("--dsn")
     parser.add_argument("--port", type=int)
     parser.add_argument("--chat", default="c")
@@ -454,7 +581,9 @@ def main() -> None:
         help="record each server's runs with `perf record -g` into PREFIX.<server>.<members>",
     )
     args = parser.parse_args()
-    if args.mode != "driver":
+    if args.mode == "fanout":
+        fanout_main(args)
+    elif args.mode != "driver":
         import uvloop
 
         server = {"hub": hub_main, "socketio": socketio_main}.get(args.mode, floor_main)

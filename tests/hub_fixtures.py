@@ -222,10 +222,29 @@ class NodeClient:
 
     @classmethod
     async def start(
-        cls, url: str, token: str, *, stateful: bool = False, targets: Sequence[str] = ()
+        cls,
+        url: str,
+        token: str | None,
+        *,
+        stateful: bool = False,
+        targets: Sequence[str] = (),
+        mint: dict[str, Any] | None = None,
+        **options: object,
     ) -> NodeClient:
+        """``mint`` (``secret``, ``user``, ``ttls``) instead of ``token``: the client's token
+        factory signs a fresh token once the last expired. ``options``: ``transport``
+        (``WebSockets``, ``ServerSentEvents``, ``LongPolling``), ``protocol`` (``json``,
+        ``messagepack``), ``reconnect`` (automatic reconnect: True, or its delays)."""
         require_node_client()
-        config = {"url": url, "token": token, "stateful": stateful, "targets": list(targets)}
+        config: dict[str, Any] = {
+            "url": url,
+            "token": token,
+            "stateful": stateful,
+            "targets": list(targets),
+            **options,
+        }
+        if mint is not None:
+            config["mint"] = mint
         process = await asyncio.create_subprocess_exec(
             "node",
             str(REPO / "tests" / "js" / "hub_client.mjs"),

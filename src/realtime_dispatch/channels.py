@@ -11,3 +11,7 @@ MEMBERSHIP_CHANNEL = "realtime_membership"
 """Fired inside every transaction that changes who is an active member of a chat (payload
 ``{chatId, userId, active}``), and by the sharded publisher's barrier (``{"barrier": token}``);
 the hubs' membership feeds listen to it."""
+
+REVOCATION_CHANNEL = "realtime_revocation"
+"""Fired for every change of ``messenger.realtime_revocations`` (payload ``{userId, revokedAt}``,
+``revokedAt`` in Unix seconds or null when lifted); the hubs close the user's connections."""

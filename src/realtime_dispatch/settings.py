@@ -16,11 +16,13 @@ import hmac
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
@@ -78,6 +80,12 @@ class Settings(BaseSettings):
     """Unset: ``redis`` when ``backplane_enabled``, else ``none``."""
     redis_url: SecretStr | None = None
     hub_jwt_secret: SecretStr | None = None
+    hub_jwt_jwks_url: str | None = None
+    """An identity provider's JSON Web Key Set (RS256 / ES256 tokens), https (or http to a
+    loopback address); needs the issuer and the audience."""
+    hub_jwt_issuer: str | None = None
+    hub_jwt_audience: str | None = None
+    hub_jwt_user_claim: str = "sub"
     hub_url: str | None = None
     hub_service_key: SecretStr | None = None
     hub_ping_interval: float = Field(default=15.0, gt=0)
@@ -124,7 +132,36 @@ class Settings(BaseSettings):
             raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
         if self.backplane_mode != "none" and self.redis_url is None:
             raise ValueError(f"redis_url: required by the {self.backplane_mode} backplane")
+        self._check_token_settings()
         return self
+
+    def _check_token_settings(self) -> None:
+        claim = self.hub_jwt_user_claim
+        if not claim or not claim.isprintable() or any(c.isspace() for c in claim):
+            raise ValueError("hub_jwt_user_claim: must be a claim name (no spaces)")
+        for name in ("hub_jwt_issuer", "hub_jwt_audience"):
+            if getattr(self, name) == "":
+                raise ValueError(f"{name}: must not be empty (unset it instead)")
+        url = self.hub_jwt_jwks_url
+        if url is None:
+            return
+        problem = jwks_url_problem(url)
+        if problem is not None:
+            raise ValueError(f"hub_jwt_jwks_url: {problem}")
+        for name in ("hub_jwt_issuer", "hub_jwt_audience"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required with REALTIME_HUB_JWT_JWKS_URL")
+
+    def token_options(self) -> TokenOptions:
+        """Which hub/REST tokens are accepted (``REALTIME_HUB_JWT_*``)."""
+        secret = self.hub_jwt_secret
+        return TokenOptions(
+            secret=secret.get_secret_value() if secret is not None else None,
+            jwks_url=self.hub_jwt_jwks_url,
+            issuer=self.hub_jwt_issuer,
+            audience=self.hub_jwt_audience,
+            user_claim=self.hub_jwt_user_claim,
+        )
 
     @property
     def backplane_mode(self) -> Literal["none", "redis", "redis-cluster"]:
@@ -172,6 +209,24 @@ class Settings(BaseSettings):
         """The values of ``options``' fields from the settings named ``prefix`` + field (the
         environment variable ``REALTIME_`` + that, upper-cased)."""
         return {f.name: getattr(self, prefix + f.name) for f in fields(options)}
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def jwks_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot serve signing keys, or None. Keys fetched over plain http could be
+    swapped by anyone on the path, so http is for a provider on this host only."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "not a URL"
+    if parts.scheme not in {"https", "http"} or not host:
+        return "must be an https:// URL"
+    if parts.scheme == "http" and host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        return "must be https:// (plain http only to a loopback address)"
+    return None
 
 
 def _variable_for(loc: tuple[int | str, ...], message: str) -> str:

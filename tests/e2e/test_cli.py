@@ -29,6 +29,8 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_CALL_RING_TIMEOUT", "0", "serve"),
         ("REALTIME_CALL_MAX_DURATION", "forever", "serve"),
         ("REALTIME_WORKER_PORT", "0", "worker"),
+        ("REALTIME_HUB_JWT_JWKS_URL", "http://idp.example/jwks", "hub"),
+        ("REALTIME_HUB_JWT_USER_CLAIM", "user id", "migrate"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:
@@ -38,6 +40,16 @@ def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, comman
     assert len(lines) == 1, result.stderr
     assert variable in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_jwks_without_issuer_exits_2_naming_it() -> None:
+    env = cli_env(REALTIME_HUB_JWT_JWKS_URL="https://login.example/keys")
+    result = run_cli("serve", env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "realtime-dispatch: invalid setting REALTIME_HUB_JWT_ISSUER:"
+        " required with REALTIME_HUB_JWT_JWKS_URL"
+    ]
 
 
 def test_worker_needs_a_push_target(database_url: str) -> None:

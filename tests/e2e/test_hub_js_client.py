@@ -1,6 +1,7 @@
 """The official ``@microsoft/signalr`` client (Node) against a real hub: connect, receive, bad
 token refused, invocation of an unknown method, and a transport drop survived by stateful
-reconnect without losing a message."""
+reconnect without losing a message (JSON and MessagePack). The other transports:
+``test_hub_transports.py``."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ async def test_bad_token_is_refused(hub):
     assert not hub.hub.connections
 
 
-async def test_stateful_reconnect_survives_transport_drop(hub, pool):
+@pytest.mark.parametrize("protocol", ["json", "messagepack"])
+async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
     alice = uuid.uuid4()
     async with pool.acquire() as conn:
         chat = await create_chat(conn, creator=alice, title="t")
@@ -75,11 +77,13 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool):
             make_token(alice),
             stateful=True,
             targets=["message_received"],
+            protocol=protocol,
         )
         try:
             assert (await client.event())["event"] == "started"
             [connection] = hub.hub.connections.values()
             assert connection.stateful
+            assert connection.protocol.name == protocol
             await push(hub, group, "message_received", {"seq": 1})
             assert (await client.event())["args"] == [{"seq": 1}]
             await push(hub, group, "message_received", {"seq": 2})

@@ -37,6 +37,23 @@ async def test_quarantined_lists_rows_with_errors(pool: asyncpg.Pool, database_u
     assert run_cli("quarantined", env=env).stdout.strip() == "no quarantined rows"
 
 
+async def test_revoke_lists_and_lifts(pool: asyncpg.Pool, database_url: str) -> None:
+    env = cli_env(REALTIME_DATABASE_URL=database_url)
+    user = "7d4cbd55-5c0e-4a43-9f34-0f4b2b3b4f10"
+    revoked = run_cli("revoke", "--user", user, env=env)
+    assert revoked.returncode == 0, revoked.stderr
+    assert revoked.stdout.startswith(f"revoked {user}: tokens issued before ")
+    [listed] = orjson.loads(run_cli("revoke", "--list", "--json", env=env).stdout)
+    stored = await pool.fetchval("SELECT revoked_at FROM messenger.realtime_revocations")
+    assert listed == {"userId": user, "revokedAt": stored.isoformat()}
+    assert run_cli("revoke", "--lift", user, env=env).stdout.strip() == (
+        f"lifted the revocation of {user}"
+    )
+    again = run_cli("revoke", "--lift", user, env=env)
+    assert again.returncode == 1
+    assert again.stderr.strip() == f"realtime-dispatch: no revocation for user {user}"
+
+
 async def test_lock_shows_the_holder(database_url: str) -> None:
     env = cli_env(REALTIME_DATABASE_URL=database_url)
     assert run_cli("lock", "--json", env=env).stdout.strip() == "null"

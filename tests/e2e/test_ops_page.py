@@ -67,6 +67,36 @@ async def test_api_refuses_missing_bad_and_non_admin_tokens(pool: asyncpg.Pool) 
         assert (await http.get("/ops/api/quarantined?limit=0", headers=admin)).status_code == 400
 
 
+async def test_revocations_api_revokes_lists_and_lifts(pool: asyncpg.Pool) -> None:
+    user = uuid4()
+    async with ops_server(pool) as url, httpx.AsyncClient(base_url=url) as http:
+        admin = {"Authorization": "Bearer " + make_token(uuid4(), role="admin")}
+        plain = {"Authorization": "Bearer " + make_token(uuid4())}
+        body = {"userId": str(user)}
+        assert (await http.post("/ops/api/revocations", json=body)).status_code == 401
+        assert (
+            await http.post("/ops/api/revocations", json=body, headers=plain)
+        ).status_code == 403
+        bad = await http.post("/ops/api/revocations", json={"userId": "bob"}, headers=admin)
+        assert bad.status_code == 422
+        assert bad.json()["error"].startswith("userId:")
+        revoked = await http.post("/ops/api/revocations", json=body, headers=admin)
+        assert revoked.status_code == 201
+        assert revoked.json()["userId"] == str(user)
+        stored = await pool.fetchval(
+            "SELECT revoked_at FROM messenger.realtime_revocations WHERE user_id = $1", user
+        )
+        assert revoked.json()["revokedAt"] == stored.isoformat()
+        listed = await http.get("/ops/api/revocations", headers=admin)
+        assert listed.json() == {"items": [revoked.json()]}
+        path = f"/ops/api/revocations/{user}"
+        assert (await http.delete(path, headers=plain)).status_code == 403
+        assert (await http.delete(path, headers=admin)).json() == revoked.json()
+        assert (await http.delete(path, headers=admin)).status_code == 404
+        assert (await http.delete("/ops/api/revocations/x", headers=admin)).status_code == 400
+        assert (await http.get("/ops/api/revocations", headers=admin)).json() == {"items": []}
+
+
 async def test_summary_reports_the_lock_holder(pool: asyncpg.Pool, database_url: str) -> None:
     holder = await asyncpg.connect(database_url, server_settings={"application_name": "operator"})
     try:

@@ -36,7 +36,9 @@ async def test_negotiate_shape(hub):
     body = response.json()
     assert body["negotiateVersion"] == 1
     assert body["availableTransports"] == [
-        {"transport": "WebSockets", "transferFormats": ["Text", "Binary"]}
+        {"transport": "WebSockets", "transferFormats": ["Text", "Binary"]},
+        {"transport": "ServerSentEvents", "transferFormats": ["Text"]},
+        {"transport": "LongPolling", "transferFormats": ["Text", "Binary"]},
     ]
     assert body["connectionId"]
     assert body["connectionToken"]
@@ -104,7 +106,7 @@ async def test_connect_variants_receive_pushes(hub, version, id_kind):
 async def test_handshake_errors(hub):
     token = make_token(uuid.uuid4())
     async with raw_client(hub, token, handshake=None) as c:
-        await c.send_record({"protocol": "messagepack", "version": 1})
+        await c.send_record({"protocol": "xml", "version": 1})
         reply = await c.next()
         assert "error" in reply
         assert "not supported" in reply["error"]

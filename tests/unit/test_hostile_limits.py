@@ -14,7 +14,7 @@ import pytest
 from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.auth.tokens import AuthError
 from realtime_dispatch.demo.hosts import served_host
-from realtime_dispatch.hub.admission import Admission, ConnectionRefused
+from realtime_dispatch.hub.caps import Admission, ConnectionRefused
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.registry import GroupRegistry
 from realtime_dispatch.observability import RedactSecrets, redact
@@ -90,7 +90,7 @@ def _guard() -> tuple[RequestGuard, list[bytes]]:
         await send({"type": "http.response.start", "status": 201, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    def check(token: str | None) -> object:
+    async def check(token: str | None) -> object:
         if token != "good":
             raise AuthError("bad")
         return token

@@ -107,7 +107,7 @@ def test_session_unknown_method_completion_and_non_blocking_call():
     )
     assert inbound.handshake is not None
     assert inbound.replies == [
-        '{"type":3,"invocationId":"1","error":"Unknown hub method \'X\'."}' + RS
+        b'{"type":3,"invocationId":"1","error":"Unknown hub method \'X\'."}\x1e'
     ]
     assert session.feed('{"type":1,"target":"X","arguments":[]}' + RS).replies == []
 
@@ -123,7 +123,7 @@ def test_session_stateful_numbering_dedupe_and_ack():
     # After a reconnect the client announces its first resent message (1) and resends.
     session.new_transport()
     again = session.feed('{"type":9,"sequenceId":1}' + RS + call % "a" + call % "b" + call % "c")
-    assert [r.count('"c"') for r in again.replies] == [1]
+    assert [r.count(b'"c"') for r in again.replies] == [1]
     assert again.ack_to_send == 3
     ahead = session.feed('{"type":9,"sequenceId":10}' + RS)
     assert ahead.close is not None

@@ -173,10 +173,10 @@ def test_negotiation_store_claims_by_token_or_id_once():
 SECRET = "unit-secret-unit-secret-unit-secret-!!"
 
 
-def test_token_verifier():
+async def test_token_verifier():
     verifier = TokenVerifier(SECRET)
     good = jwt.encode({"sub": str(U1), "exp": time.time() + 60}, SECRET, algorithm="HS256")
-    assert verifier.user_of(good) == U1
+    assert (await verifier.verify(good)).user_id == U1
     cases = {
         "MissingToken": None,
         "Expired": jwt.encode({"sub": str(U1), "exp": time.time() - 60}, SECRET, "HS256"),
@@ -185,13 +185,13 @@ def test_token_verifier():
     }
     for code, token in cases.items():
         with pytest.raises(AuthError) as failure:
-            verifier.user_of(token)
+            await verifier.verify(token)
         assert failure.value.code == code
     with pytest.raises(AuthError):
-        TokenVerifier(None).user_of(good)
+        await TokenVerifier(None).verify(good)
     none_alg = jwt.encode({"sub": str(U1), "exp": time.time() + 60}, None, algorithm="none")
     with pytest.raises(AuthError):
-        verifier.user_of(none_alg)
+        await verifier.verify(none_alg)
 
 
 def test_token_sources_and_service_key():

@@ -77,3 +77,46 @@ def test_call_timeouts_default_and_validate() -> None:
         with pytest.raises(ConfigurationError) as info:
             load_settings(**overrides)
         assert info.value.variable == variable, overrides
+
+
+@pytest.mark.parametrize(
+    ("values", "variable"),
+    [
+        ({"hub_jwt_jwks_url": "http://idp.example/jwks"}, "REALTIME_HUB_JWT_JWKS_URL"),
+        ({"hub_jwt_jwks_url": "ftp://idp.example/jwks"}, "REALTIME_HUB_JWT_JWKS_URL"),
+        ({"hub_jwt_jwks_url": "https://idp.example/jwks"}, "REALTIME_HUB_JWT_ISSUER"),
+        (
+            {"hub_jwt_jwks_url": "https://idp.example/jwks", "hub_jwt_issuer": "https://idp"},
+            "REALTIME_HUB_JWT_AUDIENCE",
+        ),
+        ({"hub_jwt_issuer": ""}, "REALTIME_HUB_JWT_ISSUER"),
+        ({"hub_jwt_user_claim": "user id"}, "REALTIME_HUB_JWT_USER_CLAIM"),
+        ({"hub_jwt_user_claim": ""}, "REALTIME_HUB_JWT_USER_CLAIM"),
+    ],
+)
+def test_token_settings_name_the_variable(values: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(**values)
+    assert info.value.variable == variable
+
+
+def test_token_settings_become_token_options() -> None:
+    s = load_settings(
+        hub_jwt_secret="s" * 40,
+        hub_jwt_jwks_url="https://login.example/keys",
+        hub_jwt_issuer="https://login.example/",
+        hub_jwt_audience="api://realtime",
+        hub_jwt_user_claim="oid",
+    )
+    options = s.token_options()
+    assert (options.jwks_url, options.issuer, options.audience, options.user_claim) == (
+        "https://login.example/keys",
+        "https://login.example/",
+        "api://realtime",
+        "oid",
+    )
+    assert "s" * 40 not in repr(options)
+    loopback = load_settings(
+        hub_jwt_jwks_url="http://127.0.0.1:8080/jwks", hub_jwt_issuer="i", hub_jwt_audience="a"
+    )
+    assert loopback.token_options().user_claim == "sub"

@@ -1,2 +1,3 @@
-"""Credentials, minted and verified in one place: hub/REST access tokens and the media join
-credentials handed out at delivery."""
+"""Credentials, minted and verified in one place: hub/REST access tokens (HS256 or an identity
+provider's JWKS) verified into an :class:`~.identity.Identity`, user revocations, and the media
+join credentials handed out at delivery."""

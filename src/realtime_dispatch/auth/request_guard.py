@@ -22,7 +22,7 @@ The check is strictly weaker than the route's own (it takes what the route takes
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qsl
@@ -32,14 +32,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from realtime_dispatch.auth.tokens import (
     AuthError,
+    KeysUnavailable,
     bearer,
     request_token,
     service_key_matches,
 )
 
 Credentials = Literal["token", "service_key", "none"]
-TokenCheck = Callable[[str | None], object]
-"""Raises :class:`AuthError` for a missing or bad token (today ``TokenVerifier.user_of``)."""
+TokenCheck = Callable[[str | None], Awaitable[object]]
+"""Raises :class:`AuthError` for a missing or bad token, :class:`KeysUnavailable` when the
+identity provider's keys cannot be had (``TokenVerifier.verify``)."""
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024
 
@@ -126,7 +128,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         rule = self.rule_for(scope["method"], scope["path"])
-        refusal = self._refusal(rule, headers, scope.get("query_string", b""))
+        refusal = await self._refusal(rule, headers, scope.get("query_string", b""))
         if refusal is None and declared > rule.max_bytes:
             refusal = self._too_large(rule)
         if refusal is None:
@@ -145,7 +147,7 @@ class RequestGuard:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    def _refusal(
+    async def _refusal(
         self, rule: BodyRule, headers: list[tuple[bytes, bytes]], query_string: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         if rule.credentials == "none":
@@ -160,9 +162,11 @@ class RequestGuard:
         if bearer(authorization) is None and b"access_token=" in query_string:
             query = dict(parse_qsl(query_string.decode("latin-1")))
         try:
-            self._check_token(request_token(authorization, query))
+            await self._check_token(request_token(authorization, query))
         except AuthError:
             return _problem(401, "Unauthorized", "a valid bearer token is required")
+        except KeysUnavailable:
+            return _problem(503, "KeysUnavailable", "the token's keys cannot be had now, retry")
         return None
 
     @staticmethod

@@ -1,6 +1,23 @@
-"""Hub/REST access tokens, minted and verified here only: HS256 JWTs (``sub`` = user UUID, ``exp``
-required) and the service key of the push endpoint. Tokens are never logged; failures are
-reported by a short code only."""
+"""Hub/REST access tokens, verified here only, by :meth:`TokenVerifier.verify`: the one entry
+point of the hub (every transport), the REST API and the ops API. Tokens are never logged;
+failures are reported by a short code only.
+
+Two kinds of token are accepted, told apart by their header's ``alg``:
+
+* ``HS256`` under ``REALTIME_HUB_JWT_SECRET`` (what ``realtime-dispatch token`` mints);
+* ``RS256`` / ``ES256`` signed by a key of the identity provider's JWKS
+  (``REALTIME_HUB_JWT_JWKS_URL``, :mod:`.jwks`), found by the header's ``kid``.
+
+Either way ``exp`` and the user claim (``REALTIME_HUB_JWT_USER_CLAIM``, default ``sub``, a UUID)
+are required, and ``iss`` / ``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` /
+``REALTIME_HUB_JWT_AUDIENCE`` when those are set. A token issued before its user's revocation
+(:mod:`.revocations`) is refused.
+
+::
+
+    AuthError (→ 401)         missing, expired, forged, malformed or revoked
+    KeysUnavailable (→ 503)   the provider's keys cannot be fetched and are not cached
+"""
 
 from __future__ import annotations
 
@@ -8,20 +25,51 @@ import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import jwt
 
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.jwks import SIGNING_ALGORITHMS, JwksKeys
+from realtime_dispatch.auth.jwks import KeysUnavailable as KeysUnavailable  # noqa: PLC0414
+from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.errors import RealtimeDispatchError
 
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0
+ADMIN_ROLE = "admin"
 
 
 class AuthError(RealtimeDispatchError):
-    """Missing, expired, forged or malformed credentials (→ 401)."""
+    """Missing, expired, forged, malformed or revoked credentials (→ 401)."""
 
     code = "Unauthorized"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOptions:
+    """Which tokens are accepted (``REALTIME_HUB_JWT_*``). With neither a secret nor a JWKS URL
+    every token is refused."""
+
+    secret: str | None = None
+    jwks_url: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    user_claim: str = "sub"
+    leeway: float = LEEWAY_SECONDS
+    jwks_refresh_after: float = 300.0
+    """Seconds a fetched key set is used before it is fetched again (on use)."""
+    jwks_min_refetch: float = 30.0
+    """At most one fetch per this many seconds, however many unknown ``kid`` values arrive."""
+    jwks_timeout: float = 5.0
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenOptions(secret={'***' if self.secret else None}, jwks_url={self.jwks_url!r},"
+            f" issuer={self.issuer!r}, audience={self.audience!r},"
+            f" user_claim={self.user_claim!r})"
+        )
 
 
 def bearer(headers: Mapping[str, str]) -> str | None:
@@ -40,49 +88,115 @@ def request_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str |
     return bearer(headers) or query.get("access_token") or None
 
 
-ADMIN_ROLE = "admin"
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    user_id: UUID
-    admin: bool = False
-
-
 class TokenVerifier:
-    """Checks hub tokens against ``secret``. With no secret configured every token is refused."""
+    """Verifies tokens against :class:`TokenOptions` and, when given, the revocations in force.
 
-    __slots__ = ("_secret",)
+    ``verify`` is a coroutine (a JWKS may have to be fetched) that does no other I/O, so any
+    ASGI middleware or route may await it before reading a body. Call :meth:`aclose` when done
+    (it closes the JWKS client, if any).
+    """
 
-    def __init__(self, secret: str | None) -> None:
-        self._secret = secret
+    __slots__ = ("keys", "options", "revocations")
 
-    def user_of(self, token: str | None) -> UUID:
-        return self.identity_of(token).user_id
+    def __init__(
+        self,
+        options: TokenOptions | str | None,
+        *,
+        revocations: Revocations | None = None,
+        keys: JwksKeys | None = None,
+    ) -> None:
+        if not isinstance(options, TokenOptions):
+            options = TokenOptions(secret=options)  # a bare HS256 secret (or None)
+        self.options = options
+        self.revocations = revocations
+        if keys is None and options.jwks_url:
+            keys = JwksKeys(
+                options.jwks_url,
+                refresh_after=options.jwks_refresh_after,
+                min_refetch=options.jwks_min_refetch,
+                timeout=options.jwks_timeout,
+            )
+        self.keys = keys
 
-    def identity_of(self, token: str | None) -> Identity:
-        """The verified user and whether the token carries the ``admin`` role claim."""
+    async def verify(self, token: str | None) -> Identity:
+        """The verified :class:`Identity` of ``token``.
+
+        Raises :class:`AuthError` (with a short ``code``: ``MissingToken``, ``NoSecret``,
+        ``Expired``, ``InvalidToken``, ``InvalidIssuer``, ``InvalidAudience``, ``UnknownKey``,
+        ``InvalidSubject``, ``Revoked``) or :class:`KeysUnavailable`.
+        """
         if token is None:
             raise AuthError("missing token", code="MissingToken")
-        if not self._secret:
+        options = self.options
+        if not options.secret and self.keys is None:
             raise AuthError("no token secret configured", code="NoSecret")
         try:
-            claims = jwt.decode(
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError as exc:
+            raise AuthError("invalid token", code="InvalidToken") from exc
+        algorithm = header.get("alg")
+        key: Any
+        if algorithm == ALGORITHM and options.secret:
+            key = options.secret
+        elif algorithm in SIGNING_ALGORITHMS and self.keys is not None:
+            kid = header.get("kid")
+            if not isinstance(kid, str):
+                raise AuthError("token has no kid", code="InvalidToken")
+            try:
+                found = await self.keys.key_for(kid)
+            except KeyError as exc:
+                raise AuthError("token signed by an unknown key", code="UnknownKey") from exc
+            if found.algorithm_name != algorithm:
+                raise AuthError("token algorithm does not match its key", code="InvalidToken")
+            key = found.key
+        else:
+            raise AuthError("token algorithm not accepted", code="InvalidToken")
+        identity = self._identity(self._decode(token, key, algorithm))
+        if self.revocations is not None and self.revocations.refuses(identity):
+            raise AuthError("token revoked", code="Revoked")
+        return identity
+
+    def _decode(self, token: str, key: Any, algorithm: str) -> dict[str, Any]:
+        options = self.options
+        try:
+            claims: dict[str, Any] = jwt.decode(
                 token,
-                self._secret,
-                algorithms=[ALGORITHM],
-                options={"require": ["exp", "sub"]},
-                leeway=LEEWAY_SECONDS,
+                key,
+                algorithms=[algorithm],
+                options={"require": ["exp", options.user_claim]},
+                issuer=options.issuer,
+                audience=options.audience,
+                leeway=options.leeway,
             )
         except jwt.ExpiredSignatureError as exc:
             raise AuthError("token expired", code="Expired") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise AuthError("wrong token issuer", code="InvalidIssuer") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise AuthError("wrong token audience", code="InvalidAudience") from exc
         except jwt.InvalidTokenError as exc:
             raise AuthError("invalid token", code="InvalidToken") from exc
+        return claims
+
+    def _identity(self, claims: dict[str, Any]) -> Identity:
+        subject = claims[self.options.user_claim]
         try:
-            user_id = UUID(str(claims["sub"]))
+            if not isinstance(subject, str):
+                raise ValueError(subject)
+            user_id = UUID(subject)
         except ValueError as exc:
-            raise AuthError("sub is not a user id", code="InvalidSubject") from exc
-        return Identity(user_id, admin=claims.get("role") == ADMIN_ROLE)
+            raise AuthError("user claim is not a user id", code="InvalidSubject") from exc
+        issued_at = claims.get("iat")
+        return Identity(
+            user_id=user_id,
+            expires_at=float(claims["exp"]),
+            issued_at=float(issued_at) if isinstance(issued_at, int | float) else None,
+            admin=claims.get("role") == ADMIN_ROLE,
+        )
+
+    async def aclose(self) -> None:
+        if self.keys is not None:
+            await self.keys.aclose()
 
 
 def service_key_matches(headers: Mapping[str, str], expected: str | None) -> bool:
@@ -93,11 +207,29 @@ def service_key_matches(headers: Mapping[str, str], expected: str | None) -> boo
     return hmac.compare_digest(presented.encode(), expected.encode())
 
 
-def mint_token(secret: str, user_id: UUID, *, ttl: float = 3600.0, admin: bool = False) -> str:
-    """A hub/REST access token: ``sub`` (user UUID), ``iat``, ``exp`` and, for operators, the
-    ``admin`` role claim."""
-    now = int(time.time())
-    claims: dict[str, object] = {"sub": str(user_id), "iat": now, "exp": now + int(ttl)}
+def mint_token(
+    secret: str,
+    user_id: UUID,
+    *,
+    ttl: float = 3600.0,
+    admin: bool = False,
+    issuer: str | None = None,
+    audience: str | None = None,
+    user_claim: str = "sub",
+    now: float | None = None,
+) -> str:
+    """A hub/REST access token: the user UUID as ``user_claim`` (and ``sub``), ``iat``,
+    ``exp``, ``iss`` / ``aud`` when given and, for operators, the ``admin`` role claim.
+
+    ``iat`` is whole seconds, so a token minted in the same second as a revocation of its user
+    counts as issued before it."""
+    issued = int(time.time() if now is None else now)
+    claims: dict[str, object] = {"sub": str(user_id), "iat": issued, "exp": issued + int(ttl)}
+    claims[user_claim] = str(user_id)
+    if issuer is not None:
+        claims["iss"] = issuer
+    if audience is not None:
+        claims["aud"] = audience
     if admin:
         claims["role"] = ADMIN_ROLE
     return jwt.encode(claims, secret, algorithm=ALGORITHM)

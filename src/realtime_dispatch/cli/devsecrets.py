@@ -1,7 +1,7 @@
 """Development secrets: when ``serve`` runs in development mode (the embedded default, or
 ``--dev`` / ``REALTIME_DEV=true`` with ``REALTIME_DATABASE_URL``: :func:`require_secret_unless_dev`)
 without ``REALTIME_HUB_JWT_SECRET`` (or the service key, or any media secret) it generates them
-once, keeps them in
+once (the JWT secret only when no identity provider's JWKS is configured either), keeps them in
 ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
 reads the same file, so its tokens work against it.
 
@@ -42,8 +42,22 @@ def _load(path: Path) -> dict[str, str]:
 def require_secret_unless_dev(settings: Settings, *, dev: bool) -> None:
     """A deployment (``REALTIME_DATABASE_URL`` set) that forgot its JWT secret must not start
     on generated secrets and demo tokens: ConfigurationError (exit 2) unless development mode
-    is asked for with ``--dev`` or ``REALTIME_DEV=true``. The embedded default needs neither."""
-    if settings.database_url is None or settings.hub_jwt_secret is not None:
+    is asked for with ``--dev`` or ``REALTIME_DEV=true``. The embedded default needs neither,
+    and neither does a deployment whose tokens come from an identity provider (a JWKS)."""
+    if (
+        settings.hub_jwt_secret is None
+        and settings.hub_jwt_jwks_url is not None
+        and settings.message_fingerprint_secret is None
+        and settings.reference_messenger
+    ):
+        # Without an HS256 secret there is nothing to derive the fingerprints' key from; one of
+        # the process's own would make a retried send after a restart look new.
+        raise ConfigurationError(
+            "REALTIME_MESSAGE_FINGERPRINT_SECRET",
+            "required with REALTIME_HUB_JWT_JWKS_URL when REALTIME_HUB_JWT_SECRET is unset",
+        )
+    configured = settings.hub_jwt_secret is not None or settings.hub_jwt_jwks_url is not None
+    if settings.database_url is None or configured:
         return
     if dev or settings.dev:
         return
@@ -69,6 +83,9 @@ def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
         )
         if value is None
     }
+    if settings.hub_jwt_jwks_url is not None:
+        # Tokens come from an identity provider: no HS256 secret of our making beside it.
+        missing.discard("hub_jwt_secret")
     if settings.media_jitsi_app_secret is None and settings.media_turn_secret is None:
         missing |= set(MEDIA_SECRETS)
     if not missing:

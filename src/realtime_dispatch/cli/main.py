@@ -112,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--user", type=UUID, required=True)
     token.add_argument("--ttl", type=float, default=3600.0)
     token.add_argument("--admin", action="store_true", help="add the admin role claim")
+    revoke = sub.add_parser(
+        "revoke", help="cut a user off: refuse their earlier tokens, close their connections"
+    )
+    action = revoke.add_mutually_exclusive_group(required=True)
+    action.add_argument("--user", type=UUID, metavar="UUID", help="revoke this user's tokens")
+    action.add_argument("--lift", type=UUID, metavar="UUID", help="lift this user's revocation")
+    action.add_argument("--list", action="store_true", help="list the revocations in force")
+    revoke.add_argument("--json", action="store_true")
     return parser
 
 
@@ -172,7 +180,17 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     if args.ttl <= 0:
         raise UsageError("--ttl must be > 0")
     secret = settings.hub_jwt_secret.get_secret_value()
-    print(mint_token(secret, args.user, ttl=args.ttl, admin=args.admin))
+    print(
+        mint_token(
+            secret,
+            args.user,
+            ttl=args.ttl,
+            admin=args.admin,
+            issuer=settings.hub_jwt_issuer,
+            audience=settings.hub_jwt_audience,
+            user_claim=settings.hub_jwt_user_claim,
+        )
+    )
     return EXIT_OK
 
 
@@ -284,6 +302,7 @@ _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, i
     "hub": _hub,
     "quarantined": ops.quarantined,
     "lock": ops.lock,
+    "revoke": ops.revoke,
 }
 
 

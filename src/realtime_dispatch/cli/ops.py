@@ -1,4 +1,4 @@
-"""Operator commands: ``stats --watch``, ``quarantined``, ``lock``."""
+"""Operator commands: ``stats --watch``, ``quarantined``, ``lock``, ``revoke``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import sys
 import time
 
+import asyncpg
 import orjson
 from rich.console import Console, Group
 from rich.live import Live
@@ -14,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from realtime_dispatch.cli.database import database_url, transaction_pooled
-from realtime_dispatch.cli.exit_codes import EXIT_OK
+from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
@@ -133,4 +134,42 @@ async def lock(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"held by pid {holder.pid} ({holder.application_name or '?'}, {where}, since {since})"
         )
+    return EXIT_OK
+
+
+async def revoke(settings: Settings, args: argparse.Namespace) -> int:
+    """``revoke --user UUID`` / ``--lift UUID`` / ``--list``: every hub replica applies a
+    change within moments (``NOTIFY realtime_revocation``)."""
+    async with database_url(settings) as url:
+        pool = await create_pool(url, max_size=1)
+        try:
+            service = OpsService(pool)
+            if args.list:
+                items = await service.revocations()
+            elif args.user is not None:
+                items = [await service.revoke(args.user)]
+            else:
+                lifted = await service.lift_revocation(args.lift)
+                if lifted is None:
+                    print(f"realtime-dispatch: no revocation for user {args.lift}", file=sys.stderr)
+                    return EXIT_FAILURE
+                items = [lifted]
+        except asyncpg.UndefinedTableError:
+            print("realtime-dispatch: run `realtime-dispatch migrate` first", file=sys.stderr)
+            return EXIT_FAILURE
+        finally:
+            await pool.close()
+    if args.json:
+        print(orjson.dumps([item.as_json() for item in items]).decode())
+    elif args.list:
+        if not items:
+            print("no revocations")
+        for item in items:
+            print(f"{item.user_id}  revoked at {item.revoked_at.isoformat()}")
+    elif args.user is not None:
+        print(
+            f"revoked {args.user}: tokens issued before {items[0].revoked_at.isoformat()} refused"
+        )
+    else:
+        print(f"lifted the revocation of {args.lift}")
     return EXIT_OK

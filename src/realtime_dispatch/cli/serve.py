@@ -58,6 +58,7 @@ def hub_options(
         url = settings.redis_url.get_secret_value()
     return HubOptions(
         jwt_secret=secret.get_secret_value() if secret is not None else None,
+        tokens=settings.token_options(),
         service_key=key.get_secret_value() if key is not None else None,
         backplane_url=url if settings.backplane_mode != "none" else None,
         backplane_mode=settings.backplane_mode,
@@ -153,6 +154,7 @@ def _app(
         pool=pool,
         options=settings.api_options(),
         routes=[*hub_routes(hub), *operator_routes, *demo],
+        verifier=hub.verifier,
     )
 
 
@@ -164,9 +166,8 @@ async def serve(
     mode; the embedded default is development mode."""
     require_secret_unless_dev(settings, dev=dev)
     # Demo tokens are minted only on generated development secrets, never in a deployment.
-    dev_tokens = settings.hub_jwt_secret is None
+    dev_tokens = settings.hub_jwt_secret is None and settings.hub_jwt_jwks_url is None
     settings = with_dev_secrets(settings, create=True)
-    assert settings.hub_jwt_secret is not None
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
@@ -183,7 +184,8 @@ async def serve(
                 ) as hub,
                 _maybe_dispatcher(with_dispatcher, url, settings, hub, registry, manifest=manifest),
             ):
-                demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
+                jwt_secret = settings.hub_jwt_secret
+                demo_secret = jwt_secret.get_secret_value() if dev_tokens and jwt_secret else None
                 app = _app(settings, pool, hub, demo_secret, host=host, port=port)
                 rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
                 config = uvicorn_config(
@@ -208,12 +210,11 @@ async def serve(
                         f"realtime-dispatch: listening on http://{host}:{port}"
                         f" ({parts}{', dispatcher on' if with_dispatcher else ''})"
                     ]
-                    if dev_tokens:
+                    if demo_secret is not None:
                         # Only on generated development secrets: with a configured secret a
                         # ready-made token would end up in production logs.
                         demo_user = uuid4()
-                        secret = settings.hub_jwt_secret.get_secret_value()
-                        token = mint_token(secret, demo_user)
+                        token = mint_token(demo_secret, demo_user)
                         lines.append(f"realtime-dispatch: a token for user {demo_user}: {token}")
                     print("\n".join(lines), file=sys.stderr, flush=True)
                     await server.serve()

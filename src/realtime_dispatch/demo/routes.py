@@ -22,7 +22,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
-from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer, mint_token
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    TokenVerifier,
+    bearer,
+    mint_token,
+)
 from realtime_dispatch.demo.hosts import served_host
 from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
 
@@ -93,8 +99,8 @@ def demo_routes(
 
     async def chats(request: Request) -> Response:
         try:
-            user = verifier.user_of(bearer(request.headers))
-        except AuthError as exc:
+            user = (await verifier.verify(bearer(request.headers))).user_id
+        except (AuthError, KeysUnavailable) as exc:
             return _json({"error": "Unauthorized", "message": exc.code}, 401)
         rows = await pool.fetch(CHATS_SQL, user)
         return _json(

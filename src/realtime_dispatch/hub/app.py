@@ -41,7 +41,7 @@ def create_hub_app(
     guard = Middleware(
         RequestGuard,
         rules=hub_body_rules(),
-        check_token=hub.verifier.user_of,
+        check_token=hub.verifier.verify,
         service_key=options.service_key,
     )
     app = Starlette(routes=hub_routes(hub), lifespan=lifespan, middleware=[guard])

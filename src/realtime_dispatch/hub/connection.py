@@ -1,6 +1,12 @@
 """One hub connection: its identity, inbound session, outbound buffer and the transport it is
 attached to (none while a stateful connection waits to resume).
 
+A connection is the same object whatever carries it (:class:`~.wire.Transport`: WebSockets,
+Server-Sent Events, long polling) and whatever it speaks (:class:`~.wire.HubProtocol`, from its
+handshake): groups, the slow-consumer policy, closing and metrics live here once. A transport
+attaches by running :meth:`HubConnection.write_loop` with its :class:`Writer` (the WebSocket's
+in :mod:`.endpoint`, the others in :mod:`.transports`).
+
 A group send is one :meth:`HubConnection.offer` per member. When nothing is queued and the
 transport takes writes (:class:`~.framing.RawSink`), the push's pre-built frame joins the
 connection's batch, and the hub writes each batch to its transport once per delivery
@@ -11,16 +17,23 @@ connection's batch, and the hub writes each batch to its transport once per deli
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 from uuid import UUID
 
 from starlette.websockets import WebSocket
 
-from realtime_dispatch.hub.framing import RawSink, text_frame
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.hub.framing import RawSink, binary_frame, text_frame
 from realtime_dispatch.hub.outbound import Outbound
-from realtime_dispatch.hub.protocol import close_message
-from realtime_dispatch.hub.session import CloseReason, CloseRequest, InboundSession
+from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
+from realtime_dispatch.hub.wire import HubProtocol, Transport
+
+TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
+"""At the token's ``exp``: the client reconnects with a fresh token from its token factory."""
+TOKEN_REVOKED = CloseRequest(CloseReason.TOKEN_REVOKED, "token revoked")
 
 
 class Wake:
@@ -75,11 +88,64 @@ class ConnectionLimits:
     """How long a closing connection may take to flush its close message."""
 
 
+class Writer(Protocol):
+    """How :meth:`HubConnection.write_loop` hands records to one transport."""
+
+    async def writable(self) -> bool:
+        """Wait until records may be written; False once the transport is gone."""
+        ...
+
+    async def write(self, records: list[bytes]) -> None:
+        """Write whole records (in the connection's protocol) in order."""
+        ...
+
+    async def write_last(self, records: list[bytes]) -> bool:
+        """Write the last records of a closing connection (its close message), waiting only as
+        the transport must; False if they could not go."""
+        ...
+
+
+class WebSocketWriter:
+    """Writes to an accepted WebSocket: pre-built frames straight to its transport (``sink``),
+    else through the ASGI ``websocket``; text frames for a text protocol, binary otherwise."""
+
+    __slots__ = ("_binary", "_sink", "_websocket")
+
+    def __init__(self, websocket: WebSocket, sink: RawSink | None, *, binary: bool) -> None:
+        self._websocket = websocket
+        self._sink = sink
+        self._binary = binary
+
+    async def writable(self) -> bool:
+        sink = self._sink
+        while sink is not None and not sink.open():
+            if sink.closed():
+                return False
+            await sink.drained()
+        return True
+
+    async def write(self, records: list[bytes]) -> None:
+        payload = records[0] if len(records) == 1 else b"".join(records)
+        sink = self._sink
+        if sink is not None:
+            sink.transport.write(binary_frame(payload) if self._binary else text_frame(payload))
+        elif self._binary:
+            await self._websocket.send_bytes(payload)
+        else:  # ASGI carries a text frame as str only: a server without the raw transport
+            await self._websocket.send_text(payload.decode())
+
+    async def write_last(self, records: list[bytes]) -> bool:
+        if self._sink is not None and self._sink.closed():
+            return False
+        await self.write(records)  # even under backpressure: it joins the transport's buffer
+        return True
+
+
 @dataclass(slots=True)
 class Attachment:
     """The transport a connection currently writes to, and the tasks serving it."""
 
-    websocket: WebSocket
+    transport: Transport
     reader: asyncio.Task[CloseReason] | None = None
     writer: asyncio.Task[None] | None = None
     force_close: asyncio.TimerHandle | None = field(default=None)
@@ -94,14 +160,16 @@ class HubConnection:
         "closing",
         "connection_id",
         "detached_at",
+        "identity",
         "last_received",
         "last_sent",
         "limits",
         "outbound",
+        "protocol",
         "session",
         "sink",
         "token",
-        "user_id",
+        "transport",
         "wake",
     )
 
@@ -110,17 +178,25 @@ class HubConnection:
         *,
         connection_id: str,
         token: str,
-        user_id: UUID,
+        identity: Identity,
         session: InboundSession,
         outbound: Outbound,
         limits: ConnectionLimits,
         on_sent: Callable[[int], None],
         now: float,
+        transport: Transport = Transport.WEBSOCKETS,
     ) -> None:
         self.connection_id = connection_id
         self.token = token
-        self.user_id = user_id
+        self.identity = identity
+        """Who this is (user, token lifetime): the verified token's :class:`Identity`, replaced
+        on a resume with a fresher token of the same user. How it talks is ``transport`` and
+        ``protocol``, fixed at admission."""
         self.session = session
+        self.transport = transport
+        """What carries the connection; fixed (a resume comes back on the same transport)."""
+        self.protocol: HubProtocol = session.protocol
+        """What it speaks, from its handshake: the records it is sent are of this protocol."""
         self.outbound = outbound
         self.limits = limits
         self._on_sent = on_sent
@@ -136,6 +212,10 @@ class HubConnection:
         """Frames offered during the current delivery, written by :meth:`flush`."""
         self.batched = 0
         """How many records those frames hold."""
+
+    @property
+    def user_id(self) -> UUID:
+        return self.identity.user_id
 
     @property
     def stateful(self) -> bool:
@@ -158,7 +238,8 @@ class HubConnection:
         touched: list[HubConnection],
     ) -> None:
         """Send a run of sequenced records for one group, whose frames are built already:
-        ``frames[i]`` is ``text_frame(records[i])`` and ``data`` is the frames joined.
+        ``frames[i]`` is the WebSocket frame of ``records[i]`` and ``data`` the frames joined
+        (all in the connection's protocol).
 
         Straight to the batch when nothing is queued and the transport takes writes (without
         stateful reconnect, ``data`` as one piece); the connection is then appended to
@@ -219,10 +300,21 @@ class HubConnection:
             )
         )
 
-    def send_control(self, record: str) -> None:
+    def send_control(self, record: bytes) -> None:
         if self.closing is None:
-            self.outbound.push_control(record.encode())
+            self.outbound.push_control(record)
             self.wake.set()
+
+    def apply(self, inbound: Inbound) -> None:
+        """Act on what the client sent (after the handshake), whatever the transport."""
+        for reply in inbound.replies:
+            self.send(reply)
+        if inbound.acked is not None:
+            self.outbound.ack(inbound.acked)
+        if inbound.ack_to_send is not None:
+            self.send_control(self.protocol.ack(inbound.ack_to_send))
+        if inbound.close is not None:
+            self.close(inbound.close)
 
     def close(self, request: CloseRequest) -> None:
         """Start closing: the writer sends the close message (if any) and stops. If it cannot
@@ -232,9 +324,7 @@ class HubConnection:
         self.closing = request
         self.outbound.take_control()
         if request.reason is not CloseReason.CLIENT_CLOSE:
-            self.outbound.push_control(
-                close_message(request.error, allow_reconnect=request.allow_reconnect).encode()
-            )
+            self.outbound.push_control(self.protocol.close(request.error, request.allow_reconnect))
         self.wake.set()
         attachment = self.attachment
         if attachment is not None and attachment.writer is not None:
@@ -243,37 +333,30 @@ class HubConnection:
                 self.limits.close_grace, attachment.writer.cancel
             )
 
-    async def write_loop(self, websocket: WebSocket, sink: RawSink | None) -> None:
-        """Drain the outbound queue into the transport (``sink``, else the ASGI ``websocket``)
-        until the connection closes or the transport does."""
+    async def write_loop(self, writer: Writer) -> None:
+        """Drain the outbound queue into the transport through ``writer`` until the connection
+        closes (after its close message) or the transport does."""
         loop = asyncio.get_running_loop()
         outbound = self.outbound
         max_bytes = self.limits.max_write_chars
         while True:
             if self.closing is not None:
                 records = outbound.take_control()
-                if records:
-                    await _write(websocket, sink, records)
+                if records and await writer.write_last(records):
                     self._on_sent(len(records))
                 return
             if not outbound.has_pending():
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            if sink is not None and not sink.open():
-                if sink.closed():
-                    return
-                await sink.drained()
+            if not await writer.writable():
+                return
+            if self.closing is not None:  # closed while waiting: only the close message goes
+                continue
+            if self.identity.expires_at <= time.time():
+                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: only the close goes
                 continue
             records, _ = outbound.take(max_bytes)
-            await _write(websocket, sink, records)
+            await writer.write(records)
             self.last_sent = loop.time()
             self._on_sent(len(records))
-
-
-async def _write(websocket: WebSocket, sink: RawSink | None, records: list[bytes]) -> None:
-    payload = records[0] if len(records) == 1 else b"".join(records)
-    if sink is not None:
-        sink.transport.write(text_frame(payload))
-    else:  # ASGI carries a text frame as str only: a server without the raw transport
-        await websocket.send_text(payload.decode())

@@ -1,6 +1,7 @@
-"""``GET /hubs/messenger`` (WebSocket): authenticate, handshake, join groups, then run a reader
-and a writer task until the connection ends, or until its transport drops and (stateful
-reconnect) the client resumes it on a new WebSocket with the same connection token.
+"""``GET /hubs/messenger`` (WebSocket): authenticate, handshake, admit (:mod:`.admission`),
+then run a reader and a writer task until the connection ends, or until its transport drops and
+(stateful reconnect) the client resumes it on a new WebSocket with the same connection token.
+Text frames carry the JSON protocol, binary frames MessagePack.
 
 This module only translates frames; protocol rules live in :mod:`.session`, buffering in
 :mod:`.outbound`, groups in :mod:`.registry`.
@@ -11,26 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from realtime_dispatch.auth.tokens import AuthError, request_token
-from realtime_dispatch.hub.admission import ConnectionRefused, Reservation
-from realtime_dispatch.hub.connection import Attachment, HubConnection
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
+from realtime_dispatch.hub.admission import AdmissionRefused, admit
+from realtime_dispatch.hub.caps import ConnectionRefused, Reservation
+from realtime_dispatch.hub.connection import Attachment, HubConnection, WebSocketWriter
 from realtime_dispatch.hub.framing import RawSink
-from realtime_dispatch.hub.membership_feed import DB_ERRORS
 from realtime_dispatch.hub.negotiate import new_connection_id
-from realtime_dispatch.hub.outbound import Outbound
-from realtime_dispatch.hub.protocol import (
-    HANDSHAKE_OK,
-    ack_message,
-    handshake_error,
-    sequence_message,
-)
+from realtime_dispatch.hub.protocol import HANDSHAKE_OK, handshake_error
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
+from realtime_dispatch.hub.wire import Transport
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -46,23 +42,30 @@ async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
         await _deny(websocket, 503, "Service Unavailable")
         return
     try:
-        user_id = hub.verifier.user_of(request_token(websocket.headers, websocket.query_params))
+        identity = await hub.verifier.verify(
+            request_token(websocket.headers, websocket.query_params)
+        )
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport="websocket")
         await _deny(websocket, 401, "Unauthorized")
         return
+    except KeysUnavailable:
+        log.warning("hub_auth_unavailable", transport="websocket")
+        await _deny(websocket, 503, "Service Unavailable")
+        return
     id_param = websocket.query_params.get("id")
-    existing = hub.resumable(id_param, user_id)
+    existing = hub.resumable(id_param, identity.user_id)
     if existing is not None:
+        hub.reidentify(existing, identity)
         await _resume(hub, websocket, existing)
         return
     try:
-        reservation = hub.admit_connection(user_id, "open")
+        reservation = hub.admit_connection(identity.user_id, "open")
     except ConnectionRefused as exc:
         await _deny(websocket, exc.status, str(exc))
         return
     try:
-        await _open(hub, websocket, user_id, id_param, reservation)
+        await _open(hub, websocket, identity, id_param, reservation)
     finally:
         reservation.release()  # a no-op once the connection registered
 
@@ -105,14 +108,14 @@ async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) 
 async def _open(
     hub: Hub,
     websocket: WebSocket,
-    user_id: UUID,
+    identity: Identity,
     id_param: str | None,
     reservation: Reservation,
 ) -> None:
     loop = asyncio.get_running_loop()
     options = hub.options
     limits = options.limits
-    negotiation = hub.negotiations.claim(id_param, user_id, now=loop.time())
+    negotiation = hub.negotiations.claim(id_param, identity.user_id, now=loop.time())
     if negotiation is not None:
         connection_id, token, stateful = (
             negotiation.connection_id,
@@ -133,45 +136,36 @@ async def _open(
         log.info("hub_handshake_failed", connection_id=connection_id)
         await _close_socket(websocket, 1000)
         return
-    connection = HubConnection(
-        connection_id=connection_id,
-        token=token,
-        user_id=user_id,
-        session=session,
-        outbound=Outbound(
-            stateful=session.stateful,
-            max_pending=limits.max_pending,
-            max_replay_chars=limits.max_replay_chars,
-        ),
-        limits=limits,
-        on_sent=hub.sent_counter(),
-        now=loop.time(),
-    )
-    hub.new_connection(connection, reservation)
     try:
-        await hub.membership.load_connection(connection_id, user_id)
-        if not await hub.interest_settled():
-            raise TimeoutError("backplane subscriptions not settled")
-    except DB_ERRORS as exc:
-        log.warning("hub_membership_load_failed", error=type(exc).__name__)
-        hub.finalize(connection, CloseReason.SERVER_ERROR)
-        await websocket.send_text(handshake_error("Service unavailable, try again later."))
-        await _close_socket(websocket, 1011)
+        connection = await admit(
+            hub,
+            connection_id=connection_id,
+            token=token,
+            identity=identity,
+            session=session,
+            transport=Transport.WEBSOCKETS,
+            reservation=reservation,
+        )
+    except AdmissionRefused as exc:
+        await _send_handshake_reply(websocket, session, handshake_error(str(exc)))
+        await _close_socket(websocket, 1011 if exc.code == "MembershipUnavailable" else 1008)
         return
     try:
-        await websocket.send_text(HANDSHAKE_OK)
+        await _send_handshake_reply(websocket, session, HANDSHAKE_OK)
     except Exception:
         hub.finalize(connection, CloseReason.TRANSPORT_LOST)
         raise
-    log.info(
-        "hub_connected",
-        connection_id=connection_id,
-        version=session.handshake.version if session.handshake else None,
-        stateful=connection.stateful,
-        negotiated=negotiation is not None,
-    )
-    _apply(connection, inbound)
+    connection.apply(inbound)
     await _run(hub, connection, websocket)
+
+
+async def _send_handshake_reply(websocket: WebSocket, session: InboundSession, text: str) -> None:
+    """The handshake answer is JSON text; a binary protocol's connection gets it in a binary
+    frame like everything after it."""
+    if session.protocol.binary:
+        await websocket.send_bytes(text.encode())
+    else:
+        await websocket.send_text(text)
 
 
 async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> None:
@@ -185,23 +179,12 @@ async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> 
     await websocket.accept()
     connection.session.new_transport()
     sequence = connection.outbound.rewind()
-    connection.outbound.push_control(sequence_message(sequence).encode())
+    connection.outbound.push_control(connection.protocol.sequence(sequence))
     connection.last_received = asyncio.get_running_loop().time()
     log.info(
         "hub_resumed", connection_id=connection.connection_id, replay=connection.outbound.pending
     )
     await _run(hub, connection, websocket)
-
-
-def _apply(connection: HubConnection, inbound: Inbound) -> None:
-    for reply in inbound.replies:
-        connection.send(reply.encode())
-    if inbound.acked is not None:
-        connection.outbound.ack(inbound.acked)
-    if inbound.ack_to_send is not None:
-        connection.send_control(ack_message(inbound.ack_to_send))
-    if inbound.close is not None:
-        connection.close(inbound.close)
 
 
 async def _read_loop(hub: Hub, connection: HubConnection, websocket: WebSocket) -> CloseReason:
@@ -226,7 +209,7 @@ async def _read_loop(hub: Hub, connection: HubConnection, websocket: WebSocket) 
             return CloseReason.MESSAGE_TOO_BIG
         connection.last_received = loop.time()
         inbound = connection.session.feed(data)
-        _apply(connection, inbound)
+        connection.apply(inbound)
         if connection.closing is not None:
             if inbound.close is not None and inbound.close.reason is not CloseReason.CLIENT_CLOSE:
                 log.info(
@@ -238,12 +221,15 @@ async def _read_loop(hub: Hub, connection: HubConnection, websocket: WebSocket) 
 
 
 async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> None:
-    attachment = Attachment(websocket)
+    attachment = Attachment(Transport.WEBSOCKETS)
     connection.attachment = attachment
     connection.detached_at = None
     name = connection.connection_id
     sink = RawSink.from_scope(websocket.scope)
-    writer = asyncio.create_task(connection.write_loop(websocket, sink), name=f"hub-writer:{name}")
+    writer = asyncio.create_task(
+        connection.write_loop(WebSocketWriter(websocket, sink, binary=connection.protocol.binary)),
+        name=f"hub-writer:{name}",
+    )
     reader = asyncio.create_task(_read_loop(hub, connection, websocket), name=f"hub-reader:{name}")
     attachment.writer, attachment.reader = writer, reader
     connection.sink = sink

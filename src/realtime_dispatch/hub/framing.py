@@ -1,7 +1,8 @@
 """Server → client WebSocket frames built once, and the raw transport they are written to.
 
 Server frames are unmasked (RFC 6455 §5.1), so one record sent to a group is the same bytes for
-every member: :func:`text_frame` builds them once per push and each member's transport gets
+every member: :func:`text_frame` (JSON) and :func:`binary_frame` (MessagePack) build them once
+per push and each member's transport gets
 those bytes, with no per-member framing.
 
 :class:`RawSink` is the transport of one accepted WebSocket, found through the
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 RAW_TRANSPORT_EXTENSION = "realtime_dispatch.raw_transport"
 _FIN_TEXT = 0x81
+_FIN_BINARY = 0x82
 _LEN16 = struct.Struct("!BBH")
 _LEN64 = struct.Struct("!BBQ")
 
@@ -30,6 +32,16 @@ def text_frame(payload: bytes) -> bytes:
     if size < 1 << 16:
         return _LEN16.pack(_FIN_TEXT, 126, size) + payload
     return _LEN64.pack(_FIN_TEXT, 127, size) + payload
+
+
+def binary_frame(payload: bytes) -> bytes:
+    """One final, unmasked binary frame carrying ``payload`` (MessagePack records)."""
+    size = len(payload)
+    if size < 126:
+        return bytes((_FIN_BINARY, size)) + payload
+    if size < 1 << 16:
+        return _LEN16.pack(_FIN_BINARY, 126, size) + payload
+    return _LEN64.pack(_FIN_BINARY, 127, size) + payload
 
 
 class _ServerSide(Protocol):

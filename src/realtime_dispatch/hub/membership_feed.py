@@ -4,6 +4,10 @@ from ``LISTEN realtime_membership`` on a dedicated connection outside the pool.
 The listening connection reconnects by itself. Notifications sent while it was down are lost, so
 after every (re)connect it re-reads the memberships of every user connected to this replica.
 
+Other hub state kept current from PostgreSQL shares that connection as a :class:`Subscription`
+(the revocations, :mod:`.revocation_watch`): its channel is listened to, and it is resynced after
+every (re)connect, before the feed counts as ready.
+
 :meth:`MembershipFeed.barrier` is how a push is ordered after the membership changes committed
 before it: a round trip on the listening connection. PostgreSQL delivers the notifications a
 session has been signalled before it reports the query done, and asyncpg runs the listener
@@ -14,8 +18,8 @@ before the push was produced has been applied.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Protocol
 from uuid import UUID
 
 import asyncpg
@@ -37,6 +41,17 @@ def shipped_member_chats() -> str:
     return sql
 
 
+class Subscription(Protocol):
+    """A channel listened to on the feed's connection, and its state reloaded after every
+    (re)connect."""
+
+    channel: str
+
+    def notified(self, payload: str) -> None: ...
+
+    async def resync(self, pool: asyncpg.Pool) -> None: ...
+
+
 class MembershipFeed:
     def __init__(
         self,
@@ -46,6 +61,7 @@ class MembershipFeed:
         tracker: MembershipTracker,
         connected_users: Callable[[], Collection[UUID]],
         member_chats_sql: str | None = None,
+        subscriptions: Sequence[Subscription] = (),
         health_interval: float = 5.0,
         query_timeout: float = 5.0,
         reconnect_delay: float = 0.5,
@@ -58,6 +74,7 @@ class MembershipFeed:
         # The manifest's member_chats: $1 uuid[] user ids → (user_id, chat_id) of active
         # memberships; on connect (one user) and after a reconnect (every connected user).
         self._member_chats = member_chats_sql or shipped_member_chats()
+        self._subscriptions = tuple(subscriptions)
         self._health_interval = health_interval
         self._query_timeout = query_timeout
         self._reconnect_delay = reconnect_delay
@@ -119,7 +136,11 @@ class MembershipFeed:
         )
         self._conn.add_termination_listener(lambda _conn: self._lost.set())
         await self._conn.add_listener(MEMBERSHIP_CHANNEL, self._on_notify)
+        for subscription in self._subscriptions:
+            await self._conn.add_listener(subscription.channel, _callback(subscription))
         await self._resync()
+        for subscription in self._subscriptions:
+            await subscription.resync(self._require_pool())
         self.ready.set()
         log.info("membership_feed_connected")
         while not self._lost.is_set():
@@ -198,3 +219,10 @@ class MembershipFeed:
                 self._next_barrier = None
             future.set_result(ok)
         return ok
+
+
+def _callback(subscription: Subscription) -> Callable[[object, int, str, str], None]:
+    def on_notify(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        subscription.notified(payload)
+
+    return on_notify

@@ -1,5 +1,6 @@
 """``POST /hubs/messenger/negotiate``: hands out a connection id and token, and remembers them
-(with the user and whether stateful reconnect was asked for) until the WebSocket arrives.
+(with the user and whether stateful reconnect was asked for) until the transport arrives: a
+WebSocket, a Server-Sent Events stream or a first long poll (all three are listed).
 
 The store is bounded: a user's negotiations past ``per_user`` push out that user's oldest (a
 client that negotiates and never connects only pushes out its own), and past ``total`` a new
@@ -11,8 +12,14 @@ import secrets
 from dataclasses import dataclass
 from uuid import UUID
 
-from realtime_dispatch.hub.admission import ConnectionRefused
-from realtime_dispatch.push import JsonObject
+from realtime_dispatch.hub.caps import ConnectionRefused
+from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.push import JsonObject, JsonValue
+
+AVAILABLE_TRANSPORTS: list[JsonValue] = [
+    {"transport": t.value, "transferFormats": list[JsonValue](t.transfer_formats)}
+    for t in Transport
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +116,7 @@ class NegotiationStore:
 def negotiate_body(negotiation: Negotiation, *, version: int) -> JsonObject:
     body: JsonObject = {
         "connectionId": negotiation.connection_id,
-        "availableTransports": [{"transport": "WebSockets", "transferFormats": ["Text", "Binary"]}],
+        "availableTransports": AVAILABLE_TRANSPORTS,
     }
     if version >= 1:
         body = {"negotiateVersion": 1, **body, "connectionToken": negotiation.token}

@@ -80,8 +80,13 @@ class Outbound:
         self._unsent_from = self._first_id = self._next_id
         return True
 
-    def push_control(self, record: bytes) -> None:
-        self._control.append(record)
+    def push_control(self, record: bytes, *, first: bool = False) -> None:
+        """Queue a record to go before any data; ``first``: before the control records queued
+        already too (a handshake answer, behind which a close message may wait)."""
+        if first:
+            self._control.insert(0, record)
+        else:
+            self._control.append(record)
 
     def take(self, max_chars: int) -> tuple[list[bytes], int]:
         """Records to write now, control first, up to about ``max_chars`` (at least one).

@@ -25,6 +25,7 @@ RECORD_SEPARATOR = "\x1e"
 _RS_BYTES = b"\x1e"
 SUPPORTED_VERSIONS = frozenset({0, 1, 2})
 STATEFUL_RECONNECT_MIN_VERSION = 2
+JSON_ONLY = frozenset({"json"})
 
 
 class ProtocolError(RealtimeDispatchError):
@@ -146,7 +147,8 @@ def _load_object(record: str) -> dict[str, JsonValue]:
     return value
 
 
-def parse_handshake(record: str) -> HandshakeRequest:
+def parse_handshake(record: str, protocols: frozenset[str] = JSON_ONLY) -> HandshakeRequest:
+    """The handshake request (JSON text whatever the protocol it names, one of ``protocols``)."""
     value = _load_object(record)
     protocol = value.get("protocol")
     version = value.get("version")
@@ -154,7 +156,7 @@ def parse_handshake(record: str) -> HandshakeRequest:
         raise ProtocolError("handshake has no protocol", code="InvalidHandshake")
     if not isinstance(version, int) or isinstance(version, bool):
         raise ProtocolError("handshake has no version", code="InvalidHandshake")
-    if protocol != "json":
+    if protocol not in protocols:
         raise ProtocolError(f"protocol '{protocol[:32]}' is not supported", code="Unsupported")
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(f"protocol version {version} is not supported", code="Unsupported")

@@ -13,11 +13,12 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.request_guard import BodyRule
-from realtime_dispatch.auth.tokens import AuthError, request_token
-from realtime_dispatch.hub.admission import ConnectionRefused
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
+from realtime_dispatch.hub.caps import ConnectionRefused
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
 from realtime_dispatch.hub.push_api import MAX_BODY_BYTES, BatchEndpoint, push_to_group
+from realtime_dispatch.hub.transports.http import HttpTransportEndpoint
 from realtime_dispatch.push import BATCH_PATH, MAX_BATCH_BYTES
 
 if TYPE_CHECKING:
@@ -46,15 +47,22 @@ def hub_body_rules() -> list[BodyRule]:
 
 
 def hub_routes(hub: Hub) -> list[BaseRoute]:
-    """The hub's HTTP face: negotiate, the WebSocket, the push endpoints (one push, a batch),
-    ``/healthz``, ``/readyz`` and ``/metrics``, for a Starlette or FastAPI app to mount."""
+    """The hub's HTTP face: negotiate, the WebSocket, Server-Sent Events and long polling, the
+    push endpoints (one push, a batch), ``/healthz``, ``/readyz`` and ``/metrics``, for a
+    Starlette or FastAPI app to mount."""
 
     async def negotiate(request: Request) -> Response:
         try:
-            user_id = hub.verifier.user_of(request_token(request.headers, request.query_params))
+            identity = await hub.verifier.verify(
+                request_token(request.headers, request.query_params)
+            )
         except AuthError as exc:
             log.info("hub_auth_refused", code=exc.code, transport="negotiate")
             return PlainTextResponse("Unauthorized", status_code=401)
+        except KeysUnavailable:
+            log.warning("hub_auth_unavailable", transport="negotiate")
+            return PlainTextResponse("Service Unavailable", status_code=503)
+        user_id = identity.user_id
         try:
             version = int(request.query_params.get("negotiateVersion", "0"))
         except ValueError:
@@ -92,6 +100,7 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
     return [
         Route(f"{HUB_PATH}/negotiate", negotiate, methods=["POST"]),
         WebSocketRoute(HUB_PATH, websocket),
+        Route(HUB_PATH, HttpTransportEndpoint(hub), methods=["GET", "POST", "DELETE"]),
         Route(PUSH_PATH, push, methods=["POST"]),
         Route(BATCH_PATH, BatchEndpoint(hub), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),

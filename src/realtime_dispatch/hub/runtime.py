@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -26,22 +28,31 @@ import asyncpg
 import structlog
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.auth.tokens import TokenVerifier
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.revocations import Revocations
+from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
 from realtime_dispatch.database import create_pool
-from realtime_dispatch.hub.admission import (
+from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
+from realtime_dispatch.hub.caps import (
     Admission,
     AdmissionStage,
     ConnectionRefused,
     Reservation,
 )
-from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
-from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-from realtime_dispatch.hub.framing import text_frame
+from realtime_dispatch.hub.connection import (
+    TOKEN_EXPIRED,
+    TOKEN_REVOKED,
+    ConnectionLimits,
+    HubConnection,
+)
+from realtime_dispatch.hub.expiry import ExpiryTimer
+from realtime_dispatch.hub.framing import binary_frame, text_frame
+from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.negotiate import NegotiationStore
-from realtime_dispatch.hub.protocol import PING
+from realtime_dispatch.hub.protocol import ProtocolError
 from realtime_dispatch.hub.publishers import (
     FramePublisher,
     GroupFrames,
@@ -49,9 +60,11 @@ from realtime_dispatch.hub.publishers import (
     RedisHubPublisher,
 )
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
+from realtime_dispatch.hub.revocation_watch import RevocationWatch
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
 
@@ -62,6 +75,9 @@ LOCAL: PushSource = "local"
 BACKPLANE: PushSource = "backplane"
 IDLE_TIMEOUT_ERROR = "Server timeout elapsed without receiving a message from the client."
 
+EncodedRun = tuple[list[bytes], list[bytes], bytes]
+"""A run of one group's records in one protocol: records, their WebSocket frames, joined."""
+
 
 @dataclass(frozen=True, slots=True)
 class HubOptions:
@@ -69,6 +85,10 @@ class HubOptions:
     (``realtime_dispatch.cli.serve.hub_options``); the hub never reads settings itself."""
 
     jwt_secret: str | None = None
+    """The HS256 secret; shorthand for ``tokens.secret`` (which wins when both are set)."""
+    tokens: TokenOptions | None = None
+    """Which tokens are accepted: the secret, an identity provider's JWKS, issuer, audience,
+    user claim (``REALTIME_HUB_JWT_*``)."""
     service_key: str | None = None
     backplane_url: str | None = None
     backplane_mode: str = "redis"
@@ -92,6 +112,12 @@ class HubOptions:
     """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
     reference messenger's participants)."""
 
+    def token_options(self) -> TokenOptions:
+        tokens = self.tokens if self.tokens is not None else TokenOptions()
+        if tokens.secret is None and self.jwt_secret is not None:
+            tokens = dataclasses.replace(tokens, secret=self.jwt_secret)
+        return tokens
+
 
 class Hub:
     def __init__(
@@ -109,7 +135,14 @@ class Hub:
         """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
-        self.verifier = TokenVerifier(self.options.jwt_secret)
+        self.revocations = Revocations()
+        """Revoked users, kept current from ``NOTIFY realtime_revocation`` on the membership
+        feed's connection; the verifier refuses their earlier tokens."""
+        self.verifier = TokenVerifier(self.options.token_options(), revocations=self.revocations)
+        """The one token check of this hub's transports and of the REST and ops APIs served
+        beside it."""
+        self.expiry = ExpiryTimer(self._expired)
+        """Each connection's token expiry, and the one timer that closes them at ``exp``."""
         self.admission = Admission(self.registry, options.max_connections_per_user)
         self.negotiations = NegotiationStore(
             options.negotiate_ttl,
@@ -118,15 +151,21 @@ class Hub:
         )
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
+        self._not_json = 0
+        """How many connections speak another protocol than JSON (MessagePack)."""
+        self.http_transports = HttpTransports()
+        """Server-Sent Events and long-polling connections by token (:mod:`.transports`)."""
         self._dsn = dsn
         self._pool = pool
         self._owned_pool: asyncpg.Pool | None = None
+        self.revocation_watch = RevocationWatch(self.revocations, self.cut_revoked)
         self.membership = MembershipFeed(
             dsn=dsn,
             pool=pool,
             tracker=self.tracker,
             connected_users=self.registry.users,
             member_chats_sql=options.member_chats_sql,
+            subscriptions=[self.revocation_watch],
         )
         url = self.options.backplane_url
         from_backplane = functools.partial(self.deliver, source=BACKPLANE)
@@ -151,6 +190,19 @@ class Hub:
         if self._pool is None:
             self._owned_pool = await create_pool(self._dsn, min_size=1, max_size=4)
             self.membership.pool = self._owned_pool
+        pool = self._pool or self._owned_pool
+        assert pool is not None
+        try:
+            # Revocations in force before any token is checked (a replica that was down reads
+            # what it missed); the feed reloads them on every (re)connect of its listener.
+            await self.revocation_watch.resync(pool)
+            if self.verifier.keys is not None:
+                await self.verifier.keys.prefetch()
+        except BaseException:
+            if self._owned_pool is not None:
+                await self._owned_pool.close()
+                self._owned_pool = None
+            raise
         url = self.options.backplane_url
         if url is not None and self.sharded:
             self._publisher = ShardedRedisHubPublisher(
@@ -174,6 +226,8 @@ class Hub:
         tb: TracebackType | None,
     ) -> None:
         await self.close_connections()
+        await self.http_transports.aclose()
+        self.expiry.cancel()
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -183,6 +237,7 @@ class Hub:
         if self._owned_pool is not None:
             await self._owned_pool.close()
             self._owned_pool = None
+        await self.verifier.aclose()
         log.info("hub_stopped")
 
     def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
@@ -281,9 +336,16 @@ class Hub:
 
         Each record is framed once. Consecutive records for the same group are a run: their
         frames are joined once, and every member without stateful reconnect gets the run as that
-        one piece. What is due to one connection is written to its transport in one call at the
-        end. Returns how many deliveries were made.
+        one piece. Members speaking another protocol than JSON (MessagePack) get the run
+        re-encoded once for all of them. What is due to one connection is written to its
+        transport in one call at the end. Returns how many deliveries were made.
+
+        Connections whose token has expired are closed first (one comparison per call, none
+        per member), so nothing is delivered to them even if the expiry timer is late; this
+        holds for every transport, as a closing connection takes no more records.
         """
+        if self.expiry.queue.next_at <= time.time():
+            self.expiry.run_due()
         connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
@@ -301,8 +363,11 @@ class Hub:
                 frames = [text_frame(record) for record in records]
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 deliveries += len(members) * len(records)
-                for connection_id in members:
-                    connections[connection_id].offer(records, frames, data, touched)
+                if not self._not_json:  # every connection speaks JSON: no check per member
+                    for connection_id in members:
+                        connections[connection_id].offer(records, frames, data, touched)
+                else:
+                    self._offer_mixed(members, records, frames, data, touched)
             start = end
         if touched:
             loop_time = asyncio.get_running_loop().time()
@@ -312,6 +377,34 @@ class Hub:
                 connection.last_sent = loop_time
             self.metrics.sent_frames.inc(written)
         return deliveries
+
+    def _offer_mixed(
+        self,
+        members: tuple[str, ...],
+        records: list[bytes],
+        frames: list[bytes],
+        data: bytes,
+        touched: list[HubConnection],
+    ) -> None:
+        """:meth:`send_to_groups` for one run while some connections speak another protocol
+        than JSON: the run is re-encoded once per such protocol, on its first member."""
+        connections = self.connections
+        json_protocol = JSON
+        encoded: dict[HubProtocol, EncodedRun | None] = {}
+        last: HubProtocol | None = None
+        run: EncodedRun | None = None
+        for connection_id in members:
+            connection = connections[connection_id]
+            protocol = connection.protocol
+            if protocol is json_protocol:
+                connection.offer(records, frames, data, touched)
+                continue
+            if protocol is not last:
+                if protocol not in encoded:
+                    encoded[protocol] = _encode_run(protocol, records)
+                last, run = protocol, encoded[protocol]
+            if run is not None:
+                connection.offer(run[0], run[1], run[2], touched)
 
     def _count_sent(self, records: int) -> None:
         self.metrics.sent_frames.inc(records)
@@ -341,8 +434,46 @@ class Hub:
         self._by_token[connection.token] = connection
         self.registry.add_connection(connection.connection_id, connection.user_id)
         self.registry.join(connection.connection_id, user_group(connection.user_id))
+        if connection.protocol is not JSON:
+            self._not_json += 1
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
         self.metrics.connections.inc()
         self._ended.clear()
+        if self.revocations.refuses(connection.identity):  # revoked while it was opening
+            connection.close(TOKEN_REVOKED)
+
+    def reidentify(self, connection: HubConnection, identity: Identity) -> None:
+        """A resumed connection's fresher token (same user): its expiry moves with it."""
+        connection.identity = identity
+        self.expiry.track(connection.connection_id, connection.identity.expires_at)
+
+    # expiry and revocation -----------------------------------------------------------------
+
+    def _expired(self, connection_id: str, now: float) -> None:
+        connection = self.connections.get(connection_id)
+        if connection is not None and connection.identity.expired(now):
+            self._end(connection, TOKEN_EXPIRED)
+
+    def cut_revoked(self, user_id: UUID) -> int:
+        """Close ``user_id``'s connections whose token the revocations now refuse; returns how
+        many."""
+        cut = 0
+        for connection_id in self.registry.connections_of(user_id):
+            connection = self.connections.get(connection_id)
+            if connection is not None and self.revocations.refuses(connection.identity):
+                self._end(connection, TOKEN_REVOKED)
+                cut += 1
+        if cut:
+            log.info("hub_user_revoked", connections=cut)
+        return cut
+
+    def _end(self, connection: HubConnection, request: CloseRequest) -> None:
+        """Close a connection with ``request``'s close message (sent once it is attached, for
+        one still opening); forget one waiting to resume at once."""
+        if connection.attachment is None and connection.detached_at is not None:
+            self.finalize(connection, request.reason)
+        else:
+            connection.close(request)
 
     def resumable(self, token: str | None, user_id: UUID) -> HubConnection | None:
         if token is None:
@@ -362,6 +493,9 @@ class Hub:
             return
         self._by_token.pop(connection.token, None)
         self.registry.remove_connection(connection.connection_id)
+        if connection.protocol is not JSON:
+            self._not_json -= 1
+        self.expiry.forget(connection.connection_id)
         self.metrics.connections.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
@@ -382,6 +516,7 @@ class Hub:
             await asyncio.sleep(tick)
             now = loop.time()
             self.negotiations.sweep(now)
+            self.http_transports.sweep(now, self.options.handshake_timeout)
             for connection in list(self.connections.values()):
                 self._check(connection, now)
 
@@ -400,4 +535,19 @@ class Hub:
             connection.close(CloseRequest(CloseReason.IDLE_TIMEOUT, IDLE_TIMEOUT_ERROR))
         elif now - connection.last_sent >= options.ping_interval:
             connection.last_sent = now
-            connection.send_control(PING)
+            connection.send_control(connection.protocol.ping)
+
+
+def _encode_run(protocol: HubProtocol, records: list[bytes]) -> EncodedRun | None:
+    """A run of JSON records in ``protocol``, framed as binary WebSocket frames; None (logged)
+    when a record has no equivalent there."""
+    if protocol.from_json is None:
+        raise ValueError(f"{protocol.name} records are JSON records")
+    try:
+        encoded = protocol.from_json(records)
+    except ProtocolError as exc:
+        log.warning("hub_push_not_encodable", protocol=protocol.name, code=exc.code)
+        return None
+    frame = binary_frame if protocol.binary else text_frame
+    frames = [frame(record) for record in encoded]
+    return encoded, frames, frames[0] if len(frames) == 1 else b"".join(frames)

@@ -106,7 +106,7 @@ def guarded(app: ASGIApp, hub: Hub, rules: Sequence[BodyRule] = ()) -> RequestGu
     return RequestGuard(
         app,
         rules=[*hub_body_rules(), *rules],
-        check_token=hub.verifier.user_of,
+        check_token=hub.verifier.verify,
         service_key=hub.options.service_key,
     )
 

@@ -1,10 +1,15 @@
 """What a connection does with the data a client sends: a sans-I/O state machine.
 
-:class:`InboundSession` takes raw frames and returns an :class:`Inbound` describing what to do
-(handshake done or refused, completions to send, acks received, close). It never raises for
-anything a client sends, so a fuzzer can throw arbitrary bytes at it. Under stateful reconnect it
-numbers the client's sequenced messages, drops the duplicates a client resends after a reconnect
-and tells the connection which sequence id to acknowledge.
+:class:`InboundSession` takes raw frames (WebSocket messages, HTTP POST bodies) and returns an
+:class:`Inbound` describing what to do (handshake done or refused, completions to send, acks
+received, close). It never raises for anything a client sends, so a fuzzer can throw arbitrary
+bytes at it. Under stateful reconnect it numbers the client's sequenced messages, drops the
+duplicates a client resends after a reconnect and tells the connection which sequence id to
+acknowledge.
+
+The handshake (JSON text, ended by ``\x1e``) names the hub protocol; from then on the session
+reads that protocol's records (:mod:`.wire`). A binary protocol on a text-only transport
+(MessagePack over Server-Sent Events) is refused in the handshake reply.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from realtime_dispatch.hub.messagepack import BinaryRecordBuffer
 from realtime_dispatch.hub.protocol import (
     SEQUENCED_TYPES,
     STATEFUL_RECONNECT_MIN_VERSION,
@@ -23,11 +29,14 @@ from realtime_dispatch.hub.protocol import (
     ProtocolError,
     RecordBuffer,
     Sequence,
-    completion_error,
     decode_frame,
     parse_handshake,
     parse_message,
 )
+from realtime_dispatch.hub.wire import JSON, PROTOCOLS, HubProtocol
+
+_PROTOCOL_NAMES = frozenset(PROTOCOLS)
+_RS = b"\x1e"
 
 
 class CloseReason(Enum):
@@ -43,6 +52,8 @@ class CloseReason(Enum):
     SHUTDOWN = "shutdown"
     RESUME_EXPIRED = "resume_expired"
     SERVER_ERROR = "server_error"
+    TOKEN_EXPIRED = "token_expired"
+    TOKEN_REVOKED = "token_revoked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +67,8 @@ class CloseRequest:
 class Inbound:
     handshake: HandshakeRequest | None = None
     handshake_reply_error: str | None = None
-    replies: list[str] = field(default_factory=list)
+    replies: list[bytes] = field(default_factory=list)
+    """Records to send back, in the session's protocol."""
     acked: int | None = None
     ack_to_send: int | None = None
     close: CloseRequest | None = None
@@ -66,18 +78,32 @@ class InboundSession:
     """Inbound protocol state of one hub connection (kept across transports on resume)."""
 
     __slots__ = (
+        "_binary",
         "_buffer",
+        "_head",
         "_last_acked_sent",
         "_latest_received",
+        "_max",
         "_next_receiving",
+        "binary_allowed",
         "handshake",
+        "protocol",
         "stateful_allowed",
     )
 
-    def __init__(self, *, max_record_chars: int, stateful_allowed: bool) -> None:
+    def __init__(
+        self, *, max_record_chars: int, stateful_allowed: bool, binary_allowed: bool = True
+    ) -> None:
+        self._max = max_record_chars
         self._buffer = RecordBuffer(max_record_chars)
+        self._binary: BinaryRecordBuffer | None = None
+        self._head = b""
         self.stateful_allowed = stateful_allowed
+        self.binary_allowed = binary_allowed
+        """Whether the transport carries binary records (all but Server-Sent Events)."""
         self.handshake: HandshakeRequest | None = None
+        self.protocol: HubProtocol = JSON
+        """The hub protocol the handshake named (JSON until then)."""
         self._next_receiving = 1
         self._latest_received = 0
         self._last_acked_sent = 0
@@ -93,21 +119,29 @@ class InboundSession:
     def new_transport(self) -> None:
         """A resumed connection starts a fresh byte stream."""
         self._buffer.clear()
+        if self._binary is not None:
+            self._binary.clear()
 
     def feed(self, data: str | bytes) -> Inbound:
         result = Inbound()
+        if self.handshake is None:
+            rest = self._feed_handshake(data, result)
+            if rest is None:
+                return result
+            data = rest
         try:
-            records = self._buffer.feed(decode_frame(data))
+            binary = self._binary
+            records: list[str] | list[bytes] = (
+                self._buffer.feed(decode_frame(data))
+                if binary is None
+                else binary.feed(data.encode() if isinstance(data, str) else data)
+            )
         except ProtocolError as exc:
             self._fail(result, exc)
             return result
         for record in records:
             try:
-                if self.handshake is None:
-                    self.handshake = parse_handshake(record)
-                    result.handshake = self.handshake
-                else:
-                    self._message(record, result)
+                self._message(record, result)
             except ProtocolError as exc:
                 self._fail(result, exc)
             if result.close is not None:
@@ -116,6 +150,42 @@ class InboundSession:
             self._last_acked_sent = self._latest_received
             result.ack_to_send = self._latest_received
         return result
+
+    def _feed_handshake(self, data: str | bytes, result: Inbound) -> str | bytes | None:
+        """Take the handshake record; what follows it, or None when there is nothing more to
+        read now (handshake incomplete, or refused: ``result`` says so)."""
+        raw = data.encode() if isinstance(data, str) else data
+        head = self._head + raw if self._head else raw
+        end = head.find(_RS)
+        if end < 0:
+            if len(head) > self._max:
+                self._fail(result, ProtocolError("Handshake message too big.", code="TooBig"))
+            else:
+                self._head = head
+            return None
+        self._head = b""
+        try:
+            try:
+                text = head[:end].decode()
+            except UnicodeDecodeError as exc:
+                raise ProtocolError("handshake is not valid UTF-8", code="InvalidUtf8") from exc
+            handshake = parse_handshake(text, _PROTOCOL_NAMES)
+            protocol = PROTOCOLS[handshake.protocol]
+            if protocol.binary and not self.binary_allowed:
+                raise ProtocolError(
+                    f"Cannot use the '{protocol.name}' protocol on the current transport: "
+                    "it does not support the 'Binary' transfer format.",
+                    code="Unsupported",
+                )
+        except ProtocolError as exc:
+            self._fail(result, exc)
+            return None
+        self.handshake = result.handshake = handshake
+        self.protocol = protocol
+        if protocol.binary:
+            self._binary = BinaryRecordBuffer(self._max)
+        rest = head[end + 1 :]
+        return rest if rest else None
 
     def _fail(self, result: Inbound, exc: ProtocolError) -> None:
         if self.handshake is None:
@@ -141,8 +211,8 @@ class InboundSession:
         self._latest_received = current
         return False
 
-    def _message(self, record: str, result: Inbound) -> None:
-        message = parse_message(record)
+    def _message(self, record: str | bytes, result: Inbound) -> None:
+        message = parse_message(record) if isinstance(record, str) else self.protocol.parse(record)
         if message is None:
             return
         match message:
@@ -150,7 +220,9 @@ class InboundSession:
                 if self._is_duplicate() or invocation_id is None:
                     return
                 result.replies.append(
-                    completion_error(invocation_id, f"Unknown hub method '{target[:64]}'.")
+                    self.protocol.completion_error(
+                        invocation_id, f"Unknown hub method '{target[:64]}'."
+                    )
                 )
             case Other(type=kind):
                 if kind in SEQUENCED_TYPES:

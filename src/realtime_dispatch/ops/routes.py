@@ -5,6 +5,10 @@
 * ``GET /ops/api/summary`` — counts, oldest pending age, recent lag, who holds the lock.
 * ``GET /ops/api/quarantined?kind=&limit=`` — quarantined rows with their ``last_error``.
 * ``POST /ops/api/requeue`` — ``{"ids": [...]}`` or ``{"kind": "..."}`` → ``{"requeued": n}``.
+* ``GET /ops/api/revocations`` — ``{"items": [{"userId", "revokedAt"}]}``, newest first.
+* ``POST /ops/api/revocations`` — ``{"userId": ...}`` → 201 ``{"userId", "revokedAt"}``: the
+  user's tokens issued until now are refused and their connections close on every replica.
+* ``DELETE /ops/api/revocations/{userId}`` — lift it → ``{"userId", "revokedAt"}``, or 404.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
-from realtime_dispatch.auth.tokens import AuthError, TokenVerifier, bearer
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, TokenVerifier, bearer
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -43,6 +47,12 @@ class RequeueRequest(BaseModel):
         return self
 
 
+class RevokeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: UUID = Field(alias="userId")
+
+
 def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
@@ -58,11 +68,13 @@ OPS_BODY_RULES = (BodyRule("/ops/api/.*", DEFAULT_MAX_BODY_BYTES, "token"),)
 def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
     page = resources.files("realtime_dispatch.ops").joinpath("static/ops.html").read_text("utf-8")
 
-    def admin_error(request: Request) -> Response | None:
+    async def admin_error(request: Request) -> Response | None:
         try:
-            identity = verifier.identity_of(bearer(request.headers))
+            identity = await verifier.verify(bearer(request.headers))
         except AuthError as exc:
             return _error(401, f"admin token required ({exc.code})")
+        except KeysUnavailable:
+            return _error(503, "the identity provider's keys are unavailable; retry later")
         if not identity.admin:
             return _error(403, "this token has no admin role")
         return None
@@ -71,7 +83,7 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         return HTMLResponse(page, headers={"Cache-Control": "no-store"})
 
     async def summary(request: Request) -> Response:
-        if (denied := admin_error(request)) is not None:
+        if (denied := await admin_error(request)) is not None:
             return denied
         stats = await service.stats()
         lag = await service.recent_lag()
@@ -87,7 +99,7 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         )
 
     async def quarantined(request: Request) -> Response:
-        if (denied := admin_error(request)) is not None:
+        if (denied := await admin_error(request)) is not None:
             return denied
         kind_param = request.query_params.get("kind") or None
         try:
@@ -101,7 +113,7 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         return _json({"items": [row.as_json() for row in rows]})
 
     async def requeue(request: Request) -> Response:
-        if (denied := admin_error(request)) is not None:
+        if (denied := await admin_error(request)) is not None:
             return denied
         try:
             body: Any = orjson.loads(await request.body())
@@ -114,8 +126,38 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         count = await service.requeue(ids=command.ids, kind=command.kind)
         return _json({"requeued": count})
 
+    async def revocations(request: Request) -> Response:
+        if (denied := await admin_error(request)) is not None:
+            return denied
+        if request.method == "GET":
+            return _json({"items": [r.as_json() for r in await service.revocations()]})
+        try:
+            command = RevokeRequest.model_validate(orjson.loads(await request.body()))
+        except orjson.JSONDecodeError:
+            return _error(400, "body must be JSON")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            return _error(422, f"{where}: {first['msg']}" if where else str(first["msg"]))
+        revocation = await service.revoke(command.user_id)
+        return _json(revocation.as_json(), 201)
+
+    async def lift(request: Request) -> Response:
+        if (denied := await admin_error(request)) is not None:
+            return denied
+        try:
+            user_id = UUID(request.path_params["user_id"])
+        except ValueError:
+            return _error(400, "userId must be a UUID")
+        lifted = await service.lift_revocation(user_id)
+        if lifted is None:
+            return _error(404, "no revocation for this user")
+        return _json(lifted.as_json())
+
     return [
         Route("/ops", ops_page, methods=["GET"]),
+        Route("/ops/api/revocations", revocations, methods=["GET", "POST"]),
+        Route("/ops/api/revocations/{user_id:str}", lift, methods=["DELETE"]),
         Route("/ops/api/summary", summary, methods=["GET"]),
         Route("/ops/api/quarantined", quarantined, methods=["GET"]),
         Route("/ops/api/requeue", requeue, methods=["POST"]),

@@ -9,6 +9,8 @@ from uuid import UUID
 
 import asyncpg
 
+from realtime_dispatch.auth import revocation_store
+from realtime_dispatch.auth.revocations import Revocation
 from realtime_dispatch.database import translate_errors
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
@@ -131,3 +133,13 @@ class OpsService:
         self, *, ids: list[UUID] | None = None, kind: RealtimeDispatchKind | None = None
     ) -> int:
         return await self.store.requeue(ids=ids or (), kind=kind)
+
+    async def revoke(self, user_id: UUID) -> Revocation:
+        """Cut ``user_id`` off: tokens issued until now are refused, connections closed."""
+        return await revocation_store.revoke(self._pool, user_id)
+
+    async def lift_revocation(self, user_id: UUID) -> Revocation | None:
+        return await revocation_store.lift(self._pool, user_id)
+
+    async def revocations(self) -> list[Revocation]:
+        return await revocation_store.revocations(self._pool)

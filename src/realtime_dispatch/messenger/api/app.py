@@ -4,9 +4,10 @@
 
     app = create_api(pool=pool, options=settings.api_options(), routes=hub_routes(hub))
 
-The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked with
-:class:`~realtime_dispatch.auth.tokens.TokenVerifier` against the hub's secret
-(``REALTIME_HUB_JWT_SECRET``), so one token serves both.
+The pool is the caller's (opened and closed by whoever serves the app). Tokens are checked by
+the hub's :class:`~realtime_dispatch.auth.tokens.TokenVerifier` when one is given (``serve``
+and ``hub`` pass ``hub.verifier``, so one token serves both and revocations apply to both),
+else by one made from the options' secret.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ class ApiOptions:
 
 
 def create_api(
-    *, pool: asyncpg.Pool, options: ApiOptions, routes: Sequence[BaseRoute] = ()
+    *,
+    pool: asyncpg.Pool,
+    options: ApiOptions,
+    routes: Sequence[BaseRoute] = (),
+    verifier: TokenVerifier | None = None,
 ) -> FastAPI:
     """The FastAPI app (``/api/…``, ``/openapi.json``, ``/docs``) plus ``routes`` (the hub's)."""
     app = FastAPI(
@@ -50,7 +55,7 @@ def create_api(
         version="1",
         description=DESCRIPTION,
     )
-    app.state.verifier = TokenVerifier(options.jwt_secret)
+    app.state.verifier = verifier if verifier is not None else TokenVerifier(options.jwt_secret)
     app.state.pool = pool
     app.state.fingerprint_key = options.fingerprint_key
     # The same minting as at delivery, for join credentials asked for over REST.

@@ -1,5 +1,6 @@
-"""Request dependencies: the caller (bearer JWT, the hub's verifier: ``sub`` = user id) and a
-pooled database connection. Both live in the app's state, set by :func:`create_api`."""
+"""Request dependencies: the caller (bearer JWT, checked by the hub's
+:class:`~realtime_dispatch.auth.tokens.TokenVerifier`, revocations included) and a pooled
+database connection. Both live in the app's state, set by :func:`create_api`."""
 
 from __future__ import annotations
 
@@ -19,17 +20,22 @@ if TYPE_CHECKING:
 else:  # FastAPI evaluates the annotations at runtime, where the proxy is not subscriptable.
     PooledConnection = PoolConnectionProxy
 
-_bearer = HTTPBearer(auto_error=False, description="A hub JWT (HS256, `sub` = user id).")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A hub JWT (HS256 or the identity provider's RS256/ES256; its user claim, "
+    "`sub` by default, is the user id).",
+)
 
 
-def current_user(
+async def current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> UUID:
     """The caller's user id; :class:`~realtime_dispatch.auth.tokens.AuthError` (→ 401) when the
-    token is missing, expired or forged."""
+    token is missing, expired, forged or revoked."""
     verifier: TokenVerifier = request.app.state.verifier
-    return verifier.user_of(credentials.credentials if credentials is not None else None)
+    token = credentials.credentials if credentials is not None else None
+    return (await verifier.verify(token)).user_id
 
 
 async def connection(request: Request) -> AsyncIterator[PooledConnection]:

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from realtime_dispatch.auth.tokens import AuthError
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.messenger.refusals import (
     Conflict,
@@ -74,6 +74,11 @@ def _reason(error: Any) -> str:
     return message
 
 
+async def _keys_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, KeysUnavailable)
+    return _body("Unavailable", "the identity provider's keys are unavailable; retry later", 503)
+
+
 async def _validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [
@@ -118,6 +123,7 @@ async def _database(_request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, _domain)
     app.add_exception_handler(AuthError, _auth)
+    app.add_exception_handler(KeysUnavailable, _keys_unavailable)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(asyncpg.PostgresError, _database)
