@@ -149,6 +149,7 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         assert [r["t"] for r in tables] == [
             "messenger.realtime_dispatch_state",
             "messenger.realtime_outbox",
+            "messenger.realtime_revocations",
             "messenger.realtime_schema_migrations",
             "public.ConversationMembers",
             "public.Conversations",
@@ -244,6 +245,7 @@ async def test_outbox_alone_and_collisions_are_one_line(
             "messages",
             "realtime_dispatch_state",
             "realtime_outbox",
+            "realtime_revocations",
             "realtime_schema_migrations",
         ]
         clash = run_cli("migrate", env=env)

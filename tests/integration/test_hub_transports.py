@@ -463,3 +463,30 @@ async def test_long_polling_connection_of_a_revoked_user_is_closed(hub, pool):
         client.auth = {"Authorization": f"Bearer {fresh}"}
         assert (await client.get()).status_code == 204
         assert not hub.hub.connections
+
+
+async def test_the_per_user_cap_holds_on_long_polling_and_server_sent_events(database_url, pool):
+    """A user at REALTIME_HUB_MAX_CONNECTIONS_PER_USER is refused on the HTTP transports too:
+    a token negotiated before the cap was reached opens neither a stream nor a first poll (the
+    cap is checked before the negotiation is looked up)."""
+    settings = hub_settings(hub_max_connections_per_user=1)
+    async with running_hub(settings, dsn=database_url, pool=pool) as running:
+        user = uuid.uuid4()
+        token = make_token(user)
+        async with http_client(running) as http:
+            early = [(await negotiate(running, token)).json()["connectionToken"] for _ in range(2)]
+            poller = LongPoller(http, token)
+            assert _records(await poller.open(running, token, JSON_HANDSHAKE)) == [{}]
+            # The one place is taken: a long poll and an SSE stream of the earlier
+            # negotiations are refused before anything is opened.
+            auth = {"Authorization": f"Bearer {token}"}
+            refused = await http.get(HUB, params={"id": early[0]}, headers=auth)
+            assert refused.status_code == 429
+            assert "Too many connections" in refused.text
+            stream = await http.get(
+                HUB, params={"id": early[1]}, headers={**auth, "Accept": "text/event-stream"}
+            )
+            assert stream.status_code == 429
+            assert len(running.hub.connections) == 1
+            # Another user is not affected.
+            assert (await negotiate(running, make_token(uuid.uuid4()))).status_code == 200
