@@ -39,9 +39,19 @@ async def next_event(client: NodeClient, kinds: set[str]) -> dict[str, Any]:
             return event
 
 
-@pytest.mark.parametrize("transport", ["WebSockets", "LongPolling"])
-async def test_node_client_reconnects_with_a_fresh_token_after_expiry(hub, transport):
-    """On long polling too: the close message at ``exp`` answers the client's waiting poll."""
+@pytest.mark.parametrize(
+    ("transport", "protocol"),
+    [
+        ("WebSockets", "json"),
+        ("WebSockets", "messagepack"),
+        ("ServerSentEvents", "json"),
+        ("LongPolling", "json"),
+        ("LongPolling", "messagepack"),
+    ],
+)
+async def test_node_client_reconnects_with_a_fresh_token_after_expiry(hub, transport, protocol):
+    """On every transport and protocol: on long polling the close message at ``exp`` answers
+    the client's waiting poll; a Server-Sent Events stream ends after it."""
     alice = uuid.uuid4()
     client = await NodeClient.start(
         f"{hub.http_url}/hubs/messenger",
@@ -50,6 +60,7 @@ async def test_node_client_reconnects_with_a_fresh_token_after_expiry(hub, trans
         reconnect=RECONNECT_DELAYS,
         targets=["message_received"],
         transport=transport,
+        protocol=protocol,
     )
     try:
         first = await next_event(client, {"token"})
