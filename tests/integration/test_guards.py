@@ -12,7 +12,7 @@ from tests.integration.support import new_chat, send
 
 FILL_SQL = """
 INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
-SELECT gen_random_uuid(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
 FROM generate_series(1, $1)
 """
 
