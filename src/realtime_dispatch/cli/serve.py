@@ -24,6 +24,7 @@ from realtime_dispatch.cli.devsecrets import with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
@@ -32,6 +33,8 @@ from realtime_dispatch.messenger.reaper import CallTimeoutReaper
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
+from realtime_dispatch.sync.routes import sync_routes
+from realtime_dispatch.sync.service import SyncService
 
 log = structlog.get_logger(__name__)
 
@@ -115,10 +118,18 @@ async def serve(settings: Settings, *, host: str, port: int, with_dispatcher: bo
                 operator_routes = ops_routes(OpsService(pool), hub.verifier)
                 demo_secret = settings.hub_jwt_secret.get_secret_value() if dev_tokens else None
                 demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret)
+                # Sync builds its payloads with the dispatcher's own builders, composed here:
+                # it stands beside the messenger's REST API, not inside it.
+                resume = SyncService(pool, default_payload_builder(settings.media_options()))
                 app = create_api(
                     pool=pool,
                     options=settings.api_options(),
-                    routes=[*hub_routes(hub), *operator_routes, *demo],
+                    routes=[
+                        *hub_routes(hub),
+                        *sync_routes(resume, hub.verifier),
+                        *operator_routes,
+                        *demo,
+                    ],
                 )
                 server = HubServer(
                     uvicorn_config(app, host=host, port=port, log_level=settings.log_level), hub

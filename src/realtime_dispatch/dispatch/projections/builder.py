@@ -3,7 +3,8 @@ error) per row, with one projection query per kind group, never one per row.
 
 :class:`CompositePayloadBuilder` parses each row into its typed intent (a row nobody could have
 enqueued fails with :class:`PayloadBuildError`), groups rows by the kind builder registered for
-them, and calls each builder once with its whole group.
+them, and calls each builder once with its whole group. Every payload leaves here carrying its
+row's id as ``eventId`` (:func:`~.encoding.stamp_event_id`): set once here, for all kinds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Protocol, TypeAlias
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
+from realtime_dispatch.dispatch.projections.encoding import stamp_event_id
 from realtime_dispatch.errors import (
     IntentError,
     PayloadBuildError,
@@ -76,11 +78,15 @@ class CompositePayloadBuilder:
             built = await builder.build(conn, items)
             for item in items:
                 result = built.get(item.row.id)
-                results[item.row.id] = (
-                    PayloadBuildError("builder returned nothing", code="NotBuilt")
-                    if result is None
-                    else result
-                )
+                if result is None:
+                    result = PayloadBuildError("builder returned nothing", code="NotBuilt")
+                elif isinstance(result, Push):
+                    result = Push(
+                        result.group,
+                        result.target,
+                        payload_json=stamp_event_id(result.payload_json, item.row.id),
+                    )
+                results[item.row.id] = result
         await _mark_gone_targets(conn, rows, results)
         return results
 
