@@ -592,6 +592,10 @@ export interface SyncPageOut {
    * The cursor is past what the outbox retains (or from another database): resync fully over REST, then continue from `nextCursor`.
    */
   limited: boolean;
+  /**
+   * Newer events wait behind a transaction still open: ask again shortly (they are never skipped; the cursor stays before them).
+   */
+  heldBack?: boolean;
 }
 export interface UserRef {
   userId: string;

@@ -247,6 +247,11 @@ class SyncPageOut(ApiModel):
         description="The cursor is past what the outbox retains (or from another database):"
         " resync fully over REST, then continue from `nextCursor`."
     )
+    held_back: bool = Field(
+        default=False,
+        description="Newer events wait behind a transaction still open: ask again shortly"
+        " (they are never skipped; the cursor stays before them).",
+    )
 
 
 class ContactRequestCreated(ApiModel):

@@ -10,11 +10,12 @@ SELECT (SELECT system_identifier FROM pg_control_system()) AS system_identifier,
 SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon
 
 -- name: page
--- One page of the caller's events after the cursor, in (xid, id) order, below the horizon;
--- one statement whatever the number of chats: an index range scan of ix_rto_sync, each row's
--- chat checked against the caller's participant row (its unique key). The first output row
--- always exists and carries the horizon and whether the cursor is past what is retained.
---   $1 caller, $2 cursor xid, $3 cursor id, $4 page size
+-- One page of the caller's events after the cursor, in (xid, id) order; one statement whatever
+-- the number of chats: an index range scan of ix_rto_sync, each row's chat checked against the
+-- caller's participant row (its unique key). The first output row always exists and carries
+-- the horizon and whether the cursor is past what is retained. Only rows below the horizon are
+-- served; one row more than asked for tells whether a visible row waits above it (held back).
+--   $1 caller, $2 cursor xid, $3 cursor id, $4 page size + 1
 WITH h AS (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon,
            pg_snapshot_xmax(pg_current_snapshot()) AS xmax,
@@ -33,7 +34,6 @@ LEFT JOIN LATERAL (
         ON p.chat_id = o.chat_id AND p.user_id = $1::uuid AND p.active
     WHERE NOT state.limited
       AND (o.xid, o.id) > ($2::xid8, $3::uuid)
-      AND o.xid < state.horizon
       AND ((o.target_kind = 'User' AND o.target_user_id = $1::uuid)
            OR (o.target_kind = 'ChatGroup' AND p.joined_at <= o.created_at))
     ORDER BY o.xid, o.id

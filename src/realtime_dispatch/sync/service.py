@@ -1,10 +1,15 @@
 """One page of ``GET /api/sync``: the caller's events after a cursor, built by the same payload
 builders the dispatcher pushes with (injected: this package never imports ``dispatch``).
 
-Paging: a full page continues from its last row; a short page moves the cursor to the horizon,
-so an idle caller's cursor keeps up with the log. Past what is retained (or a cursor from
-another database) the answer is empty, ``limited``, with a cursor at the horizon to continue
-from after the client's full resync.
+Paging: a full page continues from its last row; a page shorter than ``limit`` is the last one
+for now, and moves the cursor to the horizon, so an idle caller's cursor keeps up with the log.
+Past what is retained (or a cursor from another database) the answer is empty, ``limited``,
+with a cursor at the horizon to continue from after the client's full resync.
+
+Held back: a row is served only below the snapshot's xmin horizon, where no transaction can
+still commit, so that a late commit never falls behind a cursor. A transaction that stays
+open holds newer rows back; the page then says ``heldBack`` and the client asks again shortly
+(its live pushes keep coming meanwhile).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class SyncPage:
     events: Sequence[SyncEvent]
     next_cursor: str
     limited: bool
+    held_back: bool = False
 
     def json(self) -> bytes:
         """The response body; each payload's JSON goes in as it was built."""
@@ -63,6 +69,7 @@ class SyncPage:
                 ],
                 "nextCursor": self.next_cursor,
                 "limited": self.limited,
+                "heldBack": self.held_back,
             }
         )
 
@@ -88,23 +95,32 @@ class SyncService:
             if cursor.source != source:
                 horizon = await store.horizon(conn)
                 return SyncPage((), SyncCursor.at_horizon(source, horizon).encode(), True)
-            found = await store.page(conn, user_id, cursor.xid, cursor.after_id, limit)
-            at_horizon = SyncCursor.at_horizon(source, found.horizon)
-            if found.limited:
-                return SyncPage((), at_horizon.encode(), True)
-            rows = [row for _, row in found.rows]
-            built = await self._builder.build(conn, rows) if rows else {}
-        events = [
+            events: list[SyncEvent] = []
+            position = cursor
+            while True:
+                want = limit - len(events)
+                found = await store.page(conn, user_id, position.xid, position.after_id, want)
+                at_horizon = SyncCursor.at_horizon(source, found.horizon)
+                if found.limited:
+                    return SyncPage((), at_horizon.encode(), True)
+                events += await self._build(conn, [row for _, row in found.rows])
+                if len(found.rows) < want:  # the end: continue from the horizon next time
+                    end = max(position, at_horizon).encode()
+                    return SyncPage(events, end, False, found.held_back)
+                xid, last = found.rows[-1]
+                position = SyncCursor(xid, last.id, source)
+                if len(events) == limit:
+                    return SyncPage(events, position.encode(), False)
+                # Some rows could not be built (their entity is gone): fill the page, so that
+                # a page shorter than ``limit`` always means "nothing more for now".
+
+    async def _build(self, conn: DbConnection, rows: list[ClaimedRow]) -> list[SyncEvent]:
+        built = await self._builder.build(conn, rows) if rows else {}
+        return [
             SyncEvent(row.id, result.target, result.payload_json)
             for row in rows
             if isinstance(result := built.get(row.id), Push)
         ]
-        if len(found.rows) == limit:
-            xid, last = found.rows[-1]
-            next_cursor = SyncCursor(xid, last.id, source)
-        else:
-            next_cursor = max(cursor, at_horizon)
-        return SyncPage(events, next_cursor.encode(), False)
 
     async def _load_source(self, conn: DbConnection) -> str:
         self._source = await store.source(conn)

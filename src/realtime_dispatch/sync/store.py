@@ -15,12 +15,15 @@ QUERIES = load_queries("realtime_dispatch.sync")
 
 @dataclass(frozen=True, slots=True)
 class PageRows:
-    """What one page query saw: the horizon, whether the cursor was past what is retained, and
-    the rows (each with its transaction id), in cursor order."""
+    """What one page query saw: the horizon, whether the cursor was past what is retained, the
+    rows below the horizon (each with its transaction id), in cursor order, and whether a row
+    visible now waits at or above the horizon (a transaction that began before it is still
+    open: served once that one ends)."""
 
     horizon: int
     limited: bool
     rows: list[tuple[int, ClaimedRow]]
+    held_back: bool
 
 
 async def source(conn: DbConnection) -> str:
@@ -36,8 +39,9 @@ async def horizon(conn: DbConnection) -> int:
 async def page(
     conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int
 ) -> PageRows:
-    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit)
+    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1)
     first = records[0]
+    horizon = int(first["horizon"])
     rows = [
         (
             int(r["xid"]),
@@ -57,6 +61,7 @@ async def page(
             ),
         )
         for r in records
-        if r["id"] is not None
-    ]
-    return PageRows(int(first["horizon"]), bool(first["limited"]), rows)
+        if r["id"] is not None and int(r["xid"]) < horizon
+    ][:limit]
+    above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
+    return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)
