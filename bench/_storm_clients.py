@@ -60,6 +60,7 @@ class Shared:
         self.errors: Counter[str] = Counter()  # transport errors by class
         self.hub_refusals: Counter[str] = Counter()
         self.marked_at = 0.0
+        self.latency: dict[str, list[float]] = {}  # REST request seconds by kind
 
 
 class Client(WSListener):  # type: ignore[misc]
@@ -88,6 +89,9 @@ class Client(WSListener):  # type: ignore[misc]
     # --- the socket ---------------------------------------------------------------------------
 
     def on_ws_connected(self, transport: WSTransport) -> None:
+        if self.transport is not None:  # a late attempt that was given up: not this one
+            transport.disconnect()
+            return
         self.transport = transport
         transport.send(TEXT, HANDSHAKE)
 
@@ -106,7 +110,7 @@ class Client(WSListener):  # type: ignore[misc]
                 self.handshaken = True
                 self.failures = 0
                 self.keepalive = self.loop.call_later(10, self.ping)
-                self.loop.create_task(self.caught_up())
+                self.loop.create_task(self.catch_up())
             return
         message = orjson.loads(record)
         if message.get("type") == 1 and message.get("target") == "message_received":
@@ -118,6 +122,8 @@ class Client(WSListener):  # type: ignore[misc]
             self.keepalive = self.loop.call_later(10, self.ping)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if transport is not self.transport:
+            return
         if self.keepalive is not None:
             self.keepalive.cancel()
         self.handshaken = False
@@ -128,17 +134,26 @@ class Client(WSListener):  # type: ignore[misc]
             self.loop.create_task(self.reconnect())
 
     async def connect(self) -> bool:
-        try:
-            await ws_connect(
+        # An attempt that hangs (a SYN dropped by a full accept queue waits out the kernel's
+        # retransmits) is abandoned after 15 s, without waiting for its cancellation.
+        attempt = asyncio.ensure_future(
+            ws_connect(
                 lambda: self,
                 self.shared.ws,
                 extra_headers=self.auth,
-                websocket_handshake_timeout=30,
+                websocket_handshake_timeout=10,
             )
-            return True
-        except Exception as error:  # refused while the replica is down, 503 while it starts
+        )
+        done, _ = await asyncio.wait({attempt}, timeout=15)
+        if not done:
+            attempt.cancel()
+            self.shared.hub_refusals["AttemptTimeout"] += 1
+            return False
+        error = attempt.exception()
+        if error is not None:  # refused while the replica is down, 503 while it starts
             self.shared.hub_refusals[type(error).__name__] += 1
             return False
+        return True
 
     async def reconnect(self) -> None:
         while not self.stopping:
@@ -180,7 +195,16 @@ class Client(WSListener):  # type: ignore[misc]
         shared = self.shared
         for attempt in range(1, 1000):
             try:
+                started = time.perf_counter()
                 response = await shared.http.get(path, params=params, headers=self.auth)
+                key = (
+                    "sync"
+                    if path == "/api/sync"
+                    else "chats"
+                    if path == "/api/chats"
+                    else "history"
+                )
+                shared.latency.setdefault(key, []).append(time.perf_counter() - started)
             except httpx.TransportError as error:
                 shared.errors[type(error).__name__] += 1
                 await asyncio.sleep(random.random() * min(5.0, 0.25 * 2**attempt))
@@ -191,6 +215,12 @@ class Client(WSListener):  # type: ignore[misc]
             retry = float(response.headers.get("Retry-After", 0) or 0)
             await asyncio.sleep(max(retry * (1 + random.random()), random.random() * 0.5))
         raise RuntimeError("REST kept failing")
+
+    async def catch_up(self) -> None:
+        try:
+            await self.caught_up()
+        except Exception as error:  # counted, so that a stuck client shows why
+            self.shared.errors[f"catch_up {type(error).__name__}: {error}"[:120]] += 1
 
     async def caught_up(self) -> None:
         started = time.time()
@@ -304,8 +334,21 @@ async def main(spec: dict[str, Any]) -> None:
             for c in clients
         ],
         "rest_statuses": {str(k): v for k, v in shared.statuses.items()},
+        "not_live": Counter(
+            f"handshaken={c.handshaken} transport={c.transport is not None} failures={c.failures}"
+            for c in clients
+            if c.live_at is None or c.live_at < shared.marked_at
+        ),
         "rest_errors": dict(shared.errors),
         "hub_refusals": dict(shared.hub_refusals),
+        "rest_latency_ms": {
+            key: {
+                "p50": round(sorted(v)[len(v) // 2] * 1000, 1),
+                "p95": round(sorted(v)[int(len(v) * 0.95)] * 1000, 1),
+                "n": len(v),
+            }
+            for key, v in shared.latency.items()
+        },
     }
     await asyncio.to_thread(Path(spec["out"]).write_bytes, orjson.dumps(results))
     emit({"event": "done"})

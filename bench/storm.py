@@ -217,6 +217,44 @@ class ClientsProc:
         await self.process.stdin.drain()
 
 
+class ClientsGroup:
+    """The client processes as one: commands to all, live clients summed."""
+
+    def __init__(self, parts: list[ClientsProc]) -> None:
+        self.parts = parts
+
+    async def connected(self) -> None:
+        await asyncio.gather(*(part.connected.wait() for part in self.parts))
+
+    async def done(self) -> None:
+        await asyncio.gather(*(part.done.wait() for part in self.parts))
+
+    @property
+    def live(self) -> int:
+        return sum(part.live for part in self.parts)
+
+    @live.setter
+    def live(self, value: int) -> None:
+        for part in self.parts:
+            part.live = value
+
+    async def send(self, **command: Any) -> None:
+        for part in self.parts:
+            await part.send(**command)
+
+
+def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"clients": []}
+    for key in ("rest_statuses", "rest_errors", "hub_refusals", "not_live"):
+        total: Counter[str] = Counter()
+        for output in outputs:
+            total.update(output.get(key, {}))
+        merged[key] = dict(total)
+    for output in outputs:
+        merged["clients"] += output["clients"]
+    return merged
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -228,7 +266,7 @@ async def storm(
     hub: Proc,
     hub_port: int,
     rest: Proc,
-    clients: ClientsProc,
+    clients: ClientsGroup,
     n: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
@@ -290,20 +328,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             spec = {
                 "ws": f"ws://127.0.0.1:{hub_port}/hubs/messenger",
                 "rest": f"http://127.0.0.1:{rest_port}",
-                "clients": [[str(u), mint_token(SECRET, u, ttl=7200)] for u in users],
-                "out": str(out),
             }
-            spec_path.write_text(json.dumps(spec))
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(Path(__file__).with_name("_storm_clients.py")),
-                str(spec_path),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            clients = ClientsProc(process, out)
+            tokens = [[str(u), mint_token(SECRET, u, ttl=7200)] for u in users]
+            parts = []
+            for n in range(args.processes):
+                spec_n = {**spec, "clients": tokens[n :: args.processes], "out": f"{out}.{n}"}
+                path_n = Path(f"{spec_path}.{n}")
+                await asyncio.to_thread(path_n.write_text, json.dumps(spec_n))
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    str(Path(__file__).with_name("_storm_clients.py")),
+                    str(path_n),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                )
+                parts.append(ClientsProc(process, Path(f"{out}.{n}")))
+            clients = ClientsGroup(parts)
             connect_started = time.monotonic()
-            await asyncio.wait_for(clients.connected.wait(), args.timeout)
+            await asyncio.wait_for(clients.connected(), args.timeout)
             connect_s = time.monotonic() - connect_started
             print(f"{len(users)} clients connected in {connect_s:.1f} s", flush=True)
             owners.start()
@@ -336,14 +378,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 await check.close()
             await asyncio.sleep(3)
-            clients_cpu = cpu_seconds(process.pid)
+            clients_cpu = sum(cpu_seconds(part.process.pid) for part in parts)
             await clients.send(cmd="stop")
-            await asyncio.wait_for(clients.done.wait(), 120)
-            await process.wait()
+            await asyncio.wait_for(clients.done(), 120)
+            for part in parts:
+                await part.process.wait()
         finally:
             for proc in procs:
                 await proc.kill(signal.SIGTERM)
-        data = orjson.loads(out.read_bytes())
+        data = merge([orjson.loads(part.out.read_bytes()) for part in parts])
     data["clients_cpu_s"] = clients_cpu
     return analyse(
         args,
@@ -410,6 +453,7 @@ def analyse(
         "rest_5xx": sum(v for k, v in statuses.items() if k >= 500),
         "rest_errors": data["rest_errors"],
         "hub_refusals": data["hub_refusals"],
+        "not_live_at_stop": data["not_live"],
         "clients_process_cpu_s": round(data["clients_cpu_s"], 1),
         "storms": storms,
         "logs": str(logs),
@@ -420,10 +464,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--clients", type=int, default=5000)
-    parser.add_argument("--rate", type=float, default=100.0, help="messages per second")
+    parser.add_argument("--rate", type=float, default=20.0, help="messages per second")
     parser.add_argument("--down", type=float, default=5.0, help="seconds the replica is dead")
     parser.add_argument("--before", type=float, default=5.0, help="seconds of traffic first")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--processes", type=int, default=2, help="client processes")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
