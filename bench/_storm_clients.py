@@ -61,6 +61,12 @@ class Shared:
         self.hub_refusals: Counter[str] = Counter()
         self.marked_at = 0.0
         self.latency: dict[str, list[float]] = {}  # REST request seconds by kind
+        self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
 
 class Client(WSListener):  # type: ignore[misc]
@@ -110,7 +116,7 @@ class Client(WSListener):  # type: ignore[misc]
                 self.handshaken = True
                 self.failures = 0
                 self.keepalive = self.loop.call_later(10, self.ping)
-                self.loop.create_task(self.catch_up())
+                self.shared.spawn(self.catch_up())
             return
         message = orjson.loads(record)
         if message.get("type") == 1 and message.get("target") == "message_received":
@@ -131,7 +137,7 @@ class Client(WSListener):  # type: ignore[misc]
         if not self.stopping:
             self.down_at = time.time()
             self.live_at = None
-            self.loop.create_task(self.reconnect())
+            self.shared.spawn(self.reconnect())
 
     async def connect(self) -> bool:
         # An attempt that hangs (a SYN dropped by a full accept queue waits out the kernel's

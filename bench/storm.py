@@ -2,15 +2,16 @@
 owners write; restart it; every client reconnects and catches up. Once resuming from the sync
 cursor (``GET /api/sync``), once with today's full resync, in the same run.
 
-    python bench/storm.py [--clients 5000] [--rate 100] [--down 5] [--before 5] [--dsn DSN]
+    python bench/storm.py [--clients 5000] [--rate 20] [--down 5] [--before 5] [--timeout 300]
+                          [--processes 2] [--dsn DSN]
 
 In a scratch database ``bench_storm_*`` (dropped at the end): ``--clients`` users, each a
 member of 5 chats of 10. The real processes, logs at level info as shipped: a ``hub`` replica
 (the clients' WebSockets: the one that is killed), a second ``hub`` process serving the REST
 API and ``GET /api/sync`` (so their CPU is told apart), and a ``worker`` pushing to the first
-over HTTP. The clients live in one process (``bench/_storm_clients.py``: picows WebSockets,
-the SDK's dedupe, full-jitter reconnects). Owners (this process) send messages with the real
-``send_message`` command at ``--rate`` per second throughout.
+over HTTP. The clients live in ``--processes`` processes (``bench/_storm_clients.py``: picows
+WebSockets, the SDK's dedupe, full-jitter reconnects). Owners (this process) send messages
+with the real ``send_message`` command at ``--rate`` per second throughout.
 
 For each mode (``sync``, then ``full``): ``--before`` seconds of traffic, ``kill -9`` of the
 hub replica, ``--down`` seconds dead, restart on the same port; the time from the restarted

@@ -172,6 +172,8 @@ async def test_limited_past_retention_or_from_another_database(
 
 
 async def test_refusals(sync: Sync) -> None:
+    paths = (await sync.http.get("/openapi.json")).json()["paths"]
+    assert {"since", "limit"} <= {p["name"] for p in paths["/api/sync"]["get"]["parameters"]}
     user = uuid4()
     assert (await sync.get(None)).status_code == 401
     for bad in ("", "nope", "0123456789abcdef.12", "0123456789abcdef.1." + "g" * 32):
