@@ -1,5 +1,6 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
-event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``) and every REST body
+event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``, and the group shapes of
+``call_invited`` / ``call_ended`` in ``GROUP_EVENT_MODELS``) and every REST body
 (``realtime_dispatch.contracts.rest``). pydantic gives the JSON Schema (wire names,
 serialization mode); ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it
 into TypeScript.
@@ -20,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from realtime_dispatch.contracts import rest as schemas
-from realtime_dispatch.contracts.events import EVENT_MODELS
+from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "clients/js/src/contracts.ts"
@@ -61,7 +62,7 @@ def _add(defs: dict[str, object], name: str, model: type[BaseModel]) -> None:
 
 def schema() -> dict[str, object]:
     defs: dict[str, object] = {}
-    for model in EVENT_MODELS.values():
+    for model in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values()):
         _add(defs, model.__name__, model)
     events = set(defs)
     for model in rest_models():

@@ -197,6 +197,8 @@ async def test_client_timeline_survives_a_sigkilled_and_restarted_serve(tmp_path
         assert len({m.message_id for m in messages}) == last_seq
         assert {m.body for m in messages} == set(bodies)  # every body, a lost answer at most twice
         assert client.stats.connects >= 2
+        assert client.stats.resumes >= 1  # the reconnect read GET /api/sync from its cursor
+        assert client.stats.full_resyncs == 1  # only the first connect
         assert await server.stop() == 0, "".join(server.output)
         # The killed serve's embedded PostgreSQL was adopted by the restart and stopped with it.
         assert postgres_pids(tmp_path) == []

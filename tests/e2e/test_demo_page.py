@@ -1,6 +1,6 @@
 """The demo page at ``/`` of a real ``serve`` process, in headless Chromium: two browser contexts
 as two demo users chat live (send, reply, edit, read receipts), and the page shows a dropped
-duplicate, a refetch after a lost push, a file message and a cut connection resynced — all through
+duplicate, a refetch after a lost push, a file message and a cut connection resumed — all through
 the TypeScript SDK's browser bundle. Demo tokens exist only on development secrets."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -126,10 +127,18 @@ async def test_two_users_chat_live_in_the_browser(database_url: str, tmp_path: P
                 "📎 menu.pdf (2.0 KB)"
             )
 
-            # Cut the connection: the SDK reconnects and resyncs every chat over REST.
+            # Cut the connection (down for 3 s): what Alice sends meanwhile is missed live;
+            # the SDK reconnects and resumes from its sync cursor, no REST resync.
             await bob.locator("#fault-cut").click()
-            await expect(bob.locator("#log")).to_contain_text("resynced after reconnect")
+            await expect(bob.locator("#conn")).to_have_text("reconnecting…")
+            await alice.locator("#body").fill("While you were away")
+            await alice.locator("#body").press("Enter")
+            await expect(alice.locator("#messages .body").last).to_have_text("While you were away")
+            await expect(bob.locator("#log")).to_contain_text(
+                re.compile(r"resumed: [1-9]\d* missed events?")
+            )
             await expect(bob.locator("#conn")).to_have_text("live")
+            await expect(bob.locator("#messages .body").last).to_have_text("While you were away")
             await alice.locator("#body").fill("Still there?")
             await alice.locator("#body").press("Enter")
             await expect(bob.locator("#messages .body").last).to_have_text("Still there?")

@@ -113,8 +113,9 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
                         return False
 
                 await wait_until(ready, within=30)
-                # Nothing of the reference messenger: no REST API, no docs, no demo page.
-                for path in ("/api/chats", "/docs", "/"):
+                # Nothing of the reference messenger: no REST API, no sync (it reads the
+                # reference membership), no docs, no demo page.
+                for path in ("/api/chats", "/api/sync", "/docs", "/"):
                     assert (await http.get(path)).status_code == 404, path
             events = ["message_received", "read_receipt_updated", "call_invited"]
             url_hub = f"http://127.0.0.1:{port}/hubs/messenger"
@@ -151,6 +152,7 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
             "messenger.realtime_outbox",
             "messenger.realtime_revocations",
             "messenger.realtime_schema_migrations",
+            "messenger.realtime_sync_floor",
             "public.ConversationMembers",
             "public.Conversations",
             "public.Posts",
@@ -158,6 +160,14 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         ]
     finally:
         await conn.close()
+
+
+async def _outbox_id(conn: asyncpg.Connection, kind: str) -> UUID:
+    """The one outbox row of ``kind``: every push carries its id as ``eventId``."""
+    row_id: UUID = await conn.fetchval(
+        "SELECT id FROM messenger.realtime_outbox WHERE kind = $1", kind
+    )
+    return row_id
 
 
 async def _exchange(
@@ -179,6 +189,7 @@ async def _exchange(
     [payload] = received["args"]
     sent_at = await conn.fetchval('SELECT "PostedUtc" FROM "Posts" WHERE "Id" = $1', post)
     assert payload == {
+        "eventId": str(await _outbox_id(conn, "MessageReceived")),
         "chatId": str(chat),
         "messageId": str(post),
         "seq": 1,
@@ -199,6 +210,7 @@ async def _exchange(
     )
     assert receipt["args"] == [
         {
+            "eventId": str(await _outbox_id(conn, "ReadReceiptUpdated")),
             "chatId": str(chat),
             "userId": str(bob),
             "lastReadSeq": 1,
@@ -214,6 +226,7 @@ async def _exchange(
     invite = await _next_message(bob_client)
     assert invite["target"] == "call_invited"
     [invited] = invite["args"]
+    assert invited["eventId"] == str(await _outbox_id(conn, "CallInvited"))
     assert (invited["callId"], invited["callerUserId"], invited["calleeUserId"]) == (
         str(call),
         str(alice),
@@ -247,6 +260,7 @@ async def test_outbox_alone_and_collisions_are_one_line(
             "realtime_outbox",
             "realtime_revocations",
             "realtime_schema_migrations",
+            "realtime_sync_floor",
         ]
         clash = run_cli("migrate", env=env)
         assert clash.returncode == 2

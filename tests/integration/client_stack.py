@@ -18,12 +18,15 @@ from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub, hub_routes
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings
+from realtime_dispatch.sync.routes import sync_routes
+from realtime_dispatch.sync.service import SyncService
 from tests.conftest import free_port
 from tests.hub_fixtures import hub_settings, make_token
 
@@ -76,7 +79,9 @@ async def messenger_stack(
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
     async with Hub(hub_options(settings), pool=pool, dsn=database_url) as hub:
-        app = create_api(pool=pool, options=settings.api_options(), routes=hub_routes(hub))
+        resume = SyncService(pool, default_payload_builder(settings.media_options()))
+        routes = [*hub_routes(hub), *sync_routes(resume, hub.verifier)]
+        app = create_api(pool=pool, options=settings.api_options(), routes=routes)
         port = free_port()
         server = HubServer(
             uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"),

@@ -28,6 +28,7 @@ async def test_successful_delivery_marks_done_and_counts(pool: asyncpg.Pool) -> 
     assert push.group == f"chat:{chat}"
     assert push.target == "message_received"
     assert push.payload == {
+        "eventId": str(sent.outbox_id),
         "chatId": str(chat),
         "messageId": str(sent.message_id),
         "seq": 1,
@@ -443,6 +444,6 @@ async def test_edit_and_delete_payloads(pool: asyncpg.Pool) -> None:
     # The body is read at delivery: the message is deleted by now, so no body goes out.
     assert "body" not in received.payload
     assert "body" not in edited.payload
-    assert set(edited.payload) == {"chatId", "messageId", "seq", "editedAt"}
-    assert set(deleted.payload) == {"chatId", "messageId", "seq", "deletedAt"}
+    assert set(edited.payload) == {"eventId", "chatId", "messageId", "seq", "editedAt"}
+    assert set(deleted.payload) == {"eventId", "chatId", "messageId", "seq", "deletedAt"}
     assert deleted.payload["seq"] == 1

@@ -11,8 +11,8 @@ from realtime_dispatch.outbox.store import OutboxStore, Outcomes
 from tests.integration.support import new_chat, send
 
 FILL_SQL = """
-INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_id, ref_id)
-SELECT messenger.realtime_new_id(), 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
+INSERT INTO messenger.realtime_outbox (kind, target_kind, target_user_id, ref_id)
+SELECT 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
 FROM generate_series(1, $1)
 """
 

@@ -52,6 +52,7 @@ async def test_the_outbox_migrates_alone_and_the_messenger_after_it(pg_server_ur
                 "realtime_dispatch_state",
                 "realtime_schema_migrations",
                 "realtime_revocations",  # the hub's, needed wherever the outbox is
+                "realtime_sync_floor",
             }
             rest = await migrate(conn)
             assert {m.version for m in rest} == {m.version for m in all_migrations()} - {
@@ -77,7 +78,7 @@ async def test_outbox_columns_match_contract(pool: asyncpg.Pool) -> None:
     assert set(by) == {
         "id", "kind", "target_kind", "chat_id", "target_user_id", "message_id", "ref_id",
         "session_kind", "seq", "status", "attempts", "next_attempt_at", "last_error",
-        "created_at", "updated_at", "row_version",
+        "created_at", "updated_at", "row_version", "xid",
     }  # fmt: skip
     assert by["kind"]["character_maximum_length"] == 32
     assert by["target_kind"]["character_maximum_length"] == 16

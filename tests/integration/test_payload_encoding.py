@@ -14,7 +14,7 @@ import orjson
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
-from realtime_dispatch.dispatch.projections.encoding import FAST
+from realtime_dispatch.dispatch.projections.encoding import FAST, ModelEncoder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger import calls, conferences, messages
@@ -28,6 +28,7 @@ CLAIMED_COLUMNS = (
     "id, kind, target_kind, chat_id, target_user_id, message_id, ref_id, session_kind, seq,"
     " attempts, row_version, created_at"
 )
+REFERENCE = ModelEncoder()
 INSERT = (
     "INSERT INTO messenger.realtime_outbox"
     " (id, kind, target_kind, chat_id, target_user_id, ref_id, session_kind)"
@@ -43,7 +44,7 @@ class CheckingEncoder:
 
     def encode(self, model: type[Contract], fields: Mapping[str, Any]) -> bytes:
         fast = FAST.encode(model, fields)
-        self.encoded.append((model, fast, model.model_validate(fields).wire()))
+        self.encoded.append((model, fast, orjson.loads(REFERENCE.encode(model, fields))))
         return fast
 
 
@@ -117,9 +118,13 @@ async def test_fast_payload_json_is_the_contracts_json_for_every_kind(pool: asyn
     assert len(encoder.encoded) == len(pushes)
     for model, fast, reference in encoder.encoded:
         assert orjson.loads(fast) == reference, model.__name__
-    # Every push carries that JSON, and a client parses it with the published model.
+    # Every push carries that JSON with its row's id as eventId, and a client parses it with
+    # the published model.
     for row, push in pushes:
         assert push.payload == orjson.loads(push.payload_json)
+        assert push.payload["eventId"] == str(row.id), row.kind
+        if push.target == "chat_updated":  # the reference messenger gives both one id
+            assert push.payload["chatEventId"] == push.payload["eventId"]
         assert push.target == RealtimeDispatchKind(row.kind).event_name
         model = event_model(push.target, push.payload)
         assert model is not None

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from uuid import uuid4
 
 import pytest
 
-from realtime_dispatch.client.connection import ConnectionOptions, hub_ws_url
+from realtime_dispatch.client.connection import (
+    ConnectionOptions,
+    HubClientConnection,
+    hub_ws_url,
+)
 from realtime_dispatch.client.events import parse_event
 from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.client.protocol import (
@@ -18,6 +24,7 @@ from realtime_dispatch.client.protocol import (
     parse_server_record,
     reconnect_delay,
 )
+from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.contracts.messages import MessageReceived
 
 
@@ -96,3 +103,55 @@ def test_connection_options_are_checked() -> None:
         ConnectionOptions(reconnect_base=10, reconnect_cap=1)
     with pytest.raises(ValueError, match="> 0"):
         ConnectionOptions(ping_interval=0)
+
+
+class _NoListener:
+    async def hub_connected(self, reconnect: bool) -> None:
+        raise AssertionError("never connects")
+
+    async def hub_disconnected(self) -> None:
+        pass
+
+    async def hub_event(self, record: EventRecord) -> None:
+        pass
+
+
+def test_seen_events_remember_a_bounded_number_of_ids() -> None:
+    seen = SeenEvents(capacity=2)
+    a, b, c = uuid4(), uuid4(), uuid4()
+    assert seen.first_time(a)
+    assert not seen.first_time(a)
+    assert seen.first_time(b)
+    assert seen.first_time(c)  # a is forgotten now
+    assert len(seen) == 2
+    assert seen.first_time(a)
+    with pytest.raises(ValueError, match="capacity"):
+        SeenEvents(capacity=0)
+
+
+async def test_reconnects_back_off_with_full_jitter() -> None:
+    """Against a closed port: each wait is the capped exponential delay times a uniform draw
+    from [0, 1): the whole window, not its upper half."""
+    draws = iter([0.0, 0.999, 0.5, 0.25, 0.75])
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 5:
+            raise asyncio.CancelledError
+
+    options = ConnectionOptions(reconnect_base=1.0, reconnect_cap=8.0, open_timeout=2.0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+        connection = HubClientConnection(
+            f"http://127.0.0.1:{port}",
+            "token",
+            _NoListener(),
+            options,
+            rng=lambda: next(draws),
+            sleep=sleep,
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await connection.run()
+    assert waits == pytest.approx([1 * 1.0, 2 * 0.001, 4 * 0.5, 8 * 0.75, 8 * 0.25])

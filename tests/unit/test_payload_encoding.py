@@ -13,7 +13,7 @@ from realtime_dispatch.contracts.chats import ChatUpdated
 from realtime_dispatch.contracts.conferences import ConferenceStarted
 from realtime_dispatch.contracts.media import IceServer, MediaJoin
 from realtime_dispatch.contracts.messages import MessageReceived
-from realtime_dispatch.dispatch.projections.encoding import FAST, ModelEncoder
+from realtime_dispatch.dispatch.projections.encoding import FAST, ModelEncoder, stamp_event_id
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.push import Push
 
@@ -80,11 +80,10 @@ def test_nested_media_join() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"chat_id": uuid4(), "event_id": None, "event_kind": "x", "occurred_at": datetime.now(UTC)},
-        {"chat_id": uuid4(), "event_kind": "x", "occurred_at": datetime.now(UTC)},
+        {"chat_id": uuid4(), "event_kind": None, "occurred_at": datetime.now(UTC)},
+        {"chat_id": uuid4(), "event_kind": "x"},
         {
             "chat_id": uuid4(),
-            "event_id": uuid4(),
             "event_kind": "x",
             "occurred_at": datetime.now(UTC),
             "surprise": 1,
@@ -96,6 +95,20 @@ def test_both_encoders_refuse_what_the_contract_refuses(fields: dict[str, object
         with pytest.raises(PayloadBuildError) as caught:
             encoder.encode(ChatUpdated, fields)
         assert caught.value.code == "InvalidPayload"
+
+
+def test_the_seam_stamps_event_id_first_and_the_encoders_never_write_it() -> None:
+    row = uuid4()
+    fields = {"chat_id": uuid4(), "event_kind": "x", "occurred_at": datetime.now(UTC)}
+    for encoder in (FAST, REFERENCE):
+        payload = encoder.encode(ChatUpdated, fields)
+        assert b"eventId" not in payload
+        stamped = stamp_event_id(payload, row)
+        assert stamped.startswith(b'{"eventId":"' + str(row).encode())
+        wire = orjson.loads(stamped)
+        assert wire == {**orjson.loads(payload), "eventId": str(row)}
+        assert ChatUpdated.model_validate(wire).event_id == row
+    assert orjson.loads(stamp_event_id(b"{}", row)) == {"eventId": str(row)}
 
 
 def test_push_from_json_or_object() -> None:

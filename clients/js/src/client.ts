@@ -1,7 +1,11 @@
 // MessengerClient: the official SignalR client (HubConnectionBuilder, withAutomaticReconnect,
 // accessTokenFactory), the REST API and one Timeline per chat, with the Python SDK's guarantees:
-// duplicates dropped, a seq gap refetched over REST (afterSeq), every chat resynced on every
-// (re)connect, one resync per chat at a time (requests meanwhile folded into one more round).
+// duplicates dropped (by eventId, then by (chatId, seq)), a seq gap refetched over REST
+// (afterSeq), one resync per chat at a time (requests meanwhile folded into one more round).
+// Resume: the first connect takes a sync cursor and then resyncs every chat over REST; every
+// reconnect after that reads GET /api/sync from the cursor through the same dedupe, and falls
+// back to the full resync only when the server answers `limited`. Reconnects wait with full
+// jitter, so the clients of a restarted replica do not come back in lock-step.
 
 import {
   HubConnection,
@@ -10,8 +14,8 @@ import {
   HttpTransportType,
   LogLevel,
 } from "@microsoft/signalr";
-import type { HubEvents, MessageReceived } from "./contracts.js";
-import { type ChatSummary, MessengerRest, RestError, type SendOptions } from "./rest.js";
+import type { HubEvents, MessageReceived, SyncPageOut } from "./contracts.js";
+import { type ChatSummary, MessengerRest, RestError, SYNC_LIMIT, type SendOptions } from "./rest.js";
 import { type Change, Timeline, type TimelineMessage } from "./timeline.js";
 
 export const HUB_PATH = "/hubs/messenger";
@@ -32,8 +36,13 @@ export interface ClientOptions {
   refreshToken?: () => string | Promise<string>;
   /** Refetch this many seqs before the last contiguous one on reconnect (edits made meanwhile). */
   resyncOverlap?: number;
-  /** Delays (ms) of the automatic reconnect; the last one repeats for ever. */
+  /** Upper bounds (ms) of the automatic reconnect's delays; the last one repeats for ever. Each
+   *  wait is drawn uniformly below its bound (full jitter). */
   reconnectDelays?: number[];
+  /** Events per GET /api/sync page. */
+  syncPage?: number;
+  /** eventIds remembered for the dedupe. */
+  seenCapacity?: number;
   /** Seen before any processing: return false to drop a push (for tests and demos). */
   inspect?: (event: EventName, payload: unknown) => boolean;
   logLevel?: LogLevel;
@@ -48,12 +57,23 @@ export interface ClientStats {
   recovered: number;
   connects: number;
   tokenRefreshes: number;
+  /** Reconnects resumed from the sync cursor. */
+  resumes: number;
+  /** Events a resume brought that had not come live. */
+  missed: number;
+  /** First connects, and resumes the server answered `limited`. */
+  fullResyncs: number;
 }
 
 type Handler<K extends EventName> = (payload: HubEvents[K]) => void;
 
 export class MessengerClient {
-  readonly stats: ClientStats = { duplicatesDropped: 0, refetches: 0, recovered: 0, connects: 0, tokenRefreshes: 0 };
+  readonly stats: ClientStats = {
+    duplicatesDropped: 0, refetches: 0, recovered: 0, connects: 0, tokenRefreshes: 0,
+    resumes: 0, missed: 0, fullResyncs: 0,
+  };
+  /** The sync cursor: nextCursor of the last sync page (null before the first connect). */
+  cursor: string | null = null;
   readonly rest: MessengerRest;
   readonly hub: HubConnection;
   private readonly timelines = new Map<string, Timeline>();
@@ -61,6 +81,10 @@ export class MessengerClient {
   private readonly duplicateHandlers: Array<(chatId: string, seq: number) => void> = [];
   private readonly resyncHandlers: Array<(chatId: string, recovered: TimelineMessage[]) => void> = [];
   private readonly connectionHandlers: Array<(up: boolean, reconnect: boolean) => void> = [];
+  private readonly resumedHandlers: Array<(missed: number) => void> = [];
+  private readonly seen = new Set<string>();
+  private resuming: Promise<void> | null = null;
+  private resumeAgain = false;
   private readonly wanted = new Map<string, number>();
   private readonly syncing = new Map<string, Promise<void>>();
   private readonly overlap: number;
@@ -81,7 +105,8 @@ export class MessengerClient {
         ...(options.webSocket === undefined ? {} : { WebSocket: options.webSocket }),
       })
       .withAutomaticReconnect({
-        nextRetryDelayInMilliseconds: (ctx) => delays[Math.min(ctx.previousRetryCount, delays.length - 1)],
+        nextRetryDelayInMilliseconds: (ctx) =>
+          Math.random() * delays[Math.min(ctx.previousRetryCount, delays.length - 1)],
       })
       .configureLogging(options.logLevel ?? LogLevel.Error)
       .build();
@@ -134,6 +159,12 @@ export class MessengerClient {
     this.connectionHandlers.push(handler);
   }
 
+  /** After a reconnect resumed from the cursor: how many events came from GET /api/sync that
+   *  the hub had not delivered. */
+  onResumed(handler: (missed: number) => void): void {
+    this.resumedHandlers.push(handler);
+  }
+
   timeline(chatId: string): Timeline {
     let timeline = this.timelines.get(chatId);
     if (timeline === undefined) {
@@ -160,9 +191,11 @@ export class MessengerClient {
     await this.syncing.get(chatId);
   }
 
-  /** Wait until no resync runs. */
+  /** Wait until no resume or resync runs. */
   async settled(): Promise<void> {
-    while (this.syncing.size) await Promise.all(this.syncing.values());
+    while (this.syncing.size || this.resuming !== null) {
+      await Promise.all([...this.syncing.values(), this.resuming]);
+    }
   }
 
   /** Send a message with a client message id, retrying a failed attempt safely: the server
@@ -223,6 +256,94 @@ export class MessengerClient {
   private async connected(reconnect: boolean): Promise<void> {
     this.stats.connects += 1;
     this.emitConnection(true, reconnect);
+    if (this.resuming !== null) {
+      this.resumeAgain = true; // reconnected while resuming: read on once more
+      return;
+    }
+    const run = this.resume()
+      .catch((error: unknown) => {
+        if (!this.stopped) throw error;
+      })
+      .finally(() => {
+        this.resuming = null;
+      });
+    this.resuming = run;
+    await run;
+  }
+
+  private async resume(): Promise<void> {
+    do {
+      this.resumeAgain = false;
+      try {
+        if (this.cursor === null) {
+          this.cursor = (await this.syncPage(null)).nextCursor;
+          await this.fullResync(false);
+        } else {
+          await this.readOn();
+        }
+      } catch (error) {
+        if (!(error instanceof RestError)) throw error;
+        this.cursor = null; // a server without /api/sync: resync as before
+        await this.fullResync(true);
+      }
+    } while (this.resumeAgain && !this.stopped);
+  }
+
+  /** Sync pages from the cursor until a short one; `limited` → the full resync. */
+  private async readOn(): Promise<void> {
+    const limit = this.options.syncPage ?? SYNC_LIMIT;
+    let missed = 0;
+    let held = 0;
+    for (;;) {
+      const page = await this.syncPage(this.cursor);
+      if (page.limited) {
+        this.cursor = page.nextCursor;
+        await this.fullResync(true);
+        return;
+      }
+      for (const item of page.events) {
+        if (this.apply(item.target as EventName, item.payload)) missed += 1;
+      }
+      this.cursor = page.nextCursor;
+      if (page.heldBack) {
+        held += 1; // a transaction still open holds newer events back: ask again shortly
+        await sleep(Math.min(2000, 100 * 2 ** (held - 1)));
+      } else if (page.events.length < limit) {
+        break;
+      }
+    }
+    this.stats.resumes += 1;
+    this.stats.missed += missed;
+    for (const handler of this.resumedHandlers) handler(missed);
+  }
+
+  /** One sync page, retried with full-jitter backoff (or Retry-After) on 5xx, 429 and network
+   *  errors; a refused cursor is dropped for a fresh one, as if `limited`. */
+  private async syncPage(since: string | null): Promise<SyncPageOut> {
+    for (let failures = 1; ; failures += 1) {
+      try {
+        return await this.rest.sync(since, this.options.syncPage ?? SYNC_LIMIT);
+      } catch (error) {
+        if (error instanceof RestError && error.status === 401 && (await this.refreshAfter(error))) continue;
+        const retriable = !(error instanceof RestError) || error.status >= 500 || error.status === 429;
+        if (!retriable) {
+          if (since === null) throw error;
+          const fresh = await this.syncPage(null);
+          return { ...fresh, limited: true };
+        }
+        if (this.stopped) throw error;
+        let delay = Math.random() * Math.min(5000, 250 * 2 ** (failures - 1));
+        if (error instanceof RestError && error.retryAfter !== null) {
+          delay = Math.max(delay, error.retryAfter * 1000 * (1 + Math.random()));
+        }
+        await sleep(delay);
+      }
+    }
+  }
+
+  /** Today's resync: the chat list, and every chat's history after what the timeline has. */
+  private async fullResync(reconnect: boolean): Promise<void> {
+    this.stats.fullResyncs += 1;
     let listed: ChatSummary[] | null = null;
     try {
       listed = await this.rest.listChats();
@@ -242,10 +363,26 @@ export class MessengerClient {
   /** One push from the hub (also usable to replay one, as a duplicate would arrive). */
   receive(event: EventName, payload: unknown): void {
     if (this.options.inspect !== undefined && !this.options.inspect(event, payload)) return;
+    this.apply(event, payload);
+  }
+
+  /** The one dedupe (eventId, then (chatId, seq)) and the handlers; true when it was new. */
+  private apply(event: EventName, payload: unknown): boolean {
     const data = payload as Record<string, unknown>;
     const chatId = typeof data.chatId === "string" ? data.chatId : null;
+    const eventId = typeof data.eventId === "string" ? data.eventId : null;
     let change: Change | null = null;
-    let seq = 0;
+    let seq = typeof data.seq === "number" ? data.seq : 0;
+    if (eventId !== null && this.seen.has(eventId)) {
+      this.duplicate(chatId, seq);
+      return false;
+    }
+    if (eventId !== null) {
+      this.seen.add(eventId);
+      if (this.seen.size > (this.options.seenCapacity ?? 20_000)) {
+        this.seen.delete(this.seen.values().next().value as string); // the oldest
+      }
+    }
     if (chatId !== null) {
       const timeline = this.timeline(chatId);
       if (event === "message_received") {
@@ -271,12 +408,17 @@ export class MessengerClient {
       }
     }
     if (change === "duplicate") {
-      this.stats.duplicatesDropped += 1;
-      for (const handler of this.duplicateHandlers) handler(chatId as string, seq);
+      this.duplicate(chatId, seq);
     } else {
       for (const handler of this.handlers.get(event) ?? []) (handler as (p: unknown) => void)(payload);
     }
     if (chatId !== null && change !== null && this.timeline(chatId).hasGap) this.requestSync(chatId, 0);
+    return change !== "duplicate";
+  }
+
+  private duplicate(chatId: string | null, seq: number): void {
+    this.stats.duplicatesDropped += 1;
+    for (const handler of this.duplicateHandlers) handler(chatId as string, seq);
   }
 
   private requestSync(chatId: string, overlap: number): void {

@@ -38,6 +38,8 @@ export interface Contracts {
   CreateChat?: CreateChat;
   EditMessage?: EditMessage;
   FileMeta?: FileMeta;
+  GroupCallEnded?: GroupCallEnded;
+  GroupCallInvited?: GroupCallInvited;
   HubEvents?: HubEvents;
   IceServer?: IceServer;
   MediaJoin?: MediaJoin;
@@ -67,9 +69,12 @@ export interface Contracts {
   SendMessage?: SendMessage;
   SessionRef?: SessionRef;
   StartCall?: StartCall;
+  SyncEventOut?: SyncEventOut;
+  SyncPageOut?: SyncPageOut;
   UserRef?: UserRef;
 }
 export interface BlacklistChanged {
+  eventId: string;
   entryId: string;
   blockedUserId: string;
   blocked: boolean;
@@ -87,12 +92,14 @@ export interface BlockedOut {
   since: string;
 }
 export interface CallAnswered {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
   answeredAt: string;
 }
 export interface CallCancelled {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
@@ -102,12 +109,14 @@ export interface CallCreated {
   callId: string;
 }
 export interface CallDeclined {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
   declinedAt: string;
 }
 export interface CallEnded {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
@@ -115,6 +124,7 @@ export interface CallEnded {
   endedAt: string;
 }
 export interface CallInvited {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
@@ -147,6 +157,7 @@ export interface CallOut {
   endedAt: string | null;
 }
 export interface CallMissed {
+  eventId: string;
   callId: string;
   callerUserId: string;
   calleeUserId: string;
@@ -180,9 +191,15 @@ export interface ChatSummaryOut {
   readSeq: number;
   updatedAt: string;
 }
+/**
+ * ``eventId`` (required here since the first version) is the outbox row, which the
+ * reference messenger writes with the chat event's own id; ``chatEventId`` names the chat
+ * event whatever the writer did.
+ */
 export interface ChatUpdated {
-  chatId: string;
   eventId: string;
+  chatId: string;
+  chatEventId?: string | null;
   eventKind: string;
   actorUserId?: string | null;
   subjectUserId?: string | null;
@@ -192,12 +209,14 @@ export interface ConferenceCreated {
   conferenceId: string;
 }
 export interface ConferenceEnded {
+  eventId: string;
   conferenceId: string;
   chatId: string;
   endedByUserId?: string | null;
   endedAt: string;
 }
 export interface ConferenceInvited {
+  eventId: string;
   conferenceId: string;
   chatId: string;
   roomName: string;
@@ -221,18 +240,21 @@ export interface RosterOut {
   status: string;
 }
 export interface ConferenceParticipantJoined {
+  eventId: string;
   conferenceId: string;
   chatId: string;
   userId: string;
   joinedAt: string;
 }
 export interface ConferenceParticipantLeft {
+  eventId: string;
   conferenceId: string;
   chatId: string;
   userId: string;
   leftAt: string;
 }
 export interface ConferenceStarted {
+  eventId: string;
   conferenceId: string;
   chatId: string;
   roomName: string;
@@ -252,11 +274,13 @@ export interface ContactOut {
   since: string;
 }
 export interface ContactRemoved {
+  eventId: string;
   contactId: string;
   removedByUserId: string;
   removedAt: string;
 }
 export interface ContactRequestAccepted {
+  eventId: string;
   contactId: string;
   requestId?: string | null;
   acceptedByUserId: string;
@@ -275,6 +299,7 @@ export interface ContactRequestOut {
   createdAt: string;
 }
 export interface ContactRequestReceived {
+  eventId: string;
   requestId: string;
   fromUserId: string;
   toUserId: string;
@@ -303,6 +328,27 @@ export interface FileMeta {
   name: string;
   size: number;
   contentType: string;
+}
+export interface GroupCallEnded {
+  eventId: string;
+  callId: string;
+  conferenceId: string;
+  chatId: string;
+  endedByUserId?: string | null;
+  endedAt: string;
+}
+/**
+ * ``call_invited`` of a group call: one payload for every member of the chat.
+ */
+export interface GroupCallInvited {
+  eventId: string;
+  callId: string;
+  conferenceId: string;
+  chatId: string;
+  roomName: string;
+  startedByUserId: string;
+  invitedAt: string;
+  media?: MediaJoin | null;
 }
 /**
  * Hub event name → its payload.
@@ -336,12 +382,14 @@ export interface HubEvents {
   screen_share_stopped: ScreenShareStopped;
 }
 export interface MessageDeleted {
+  eventId: string;
   chatId: string;
   messageId: string;
   seq: number;
   deletedAt: string;
 }
 export interface MessageEdited {
+  eventId: string;
   chatId: string;
   messageId: string;
   seq: number;
@@ -350,6 +398,7 @@ export interface MessageEdited {
   cardText?: string | null;
 }
 export interface MessageReceived {
+  eventId: string;
   chatId: string;
   messageId: string;
   seq: number;
@@ -363,12 +412,14 @@ export interface MessageReceived {
   cardText?: string | null;
 }
 export interface ReadReceiptUpdated {
+  eventId: string;
   chatId: string;
   userId: string;
   lastReadSeq: number;
   readAt: string;
 }
 export interface RecordingAvailable {
+  eventId: string;
   recordingId: string;
   sessionKind: string;
   callId?: string | null;
@@ -378,6 +429,7 @@ export interface RecordingAvailable {
   availableAt: string;
 }
 export interface RecordingFailed {
+  eventId: string;
   recordingId: string;
   sessionKind: string;
   callId?: string | null;
@@ -388,6 +440,7 @@ export interface RecordingFailed {
   failureCode?: string | null;
 }
 export interface RecordingStarted {
+  eventId: string;
   recordingId: string;
   sessionKind: string;
   callId?: string | null;
@@ -397,6 +450,7 @@ export interface RecordingStarted {
   startedAt: string;
 }
 export interface RecordingStopped {
+  eventId: string;
   recordingId: string;
   sessionKind: string;
   callId?: string | null;
@@ -406,6 +460,7 @@ export interface RecordingStopped {
   stoppedAt: string;
 }
 export interface ScreenShareStarted {
+  eventId: string;
   screenShareId: string;
   sessionKind: string;
   callId?: string | null;
@@ -415,6 +470,7 @@ export interface ScreenShareStarted {
   startedAt: string;
 }
 export interface ScreenShareStopped {
+  eventId: string;
   screenShareId: string;
   sessionKind: string;
   callId?: string | null;
@@ -509,6 +565,37 @@ export interface SessionRef {
 }
 export interface StartCall {
   calleeUserId: string;
+}
+export interface SyncEventOut {
+  /**
+   * The outbox row: the same id as the push's `eventId`.
+   */
+  eventId: string;
+  /**
+   * The event name, as in the hub invocation's `target`.
+   */
+  target: string;
+  /**
+   * Exactly what the push carries.
+   */
+  payload: {
+    [k: string]: unknown;
+  };
+}
+export interface SyncPageOut {
+  events: SyncEventOut[];
+  /**
+   * Pass as `since` next time (opaque).
+   */
+  nextCursor: string;
+  /**
+   * The cursor is past what the outbox retains (or from another database): resync fully over REST, then continue from `nextCursor`.
+   */
+  limited: boolean;
+  /**
+   * Newer events wait behind a transaction still open: ask again shortly (they are never skipped; the cursor stays before them).
+   */
+  heldBack?: boolean;
 }
 export interface UserRef {
   userId: string;

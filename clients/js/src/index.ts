@@ -1,6 +1,6 @@
 export { EVENT_NAMES, HUB_PATH, MessengerClient } from "./client.js";
 export type { ClientOptions, ClientStats, EventName } from "./client.js";
-export { MessengerRest, PAGE_LIMIT, RestError, toTimeline } from "./rest.js";
+export { MessengerRest, PAGE_LIMIT, RestError, SYNC_LIMIT, toTimeline } from "./rest.js";
 export type { ChatSummary, SendOptions } from "./rest.js";
 export { Timeline, merge } from "./timeline.js";
 export type { Change, TimelineMessage } from "./timeline.js";

@@ -10,16 +10,20 @@ import type {
   MessagePage,
   MessageSent,
   SendMessage,
+  SyncPageOut,
 } from "./contracts.js";
 import type { TimelineMessage } from "./timeline.js";
 
 export const PAGE_LIMIT = 200; // the API's maximum page
+export const SYNC_LIMIT = 500; // events per GET /api/sync page (the API allows 1,000)
 
 export class RestError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
     message: string,
+    /** Seconds, when the server said when to come back (Retry-After). */
+    readonly retryAfter: number | null = null,
   ) {
     super(message);
     this.name = "RestError";
@@ -70,7 +74,13 @@ export class MessengerRest {
       } catch {
         // no JSON body
       }
-      throw new RestError(response.status, detail.error ?? "", detail.message ?? response.statusText);
+      const retryAfter = Number.parseFloat(response.headers.get("Retry-After") ?? "");
+      throw new RestError(
+        response.status,
+        detail.error ?? "",
+        detail.message ?? response.statusText,
+        Number.isFinite(retryAfter) ? Math.max(0, retryAfter) : null,
+      );
     }
     const text = await response.text();
     return (text ? JSON.parse(text) : null) as T;
@@ -88,6 +98,13 @@ export class MessengerRest {
       if (page.items.length < PAGE_LIMIT) return found;
       afterSeq = page.items[page.items.length - 1].seq;
     }
+  }
+
+  /** One page of GET /api/sync: the caller's events after `since` (a nextCursor), or none and
+   *  the current cursor without it. */
+  sync(since: string | null, limit = SYNC_LIMIT): Promise<SyncPageOut> {
+    const query = since === null ? "" : `&since=${encodeURIComponent(since)}`;
+    return this.call("GET", `/api/sync?limit=${limit}${query}`);
   }
 
   /** The caller's chats (every page), or null where the server has no GET /api/chats. */

@@ -123,7 +123,7 @@ async function proxy(port) {
   };
 }
 
-test("a cut connection reconnects and resyncs", async () => {
+test("a cut connection reconnects and resumes from the sync cursor", async () => {
   const alice = randomUUID(), bob = randomUUID();
   const a = client(alice);
   const via = await proxy(Number(new URL(URL_).port));
@@ -138,16 +138,19 @@ test("a cut connection reconnects and resyncs", async () => {
     const timeline = await b.track(chatId);
     await a.send(chatId, "before");
     await until(() => timeline.size === 1, "the first message");
-    blocked = true; // pushes around the cut never reach the timeline: only the resync can
+    blocked = true; // pushes around the cut never reach the timeline: only the resume can
     via.cut();
     await a.send(chatId, "during");
     await until(() => ups.some(([up, reconnect]) => !up && reconnect), "reconnecting");
     await until(() => ups.some(([up, reconnect]) => up && reconnect), "reconnected");
-    await until(() => timeline.size === 2, "the resync");
+    await until(() => timeline.size === 2, "the resume");
     blocked = false;
     assert.deepEqual(bodies(timeline), ["before", "during"]);
     assert.ok(b.stats.connects >= 2);
-    assert.ok(b.stats.recovered >= 1);
+    assert.ok(b.stats.resumes >= 1);
+    assert.ok(b.stats.missed >= 1); // "during" came from GET /api/sync, not from REST history
+    assert.equal(b.stats.fullResyncs, 1); // the first connect only
+    assert.equal(b.stats.recovered, 0);
   } finally {
     via.close();
   }

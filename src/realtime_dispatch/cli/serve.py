@@ -31,6 +31,7 @@ from realtime_dispatch.cli.projections import HUB, checked_manifest
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.demo.routes import DEMO_BODY_RULES
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.http_protocol import HttpLimits
@@ -42,6 +43,8 @@ from realtime_dispatch.messenger.reaper import CallTimeoutReaper
 from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
+from realtime_dispatch.sync.routes import sync_routes
+from realtime_dispatch.sync.service import SyncService
 
 log = structlog.get_logger(__name__)
 
@@ -140,20 +143,32 @@ def _app(
     pool: asyncpg.Pool,
     hub: Hub,
     demo_secret: str | None,
+    manifest: Manifest,
     *,
     host: str,
     port: int,
 ) -> Starlette:
-    """The reference messenger's REST API with the hub, ops and demo routes; with a manifest
-    set, the hub's and ops routes alone."""
+    """The reference messenger's REST API with the hub, sync, ops and demo routes; with a
+    manifest set, the hub's and ops routes alone: ``GET /api/sync`` reads the reference
+    messenger's membership (``messenger.participants``), which an adopter's schema does not
+    have, so it is served only beside the reference messenger."""
     operator_routes = ops_routes(OpsService(pool), hub.verifier)
     if not settings.reference_messenger:
         return Starlette(routes=[*hub_routes(hub), *operator_routes])
+    # Sync builds its payloads with the dispatcher's own builders over the same manifest,
+    # composed here: it stands beside the messenger's REST API, not inside it.
+    builder = default_payload_builder(settings.media_options(), manifest=manifest)
+    resume = SyncService(pool, builder)
     demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret, host=host, port=port)
     return create_api(
         pool=pool,
         options=settings.api_options(),
-        routes=[*hub_routes(hub), *operator_routes, *demo],
+        routes=[
+            *hub_routes(hub),
+            *sync_routes(resume, hub.verifier),
+            *operator_routes,
+            *demo,
+        ],
         verifier=hub.verifier,
     )
 
@@ -186,7 +201,7 @@ async def serve(
             ):
                 jwt_secret = settings.hub_jwt_secret
                 demo_secret = jwt_secret.get_secret_value() if dev_tokens and jwt_secret else None
-                app = _app(settings, pool, hub, demo_secret, host=host, port=port)
+                app = _app(settings, pool, hub, demo_secret, manifest, host=host, port=port)
                 rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
                 config = uvicorn_config(
                     guarded(app, hub, rules),

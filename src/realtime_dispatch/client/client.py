@@ -1,13 +1,20 @@
 """``MessengerClient``: the hub connection, the REST API and the per-chat timelines together.
 
-Every event from the hub goes through :func:`~realtime_dispatch.client.apply.apply_event`: a copy
-of something already seen is dropped (counted, reported to ``on_duplicate``), anything new goes to
-the typed callbacks. A seq gap, every (re)connect and :meth:`MessengerClient.resync` fetch the
-missing messages over REST (``afterSeq``), one fetch per chat at a time (requests that arrive
-meanwhile are coalesced into one more round). Every (re)connect also lists the user's chats
-(``GET /api/chats``) and resyncs each, so a chat the user was added to while offline is found.
-So a timeline ends complete and duplicate-free whatever the hub did: lost, repeated or
-reordered pushes, drops, restarts.
+Every event, from the hub or from a sync page, goes through one dedupe: by ``eventId``
+(:class:`~realtime_dispatch.client.seen.SeenEvents`), then
+:func:`~realtime_dispatch.client.apply.apply_event` by ``(chatId, seq)``. A copy of something
+already seen is dropped (counted, reported to ``on_duplicate``), anything new goes to the typed
+callbacks. A seq gap and :meth:`MessengerClient.resync` fetch the missing messages over REST
+(``afterSeq``), one fetch per chat at a time (requests that arrive meanwhile are coalesced into
+one more round).
+
+Resume: the client keeps the sync cursor (:attr:`MessengerClient.cursor`). The first connect
+takes a cursor, then runs the full resync (``GET /api/chats`` and each chat's history), so
+nothing between the two is lost. Every reconnect after that reads ``GET /api/sync`` from the
+cursor, page by page, applies what it missed through the same dedupe and tells
+``on_resumed``; only an answer ``limited`` (the cursor is older than what the server retains)
+falls back to the full resync. So a timeline ends complete and duplicate-free whatever the hub
+did: lost, repeated or reordered pushes, drops, restarts.
 
 Background work (the connection, resyncs) runs in a task group owned by the ``async with``
 block; an exception in a callback stops the client and comes out of the block.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -30,11 +38,12 @@ from realtime_dispatch.client.apply import Timelines, apply_event
 from realtime_dispatch.client.connection import ConnectionOptions, HubClientConnection
 from realtime_dispatch.client.events import parse_event
 from realtime_dispatch.client.exceptions import HubProtocolError, RestError
-from realtime_dispatch.client.protocol import EventRecord
-from realtime_dispatch.client.rest import MessengerRest
+from realtime_dispatch.client.protocol import EventRecord, reconnect_delay
+from realtime_dispatch.client.rest import SYNC_LIMIT, MessengerRest
+from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.contracts.rest import ChatSummaryOut
+from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +59,8 @@ class ClientOptions:
     resync_overlap: int = 20
     request_timeout: float = 10.0
     resync_retry_cap: float = 5.0
+    sync_page: int = SYNC_LIMIT  # events per GET /api/sync page
+    seen_capacity: int = 20_000  # eventIds remembered for the dedupe
 
 
 @dataclass
@@ -58,6 +69,9 @@ class ClientStats:
     refetches: int = 0  # REST resyncs that completed
     recovered: int = 0  # messages that came from REST, not from the hub
     connects: int = 0
+    resumes: int = 0  # reconnects resumed from the sync cursor
+    missed: int = 0  # events a resume brought that had not come live
+    full_resyncs: int = 0  # first connects, and resumes the server answered `limited`
 
 
 async def _call(callback: Callback, *args: Any) -> None:
@@ -83,6 +97,13 @@ class MessengerClient:
         self._callbacks: dict[type[Contract], list[Callback]] = {}
         self._on_duplicate: list[Callback] = []
         self._on_resync: list[Callback] = []
+        self._on_resumed: list[Callback] = []
+        self.cursor: str | None = None
+        """The sync cursor: ``nextCursor`` of the last sync page (``None`` before the first
+        connect, or after the server refused it)."""
+        self._seen = SeenEvents(self.options.seen_capacity)
+        self._resumer: asyncio.Task[None] | None = None
+        self._resume_again = False
         self._connected = asyncio.Event()
         self._wanted: dict[UUID, int] = {}  # chat → overlap of the resync asked for
         self._syncers: dict[UUID, asyncio.Task[None]] = {}
@@ -116,7 +137,8 @@ class MessengerClient:
         assert self._http is not None
         try:
             self._runner.cancel()
-            for task in [*self._syncers.values(), *filter(None, [self._chat_lister])]:
+            pending = [*self._syncers.values(), *filter(None, [self._chat_lister, self._resumer])]
+            for task in pending:
                 task.cancel()
             await self._group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as failed:
@@ -156,6 +178,11 @@ class MessengerClient:
         the hub had not delivered)."""
         self._on_resync.append(callback)
 
+    def on_resumed(self, callback: Callable[[int], Awaitable[None] | None]) -> None:
+        """``callback(missed)`` after a reconnect resumed from the cursor: ``missed`` events
+        came from ``GET /api/sync`` that the hub had not delivered."""
+        self._on_resumed.append(callback)
+
     def timeline(self, chat_id: UUID) -> Timeline:
         """The chat's timeline as it is now (empty for a chat not seen yet)."""
         return self.timelines.get(chat_id)
@@ -173,9 +200,11 @@ class MessengerClient:
             await asyncio.wait([task])
 
     async def settled(self) -> None:
-        """Wait until no resync (and no listing of chats) is running."""
-        while self._syncers or self._chat_lister is not None:
-            await asyncio.wait([*self._syncers.values(), *filter(None, [self._chat_lister])])
+        """Wait until no resume, resync or listing of chats is running."""
+        while self._syncers or self._chat_lister is not None or self._resumer is not None:
+            await asyncio.wait(
+                [*self._syncers.values(), *filter(None, [self._chat_lister, self._resumer])]
+            )
 
     # --- HubListener --------------------------------------------------------------------------
 
@@ -183,36 +212,137 @@ class MessengerClient:
         self.stats.connects += 1
         self._connected.set()
         log.info("client_connected", reconnect=reconnect)
+        if self._resumer is not None:
+            self._resume_again = True  # reconnected while resuming: read on once more
+        elif self._group is not None:
+            self._resumer = self._group.create_task(self._resume(), name="messenger-client-resume")
+
+    async def hub_disconnected(self) -> None:
+        self._connected.clear()
+
+    async def hub_event(self, record: EventRecord) -> None:
+        await self._deliver(record.target, record.arguments)
+
+    async def _deliver(self, target: str, arguments: tuple[Any, ...]) -> bool:
+        """Parse, dedupe (``eventId``, then ``(chatId, seq)``), apply, call back; ``True`` when
+        the event was new."""
+        try:
+            event = parse_event(target, arguments)
+        except HubProtocolError as exc:
+            # A malformed payload is skipped; a missed message shows up as a gap later.
+            log.warning("client_event_invalid", target=target, error=str(exc))
+            return False
+        if event is None:
+            return False
+        event_id = getattr(event, "event_id", None)
+        if event_id is not None and not self._seen.first_time(event_id):
+            await self._duplicate(event, getattr(event, "chat_id", None))
+            return False
+        applied = apply_event(self.timelines, event)
+        if applied.duplicate:
+            await self._duplicate(event, applied.chat_id)
+        else:
+            for callback in self._callbacks.get(type(event), ()):
+                await _call(callback, event)
+        if applied.needs_sync and applied.chat_id is not None:
+            self._request_sync(applied.chat_id, 0)
+        return not applied.duplicate
+
+    async def _duplicate(self, event: Contract, chat_id: UUID | None) -> None:
+        self.stats.duplicates_dropped += 1
+        seq = getattr(event, "seq", getattr(event, "last_read_seq", 0))
+        for callback in self._on_duplicate:
+            await _call(callback, chat_id, seq)
+
+    # --- resume -------------------------------------------------------------------------------
+
+    async def _resume(self) -> None:
+        try:
+            while True:
+                self._resume_again = False
+                try:
+                    if self.cursor is None:
+                        self.cursor = (await self._sync_page(None)).next_cursor
+                        self._full_resync()
+                    else:
+                        await self._read_on()
+                except RestError as exc:  # a server without /api/sync: resync as before
+                    log.warning("client_sync_unavailable", status=exc.status, code=exc.code)
+                    self.cursor = None
+                    self._full_resync()
+                if not self._resume_again:
+                    return
+        finally:
+            self._resumer = None
+
+    async def _read_on(self) -> None:
+        """Sync pages from the cursor until a short one; ``limited`` → the full resync."""
+        missed = 0
+        held = 0
+        memberships = False  # a chat event came: the chat list may have changed
+        while True:
+            page = await self._sync_page(self.cursor)
+            if page.limited:
+                log.info("client_resume_limited")
+                self.cursor = page.next_cursor
+                self._full_resync()
+                return
+            for item in page.events:
+                if await self._deliver(item.target, (item.payload,)):
+                    missed += 1
+                    memberships |= item.target == "chat_updated"
+            self.cursor = page.next_cursor
+            if page.held_back:  # a transaction still open holds newer events: ask again
+                held += 1
+                await asyncio.sleep(reconnect_delay(held, base=0.1, cap=2.0, jitter=0.0))
+            elif len(page.events) < self.options.sync_page:
+                break
+        if memberships and self._group is not None and self._chat_lister is None:
+            self._chat_lister = self._group.create_task(
+                self._sync_chat_list(), name="messenger-client-chat-list"
+            )
+        self.stats.resumes += 1
+        self.stats.missed += missed
+        log.info("client_resumed", missed=missed)
+        for callback in self._on_resumed:
+            await _call(callback, missed)
+
+    async def _sync_page(self, since: str | None) -> SyncPageOut:
+        """One sync page, retried with full-jitter backoff (or the server's ``Retry-After``)
+        on transport errors and 5xx/429; a refused cursor (4xx) is dropped for a fresh one."""
+        failures = 0
+        while True:
+            try:
+                return await self.rest.sync(since, limit=self.options.sync_page)
+            except (httpx.TransportError, RestError) as exc:
+                retriable = not isinstance(exc, RestError) or exc.status >= 500 or exc.status == 429
+                if not retriable:
+                    if since is None:
+                        raise
+                    # A cursor this server does not take (another server, a bad copy): start
+                    # again from a fresh one, after the full resync, as for `limited`.
+                    log.warning("client_cursor_refused", error=type(exc).__name__)
+                    fresh = await self._sync_page(None)
+                    return fresh.model_copy(update={"limited": True})
+                failures += 1
+                delay = reconnect_delay(
+                    failures, base=0.25, cap=self.options.resync_retry_cap, jitter=random.random()
+                )
+                wait = exc.retry_after if isinstance(exc, RestError) else None
+                if wait is not None:
+                    delay = max(delay, wait * (1.0 + random.random()))
+                log.info("client_sync_failed", error=type(exc).__name__)
+                await asyncio.sleep(delay)
+
+    def _full_resync(self) -> None:
+        """Today's resync: every tracked chat's history, and the chat list (each chat in it)."""
+        self.stats.full_resyncs += 1
         for timeline in self.timelines:
             self._request_sync(timeline.chat_id, self.options.resync_overlap)
         if self._group is not None and self._chat_lister is None:
             self._chat_lister = self._group.create_task(
                 self._sync_chat_list(), name="messenger-client-chat-list"
             )
-
-    async def hub_disconnected(self) -> None:
-        self._connected.clear()
-
-    async def hub_event(self, record: EventRecord) -> None:
-        try:
-            event = parse_event(record.target, record.arguments)
-        except HubProtocolError as exc:
-            # A malformed payload is skipped; a missed message shows up as a gap later.
-            log.warning("client_event_invalid", target=record.target, error=str(exc))
-            return
-        if event is None:
-            return
-        applied = apply_event(self.timelines, event)
-        if applied.duplicate:
-            self.stats.duplicates_dropped += 1
-            seq = getattr(event, "seq", getattr(event, "last_read_seq", 0))
-            for callback in self._on_duplicate:
-                await _call(callback, applied.chat_id, seq)
-        else:
-            for callback in self._callbacks.get(type(event), ()):
-                await _call(callback, event)
-        if applied.needs_sync and applied.chat_id is not None:
-            self._request_sync(applied.chat_id, 0)
 
     # --- resync -------------------------------------------------------------------------------
 

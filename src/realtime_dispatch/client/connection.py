@@ -62,6 +62,13 @@ class HubListener(Protocol):
     async def hub_event(self, record: EventRecord) -> None: ...
 
 
+def _seconds(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 def hub_ws_url(base_url: str) -> str:
     """``http://host:port`` (or an ``https`` one) → ``ws://host:port/hubs/messenger``."""
     parts = urlsplit(base_url)
@@ -93,6 +100,7 @@ class HubClientConnection:
         failures = 0
         while True:
             connects = self.connects
+            retry_after: float | None = None
             try:
                 await self._session()
             except InvalidStatus as exc:
@@ -100,6 +108,7 @@ class HubClientConnection:
                 if status in (401, 403):
                     raise HubRefused(f"the hub refused the token ({status})") from exc
                 log.info("client_hub_unavailable", status=status)
+                retry_after = _seconds(exc.response.headers.get("Retry-After"))
             except (OSError, TimeoutError, WebSocketException, HubProtocolError) as exc:
                 log.info("client_hub_lost", error=type(exc).__name__)
             if self.connects > connects:
@@ -109,8 +118,10 @@ class HubClientConnection:
                 failures,
                 base=self._options.reconnect_base,
                 cap=self._options.reconnect_cap,
-                jitter=self._rng() * 0.5,
+                jitter=self._rng(),  # full jitter
             )
+            if retry_after is not None:  # a hub shedding load said when: then, spread out
+                delay = max(delay, retry_after * (1.0 + self._rng()))
             await self._sleep(delay)
 
     async def _session(self) -> None:

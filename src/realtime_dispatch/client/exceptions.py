@@ -30,7 +30,10 @@ class HubProtocolError(ClientError):
 class RestError(ClientError):
     code = "RestError"
 
-    def __init__(self, status: int, error: str, message: str) -> None:
+    def __init__(
+        self, status: int, error: str, message: str, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {error}: {message}", code=error or "RestError")
         self.status = status
         self.error = error
+        self.retry_after = retry_after  # seconds, when the server said when to come back

@@ -100,7 +100,9 @@ def parse_server_record(record: str) -> ServerRecord:
 def reconnect_delay(attempt: int, *, base: float, cap: float, jitter: float) -> float:
     """Seconds to wait before reconnect attempt ``attempt`` (1, 2, …): ``base · 2^(n-1)``,
     capped, times ``1 - jitter`` (``jitter`` in [0, 1) is drawn by the caller, so this stays a
-    plain function). The first attempt after a drop may be immediate when ``base`` is 0."""
+    plain function). Drawn uniformly from [0, 1), that is "full jitter": the clients of one
+    replica that fell together spread over the whole window instead of returning in
+    lock-step. The first attempt after a drop may be immediate when ``base`` is 0."""
     if attempt < 1:
         raise ValueError("attempt starts at 1")
     delay = min(cap, base * 2.0 ** min(attempt - 1, 32))

@@ -26,9 +26,11 @@ from realtime_dispatch.contracts.rest import (
     MessageEditedReply,
     MessageOut,
     MessageSent,
+    SyncPageOut,
 )
 
 PAGE_LIMIT = 200  # the API's maximum page
+SYNC_LIMIT = 500  # events per sync page (the API allows 1,000)
 SEND_ATTEMPTS = 3
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,6 +39,14 @@ def _parse(model: type[M], data: Mapping[str, Any]) -> M:
     """Validate ``data`` against ``model``, ignoring fields a newer server added."""
     known = {field.alias or name for name, field in model.model_fields.items()}
     return model.model_validate({k: v for k, v in data.items() if k in known})
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (the HTTP-date form is not used by this server)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def to_timeline(chat_id: UUID, item: MessageOut) -> TimelineMessage:
@@ -81,7 +91,12 @@ class MessengerRest:
                 body = {}
             error = body.get("error", "") if isinstance(body, dict) else ""
             message = body.get("message", response.reason_phrase) if isinstance(body, dict) else ""
-            raise RestError(response.status_code, str(error), str(message))
+            raise RestError(
+                response.status_code,
+                str(error),
+                str(message),
+                retry_after=_retry_after(response.headers.get("Retry-After")),
+            )
         return response.json() if response.content else None
 
     async def messages_after(
@@ -115,6 +130,14 @@ class MessengerRest:
             if page.next_cursor is None:
                 return found
             params["cursor"] = page.next_cursor
+
+    async def sync(self, since: str | None = None, *, limit: int = SYNC_LIMIT) -> SyncPageOut:
+        """One page of ``GET /api/sync``: the caller's events after ``since`` (a
+        ``nextCursor``), or none and the current cursor without it."""
+        params: dict[str, Any] = {"limit": limit}
+        if since is not None:
+            params["since"] = since
+        return _parse(SyncPageOut, await self._call("GET", "/api/sync", params=params))
 
     async def history_after(self, chat_id: UUID, after_seq: int) -> list[TimelineMessage]:
         """Every message with seq > ``after_seq``, page by page."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 from realtime_dispatch.contracts.media import MediaJoin
 
 
-class _CallEvent(Contract):
+class _CallEvent(PushPayload):
     call_id: UUID
     caller_user_id: UUID
     callee_user_id: UUID
@@ -43,7 +43,7 @@ class CallEnded(_CallEvent):
     ended_at: datetime
 
 
-class GroupCallInvited(Contract):
+class GroupCallInvited(PushPayload):
     """``call_invited`` of a group call: one payload for every member of the chat."""
 
     call_id: UUID
@@ -55,7 +55,7 @@ class GroupCallInvited(Contract):
     media: MediaJoin | None = None
 
 
-class GroupCallEnded(Contract):
+class GroupCallEnded(PushPayload):
     call_id: UUID
     conference_id: UUID
     chat_id: UUID

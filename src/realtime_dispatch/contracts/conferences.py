@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 from realtime_dispatch.contracts.media import MediaJoin
 
 
-class ConferenceStarted(Contract):
+class ConferenceStarted(PushPayload):
     conference_id: UUID
     chat_id: UUID
     room_name: str
@@ -18,14 +18,14 @@ class ConferenceStarted(Contract):
     media: MediaJoin | None = None
 
 
-class ConferenceEnded(Contract):
+class ConferenceEnded(PushPayload):
     conference_id: UUID
     chat_id: UUID
     ended_by_user_id: UUID | None = None
     ended_at: datetime
 
 
-class ConferenceInvited(Contract):
+class ConferenceInvited(PushPayload):
     conference_id: UUID
     chat_id: UUID
     room_name: str
@@ -35,14 +35,14 @@ class ConferenceInvited(Contract):
     media: MediaJoin | None = None
 
 
-class ConferenceParticipantJoined(Contract):
+class ConferenceParticipantJoined(PushPayload):
     conference_id: UUID
     chat_id: UUID
     user_id: UUID
     joined_at: datetime
 
 
-class ConferenceParticipantLeft(Contract):
+class ConferenceParticipantLeft(PushPayload):
     conference_id: UUID
     chat_id: UUID
     user_id: UUID

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 
 
-class ContactRequestReceived(Contract):
+class ContactRequestReceived(PushPayload):
     request_id: UUID
     from_user_id: UUID
     to_user_id: UUID
@@ -17,20 +17,20 @@ class ContactRequestReceived(Contract):
     created_at: datetime
 
 
-class ContactRequestAccepted(Contract):
+class ContactRequestAccepted(PushPayload):
     contact_id: UUID
     request_id: UUID | None = None
     accepted_by_user_id: UUID
     accepted_at: datetime
 
 
-class ContactRemoved(Contract):
+class ContactRemoved(PushPayload):
     contact_id: UUID
     removed_by_user_id: UUID
     removed_at: datetime
 
 
-class BlacklistChanged(Contract):
+class BlacklistChanged(PushPayload):
     entry_id: UUID
     blocked_user_id: UUID
     blocked: bool

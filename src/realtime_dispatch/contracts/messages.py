@@ -6,10 +6,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 
 
-class MessageReceived(Contract):
+class MessageReceived(PushPayload):
     chat_id: UUID
     message_id: UUID
     seq: int
@@ -21,7 +21,7 @@ class MessageReceived(Contract):
     card_text: str | None = None
 
 
-class MessageEdited(Contract):
+class MessageEdited(PushPayload):
     chat_id: UUID
     message_id: UUID
     seq: int
@@ -30,7 +30,7 @@ class MessageEdited(Contract):
     card_text: str | None = None
 
 
-class MessageDeleted(Contract):
+class MessageDeleted(PushPayload):
     chat_id: UUID
     message_id: UUID
     seq: int

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 
 
-class _RecordingEvent(Contract):
+class _RecordingEvent(PushPayload):
     recording_id: UUID
     session_kind: str
     call_id: UUID | None = None

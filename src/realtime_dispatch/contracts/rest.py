@@ -234,6 +234,26 @@ class ChatPage(ApiModel):
     )
 
 
+class SyncEventOut(ApiModel):
+    event_id: UUID = Field(description="The outbox row: the same id as the push's `eventId`.")
+    target: str = Field(description="The event name, as in the hub invocation's `target`.")
+    payload: dict[str, Any] = Field(description="Exactly what the push carries.")
+
+
+class SyncPageOut(ApiModel):
+    events: list[SyncEventOut]
+    next_cursor: str = Field(description="Pass as `since` next time (opaque).")
+    limited: bool = Field(
+        description="The cursor is past what the outbox retains (or from another database):"
+        " resync fully over REST, then continue from `nextCursor`."
+    )
+    held_back: bool = Field(
+        default=False,
+        description="Newer events wait behind a transaction still open: ask again shortly"
+        " (they are never skipped; the cursor stays before them).",
+    )
+
+
 class ContactRequestCreated(ApiModel):
     request_id: UUID
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import PushPayload
 
 
-class _ScreenShareEvent(Contract):
+class _ScreenShareEvent(PushPayload):
     screen_share_id: UUID
     session_kind: str
     call_id: UUID | None = None

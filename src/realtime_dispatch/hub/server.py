@@ -135,6 +135,10 @@ def uvicorn_config(
         access_log=False,
         log_level=log_level,
         timeout_graceful_shutdown=5,
+        # A restarted replica takes all its clients back at once: a deeper accept queue (the
+        # kernel caps it at net.core.somaxconn) keeps their SYNs from being dropped and
+        # retransmitted seconds later.
+        backlog=4096,
     )
     redact_uvicorn_logs()
     return config

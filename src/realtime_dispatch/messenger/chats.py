@@ -84,7 +84,8 @@ async def record_chat_event(
     actor: UUID | None,
     subject: UUID | None,
 ) -> UUID:
-    """Insert a chat event and its ``ChatUpdated`` push (inside the caller's transaction)."""
+    """Insert a chat event and its ``ChatUpdated`` push (inside the caller's transaction). The
+    outbox row takes the event's id, so the push's ``eventId`` names the chat event too."""
     event_id = new_id()
     await conn.execute(_EVENT_SQL, event_id, chat_id, kind.value, actor, subject)
     await enqueue(
@@ -95,6 +96,7 @@ async def record_chat_event(
             chat_id=chat_id,
             ref_id=event_id,
         ),
+        entry_ids=[event_id],
     )
     return event_id
 

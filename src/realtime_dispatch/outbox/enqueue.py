@@ -14,7 +14,7 @@ With any other driver, :func:`enqueue_statement` gives the SQL and its parameter
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -108,17 +108,23 @@ def enqueue_statement(intent: OutboxIntent, *, entry_id: UUID | None = None) -> 
     return EnqueueStatement(ENQUEUE_SQL_NAMED, dict(zip(_COLUMNS, values, strict=True)))
 
 
-async def enqueue(conn: _Executor, *intents: OutboxIntent) -> list[UUID]:
+async def enqueue(
+    conn: _Executor, *intents: OutboxIntent, entry_ids: Sequence[UUID] | None = None
+) -> list[UUID]:
     """Insert ``intents`` through ``conn`` (an asyncpg connection inside an open transaction).
 
     Refuses to run outside a transaction: a push intent committed apart from its domain change
-    would break persist-then-push. Returns the new outbox ids (UUIDv7, in order).
+    would break persist-then-push. Returns the new outbox ids (UUIDv7, in order), or
+    ``entry_ids`` (one per intent) when given: the row id is the push's ``eventId``, so an
+    owner may give the row the id of the domain event it announces.
     """
     if not conn.is_in_transaction():
         raise IntentError("enqueue must run inside the owner's transaction", code="NoTransaction")
+    if entry_ids is not None and len(entry_ids) != len(intents):
+        raise ValueError("entry_ids: one id per intent")
     ids: list[UUID] = []
-    for intent in intents:
-        entry_id = new_id()
+    for index, intent in enumerate(intents):
+        entry_id = new_id() if entry_ids is None else entry_ids[index]
         await conn.execute(ENQUEUE_SQL, *_values(intent, entry_id))
         ids.append(entry_id)
     return ids

@@ -1,15 +1,20 @@
 // The demo page, on the TypeScript SDK (clients/js, bundled into messenger-client.js): the
-// official SignalR client underneath, per-chat timelines deduplicated by (chatId, seq), gaps and
-// reconnects resynced over REST. The page only renders and misbehaves on request.
+// official SignalR client underneath, per-chat timelines deduplicated by eventId and (chatId,
+// seq), gaps resynced over REST, reconnects resumed from the sync cursor. The page only renders
+// and misbehaves on request.
 import { EVENT_NAMES, MessengerClient } from "/demo/static/messenger-client.js";
 
 const EDIT_WINDOW_MS = 60_000;
 const $ = (id) => document.getElementById(id);
 
-// Every WebSocket the hub connection opens, so that "cut" can drop the live one.
+// Every WebSocket the hub connection opens, so that "cut" can drop the live one; while a cut
+// lasts, new ones fail at once (the line is down), so what is sent meanwhile is missed live.
 const sockets = new Set();
+const CUT_MS = 3000;
+let cutUntil = 0;
 class TrackedWebSocket extends WebSocket {
   constructor(...args) {
+    if (Date.now() < cutUntil) throw new Error("the line is cut (simulated)");
     super(...args);
     sockets.add(this);
     this.addEventListener("close", () => sockets.delete(this));
@@ -401,11 +406,15 @@ function start(user, token) {
   state.client = client;
   client.onDuplicate(onDuplicate);
   client.onResync(onResync);
+  client.onResumed((missed) => {
+    log("resume", `resumed: ${missed} missed event${missed === 1 ? "" : "s"} from the sync cursor`);
+    toast(`resumed: ${missed} missed event${missed === 1 ? "" : "s"}`);
+  });
   client.onConnection((up, reconnect) => {
     setConnection(up);
     if (up) {
       state.reconnected = reconnect;
-      log("connect", reconnect ? "reconnected: resyncing every chat over REST" : "connected to /hubs/messenger");
+      log("connect", reconnect ? "reconnected: resuming from the sync cursor" : "connected to /hubs/messenger");
       loadChats().catch((error) => log("error", error.message));
     } else if (reconnect) {
       log("disconnect", "connection lost: reconnecting…");
@@ -457,7 +466,8 @@ async function boot() {
     log("lost", "the next message push will be lost (simulated)");
   };
   $("fault-cut").onclick = () => {
-    log("disconnect", "cutting the WebSocket (simulated)");
+    log("disconnect", `cutting the WebSocket for ${CUT_MS / 1000} s (simulated)`);
+    cutUntil = Date.now() + CUT_MS;
     for (const socket of sockets) socket.close(4000, "cut");
   };
   $("attach").onclick = () => $("file").click();

@@ -11,6 +11,9 @@ The SQL comes from the projection manifest (:mod:`realtime_dispatch.manifest`): 
 query the manifest leaves out answers :func:`disabled` (``KindDisabled``, quarantined at once
 with the alert). A row whose referenced entity is missing is a defect (quarantined) unless the
 manifest's ``chat_alive`` says its chat is gone: then it is :class:`TargetGone`.
+
+Every payload leaves here carrying its row's id as ``eventId``
+(:func:`~.encoding.stamp_event_id`): set once here, for all kinds.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncpg
 import structlog
 
 from realtime_dispatch.database import DbConnection, is_unavailable
+from realtime_dispatch.dispatch.projections.encoding import stamp_event_id
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
     IntentError,
@@ -134,11 +138,15 @@ class CompositePayloadBuilder:
             built = await build_apart(_query_of(builder), builder.build(conn, items), items)
             for item in items:
                 result = built.get(item.row.id)
-                results[item.row.id] = (
-                    PayloadBuildError("builder returned nothing", code="NotBuilt")
-                    if result is None
-                    else result
-                )
+                if result is None:
+                    result = PayloadBuildError("builder returned nothing", code="NotBuilt")
+                elif isinstance(result, Push):
+                    result = Push(
+                        result.group,
+                        result.target,
+                        payload_json=stamp_event_id(result.payload_json, item.row.id),
+                    )
+                results[item.row.id] = result
         if self._chat_alive_sql is not None:
             await _mark_gone_targets(conn, self._chat_alive_sql, rows, results)
         return results

@@ -43,7 +43,7 @@ class ChatEventBuilder(RefProjectionBuilder):
         require_chat(intent, record)
         return ChatUpdated, {
             "chat_id": record["chat_id"],
-            "event_id": record["id"],
+            "chat_event_id": record["id"],  # eventId is the outbox row's, set by the seam
             "event_kind": record["event_kind"],
             "actor_user_id": record["actor_user_id"],
             "subject_user_id": record["subject_user_id"],

@@ -8,6 +8,9 @@ dump of an intermediate dict. The result is the same JSON as ``model(**fields).w
 optionals omitted, camelCase names, ids as strings, times ISO 8601 with ``Z`` for UTC), which
 the tests check for every kind against real rows; :class:`ModelEncoder` is that reference.
 
+``eventId`` is the one field no builder writes: the seam (:mod:`.builder`) puts the outbox row's
+id into every payload with :func:`stamp_event_id`, so both encoders leave it out.
+
 The projection's values are typed by PostgreSQL already (uuid, timestamptz, text, bigint), so
 the checks the fast encoder keeps are the ones a row could fail: a required field that is null,
 or a field the model does not have. Both raise :class:`PayloadBuildError` (``InvalidPayload``),
@@ -32,11 +35,15 @@ Shaped: TypeAlias = tuple[type[Contract], Fields]
 """A payload as a builder shapes it: its contract and the fields (Python names) it holds."""
 
 _OPTIONS = orjson.OPT_UTC_Z  # UTC times end in "Z", as pydantic writes them
+EVENT_ID = "eventId"
+"""The wire field :func:`stamp_event_id` writes, never a builder."""
+_NIL = UUID(int=0)
 
 
 class PayloadEncoder(Protocol):
     def encode(self, model: type[Contract], fields: Fields) -> bytes:
-        """The payload's JSON; :class:`PayloadBuildError` if ``fields`` do not fit ``model``."""
+        """The payload's JSON without ``eventId``; :class:`PayloadBuildError` if ``fields`` do
+        not fit ``model``."""
         ...
 
 
@@ -55,7 +62,7 @@ def _plan(model: type[BaseModel]) -> _Plan:
         aliases = {name: info.alias or name for name, info in model.model_fields.items()}
         required = frozenset(
             aliases[name] for name, info in model.model_fields.items() if info.is_required()
-        )
+        ) - {EVENT_ID}
         plan = _PLANS[model] = _Plan(aliases, required)
     return plan
 
@@ -103,10 +110,18 @@ class ModelEncoder:
 
     def encode(self, model: type[Contract], fields: Fields) -> bytes:
         try:
-            wire = model.model_validate(fields).wire()
+            wire = model.model_validate({"event_id": _NIL, **fields}).wire()
         except ValidationError as exc:
             raise _invalid(model, f"{exc.error_count()} errors") from exc
+        del wire[EVENT_ID]  # the seam's to write
         return orjson.dumps(wire)
+
+
+def stamp_event_id(payload_json: bytes, event_id: UUID) -> bytes:
+    """``payload_json`` with ``"eventId"`` (the outbox row id) as its first field: a byte splice
+    of an object the encoders wrote (which never contains the field), no second JSON pass."""
+    head = b'{"eventId":"' + str(event_id).encode() + b'"'
+    return head + (b"}" if payload_json == b"{}" else b"," + payload_json[1:])
 
 
 FAST = FastEncoder()

@@ -1,0 +1,180 @@
+"""The cost of one ``GET /api/sync`` page query at scale: 1,000 chats per caller, 1M retained
+outbox rows.
+
+    python bench/sync_query.py [--dsn DSN] [--rows 1000000] [--chats 10000] [--mine 1000]
+                               [--repeat 15]
+
+In a scratch database ``bench_sync_*`` (dropped at the end): ``--chats`` chats, the caller an
+active member of ``--mine`` of them (joined before any row), and ``--rows`` Done
+``MessageReceived`` rows spread evenly over all chats, written in 200 transactions (so the
+rows carry 200 different xids), then ANALYZE. It times the page query itself
+(``realtime_dispatch.sync`` ``page``, the statement the endpoint runs once per page; the payload
+building after it is the dispatcher's own, measured in ``drain.py``), as prepared statements
+the way asyncpg runs them, for a cursor
+
+* at the tail (the last 1% of the rows are new: a client back after a short absence),
+* in the middle (half the log behind), and at the start (the whole 1M behind),
+
+with pages of 100 and 1,000 events, and for a caller in no chat at all (every row is scanned
+and refused: the worst case, bounded by the rows after the cursor). It reports the median and
+p95 of ``--repeat`` runs and, from one ``EXPLAIN (ANALYZE, BUFFERS)``, the rows the index scan
+walked and the buffers it touched. Writes JSON to ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+
+from _common import DEFAULT_DSN, machine, print_table, scratch_database, server_facts, write_json
+from realtime_dispatch.sync.store import QUERIES
+
+BATCHES = 200
+
+SEED_CHATS = """
+INSERT INTO messenger.chats (id, title, created_by, created_at)
+SELECT gen_random_uuid(), 'bench', $1, now() - interval '1 day' FROM generate_series(1, $2)
+"""
+SEED_MINE = """
+INSERT INTO messenger.participants (id, chat_id, user_id, joined_at)
+SELECT gen_random_uuid(), id, $1, now() - interval '1 day' FROM chat_numbers WHERE n % $2 = 0
+"""
+SEED_ROWS = """
+INSERT INTO messenger.realtime_outbox
+    (id, kind, target_kind, chat_id, message_id, seq, status, created_at)
+SELECT messenger.realtime_new_id(), 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g,
+       'Done', now()
+FROM generate_series($1::int, $2::int) g
+JOIN chat_numbers c ON c.n = g % $3
+"""
+
+
+async def seed(conn: asyncpg.Connection, rows: int, chats: int, mine: int) -> UUID:
+    caller = uuid4()
+    await conn.execute(SEED_CHATS, uuid4(), chats)
+    await conn.execute(
+        "CREATE UNLOGGED TABLE chat_numbers AS"
+        " SELECT id, (row_number() OVER (ORDER BY id) - 1)::int AS n FROM messenger.chats;"
+        " CREATE INDEX ON chat_numbers (n)"
+    )
+    await conn.execute(SEED_MINE, caller, chats // mine)  # every (chats/mine)-th chat
+    step = rows // BATCHES
+    for start in range(0, rows, step):
+        await conn.execute(SEED_ROWS, start, min(rows, start + step) - 1, chats)
+    await conn.execute("DROP TABLE chat_numbers")
+    await conn.execute("VACUUM ANALYZE messenger.realtime_outbox")
+    await conn.execute("ANALYZE messenger.participants")
+    return caller
+
+
+async def cursor_at(conn: asyncpg.Connection, share_behind: float) -> tuple[int, UUID]:
+    """The (xid, id) position with ``share_behind`` of the rows after it."""
+    total = await conn.fetchval("SELECT count(*) FROM messenger.realtime_outbox")
+    skip = int(total * (1 - share_behind))
+    if skip == 0:
+        return 1, UUID(int=0)
+    row = await conn.fetchrow(
+        "SELECT xid, id FROM messenger.realtime_outbox ORDER BY xid, id OFFSET $1 LIMIT 1",
+        skip - 1,
+    )
+    assert row is not None
+    return int(row["xid"]), row["id"]
+
+
+async def time_page(
+    conn: asyncpg.Connection, user: UUID, position: tuple[int, UUID], limit: int, repeat: int
+) -> dict[str, Any]:
+    statement = await conn.prepare(QUERIES["page"])
+    times = []
+    found = 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        records = await statement.fetch(user, position[0], position[1], limit + 1)
+        times.append((time.perf_counter() - started) * 1000)
+        found = sum(1 for r in records if r["id"] is not None)
+    plan = await conn.fetchval(
+        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {QUERIES['page']}",
+        user,
+        position[0],
+        position[1],
+        limit + 1,
+    )
+    scan = _node((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+    times.sort()
+    return {
+        "median_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[max(0, int(len(times) * 0.95) - 1)], 2),
+        "events": found,
+        "index_rows_walked": scan.get("Actual Rows", 0) + scan.get("Rows Removed by Filter", 0),
+        "buffers": scan.get("Shared Hit Blocks", 0) + scan.get("Shared Read Blocks", 0),
+        "index": scan.get("Index Name"),
+    }
+
+
+def _node(plan: dict[str, Any]) -> dict[str, Any]:
+    """The outbox scan of the plan."""
+    if plan.get("Relation Name") == "realtime_outbox":
+        return plan
+    for child in plan.get("Plans", ()):
+        found = _node(child)
+        if found:
+            return found
+    return {}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--chats", type=int, default=10_000)
+    parser.add_argument("--mine", type=int, default=1_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    async with scratch_database(args.dsn, "bench_sync") as url:
+        conn = await asyncpg.connect(url)
+        try:
+            started = time.perf_counter()
+            caller = await seed(conn, args.rows, args.chats, args.mine)
+            seeded = time.perf_counter() - started
+            outsider = uuid4()
+            results = []
+            for where, share in (("tail (1% new)", 0.01), ("middle", 0.5), ("start", 1.0)):
+                position = await cursor_at(conn, share)
+                member = f"member of {args.mine:,}"
+                for who, user in ((member, caller), ("in no chat", outsider)):
+                    for limit in (100, 1000):
+                        if who == "in no chat" and limit == 1000:
+                            continue  # the same walk as with 100: nothing matches
+                        measured = await time_page(conn, user, position, limit, args.repeat)
+                        results.append({"cursor": where, "caller": who, "limit": limit, **measured})
+            size = await conn.fetchval(
+                "SELECT pg_size_pretty(pg_relation_size('messenger.ix_rto_sync'))"
+            )
+        finally:
+            await conn.close()
+        facts = await server_facts(url)
+    columns = ["cursor", "caller", "limit", "median_ms", "p95_ms", "events", "index_rows_walked",
+               "buffers"]  # fmt: skip
+    print_table(columns, [[r[c] for c in columns] for r in results])
+    print(f"seeded {args.rows} rows in {seeded:.0f} s; ix_rto_sync is {size}")
+    write_json(
+        "sync_query",
+        {
+            "args": vars(args),
+            "machine": machine(),
+            "server": facts,
+            "index_size": size,
+            "results": results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,67 @@
+"""The sync queries (``queries.sql``) as typed calls: one statement per page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from realtime_dispatch.database import DbConnection
+from realtime_dispatch.outbox.model import ClaimedRow
+from realtime_dispatch.outbox.queries import load_queries
+from realtime_dispatch.sync.cursor import source_name
+
+QUERIES = load_queries("realtime_dispatch.sync")
+
+
+@dataclass(frozen=True, slots=True)
+class PageRows:
+    """What one page query saw: the horizon, whether the cursor was past what is retained, the
+    rows below the horizon (each with its transaction id), in cursor order, and whether a row
+    visible now waits at or above the horizon (a transaction that began before it is still
+    open: served once that one ends)."""
+
+    horizon: int
+    limited: bool
+    rows: list[tuple[int, ClaimedRow]]
+    held_back: bool
+
+
+async def source(conn: DbConnection) -> str:
+    record = await conn.fetchrow(QUERIES["source"])
+    assert record is not None
+    return source_name(int(record["system_identifier"]), int(record["database_oid"]))
+
+
+async def horizon(conn: DbConnection) -> int:
+    return int(await conn.fetchval(QUERIES["horizon"]))
+
+
+async def page(
+    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int
+) -> PageRows:
+    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1)
+    first = records[0]
+    horizon = int(first["horizon"])
+    rows = [
+        (
+            int(r["xid"]),
+            ClaimedRow(
+                id=r["id"],
+                kind=r["kind"],
+                target_kind=r["target_kind"],
+                chat_id=r["chat_id"],
+                target_user_id=r["target_user_id"],
+                message_id=r["message_id"],
+                ref_id=r["ref_id"],
+                session_kind=r["session_kind"],
+                seq=r["seq"],
+                attempts=r["attempts"],
+                row_version=r["row_version"],
+                created_at=r["created_at"],
+            ),
+        )
+        for r in records
+        if r["id"] is not None and int(r["xid"]) < horizon
+    ][:limit]
+    above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
+    return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)

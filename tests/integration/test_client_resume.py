@@ -1,0 +1,75 @@
+"""The Python SDK resumes from its sync cursor: a reconnect reads ``GET /api/sync``, applies
+what it missed through the same dedupe (``eventId``, then ``(chatId, seq)``), and falls back to
+the full REST resync only when the server answers ``limited``."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from realtime_dispatch.client import MessageReceived
+from realtime_dispatch.client.events import ContactRequestReceived
+from realtime_dispatch.hub import Hub
+from realtime_dispatch.hub.session import CloseReason, CloseRequest
+from realtime_dispatch.messenger import contacts
+from tests.conftest import wait_until
+from tests.integration.client_stack import messenger_stack
+
+
+def drop_everyone(hub: Hub) -> None:
+    """Every connection closed from the server side, reconnect allowed (a lost socket)."""
+    for connection in list(hub.connections.values()):
+        connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))
+
+
+async def test_a_reconnect_resumes_every_missed_event_once(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    async with messenger_stack(database_url, pool) as stack, stack.client(stack.bob) as bob:
+        live: list[MessageReceived] = []
+        requests: list[ContactRequestReceived] = []
+        resumed: list[int] = []
+        bob.on(MessageReceived, live.append)
+        bob.on(ContactRequestReceived, requests.append)
+        bob.on_resumed(resumed.append)
+        async with stack.client(stack.alice) as alice:
+            chat = await alice.rest.create_chat("t", [stack.bob])
+            await bob.wait_connected()
+            await bob.settled()
+            assert bob.cursor is not None
+            assert bob.stats.full_resyncs == 1  # the first connect
+            await bob.track(chat)
+            await alice.rest.send_message(chat, "live")
+            await wait_until(lambda: len(live) == 1)
+
+            # Away: what is written now is pushed to nobody (as if bob's socket were dead).
+            await stack.stop_dispatcher()
+            for n in range(3):
+                await alice.rest.send_message(chat, f"missed {n}")
+            async with pool.acquire() as conn:
+                await contacts.request_contact(conn, requester=stack.alice, addressee=stack.bob)
+            await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+            refetches = bob.stats.refetches
+            drop_everyone(stack.hub)
+            await wait_until(lambda: resumed)
+            await bob.settled()
+
+            # "live" came again in the page (its push was before the cursor moved): dropped.
+            assert resumed == [4]
+            assert [m.body for m in live] == ["live", "missed 0", "missed 1", "missed 2"]
+            assert len(requests) == 1
+            assert [m.seq for m in bob.timeline(chat).messages()] == [1, 2, 3, 4]
+            assert bob.stats.refetches == refetches  # no REST history was needed
+            assert bob.stats.full_resyncs == 1
+
+            # Rows after the cursor deleted (retention caught up with a long absence): the
+            # server says limited, and the full resync brings the message back over REST.
+            await alice.rest.send_message(chat, "purged")
+            await pool.execute("DELETE FROM messenger.realtime_outbox")
+            await stack.start_dispatcher()
+            drop_everyone(stack.hub)
+            await wait_until(lambda: bob.stats.full_resyncs == 2)
+            await alice.rest.send_message(chat, "after")
+            await wait_until(lambda: len(bob.timeline(chat)) == 6)
+            await bob.settled()
+            assert [m.body for m in bob.timeline(chat).messages()][-2:] == ["purged", "after"]
+            assert bob.stats.duplicates_dropped >= 1

@@ -1,0 +1,293 @@
+"""``GET /api/sync`` on a real PostgreSQL, through the ASGI app: the caller's events after a
+cursor, paged, built by the dispatcher's builders; membership windows; limited past retention
+and across databases; refusals; no gap however commits interleave; one indexed scan."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+import httpx
+import pytest
+
+from realtime_dispatch.auth.tokens import TokenVerifier
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
+from realtime_dispatch.messenger import chats, contacts, messages
+from realtime_dispatch.messenger.api import create_api
+from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
+from realtime_dispatch.sync.routes import sync_routes
+from realtime_dispatch.sync.service import SyncService
+from realtime_dispatch.sync.store import QUERIES
+from tests.conftest import wait_until
+from tests.hub_fixtures import SECRET, hub_settings, make_token
+from tests.integration.messenger_world import MEDIA
+
+
+class Sync:
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def get(self, user: UUID | None, **params: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {make_token(user)}"} if user else {}
+        return await self.http.get("/api/sync", params=params, headers=headers)
+
+    async def cursor(self, user: UUID) -> str:
+        r = await self.get(user)
+        assert r.status_code == 200, r.text
+        assert r.json()["events"] == []
+        assert r.json()["limited"] is False
+        return str(r.json()["nextCursor"])
+
+    async def drain(self, user: UUID, since: str, limit: int = 100) -> tuple[list[Any], str]:
+        """Every page until a short one: the events and the cursor after them."""
+        events: list[Any] = []
+        while True:
+            r = await self.get(user, since=since, limit=limit)
+            assert r.status_code == 200, r.text
+            page = r.json()
+            assert page["limited"] is False
+            events += page["events"]
+            since = page["nextCursor"]
+            if page["heldBack"]:  # a transaction (any, on this server) is still open
+                await asyncio.sleep(0.05)
+            elif len(page["events"]) < limit:
+                return events, since
+
+
+@pytest.fixture
+async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
+    service = SyncService(pool, default_payload_builder(MEDIA))
+    routes = sync_routes(service, TokenVerifier(SECRET))
+    app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
+        yield Sync(http)
+
+
+async def outbox_ids(pool: asyncpg.Pool, where: str, *args: object) -> list[str]:
+    rows = await pool.fetch(f"SELECT id FROM messenger.realtime_outbox WHERE {where}", *args)
+    return sorted(str(r["id"]) for r in rows)
+
+
+async def test_pages_of_the_callers_groups_built_as_pushed(pool: asyncpg.Pool, sync: Sync) -> None:
+    alice, bob, carol, eve = (uuid4() for _ in range(4))
+    start = {user: await sync.cursor(user) for user in (alice, bob, carol, eve)}
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        other = await chats.create_chat(conn, creator=eve, title="private", members=[alice])
+        first = await messages.send_message(conn, chat_id=chat, sender=alice, body="before carol")
+        await messages.send_message(conn, chat_id=other, sender=eve, body="not for bob")
+        await chats.add_participant(conn, chat_id=chat, actor=alice, user_id=carol)
+        for n in range(5):
+            await messages.send_message(conn, chat_id=chat, sender=bob, body=f"m{n}")
+        await contacts.request_contact(conn, requester=alice, addressee=bob)
+        await chats.remove_participant(conn, chat_id=chat, actor=alice, user_id=carol)
+        await messages.send_message(conn, chat_id=chat, sender=alice, body="after carol")
+        # A row whose message is gone cannot be built: skipped, and its page filled up.
+        await conn.execute("DELETE FROM messenger.messages WHERE body = 'm1'")
+
+    # bob: his chat's events and his own, oldest first, in pages of 3, each exactly the push.
+    events, after = await sync.drain(bob, start[bob], limit=3)
+    mine = await outbox_ids(
+        pool, "chat_id = $1 OR target_user_id = $2 AND target_kind = 'User'", chat, bob
+    )
+    gone = await pool.fetchval(
+        "SELECT o.id::text FROM messenger.realtime_outbox o WHERE kind = 'MessageReceived'"
+        " AND NOT EXISTS (SELECT 1 FROM messenger.messages m WHERE m.id = o.message_id)"
+    )
+    assert sorted(e["eventId"] for e in events) == sorted(set(mine) - {gone})
+    assert len({e["eventId"] for e in events}) == len(events)
+    bodies = [e["payload"].get("body") for e in events if e["target"] == "message_received"]
+    assert bodies == ["before carol", "m0", "m2", "m3", "m4", "after carol"]
+    assert all(e["payload"]["eventId"] == e["eventId"] for e in events)
+    received = next(e for e in events if e["target"] == "message_received")
+    assert received["payload"]["messageId"] == str(first.message_id)
+    assert {e["target"] for e in events} == {
+        "message_received",
+        "chat_updated",
+        "contact_request_received",
+    }
+    assert "not for bob" not in str(events)
+    again = await sync.get(bob, since=after)
+    assert again.json()["events"] == []  # nothing new: the same place (or the horizon)
+
+    # carol: only what was committed while she was a member, and nothing now she is out.
+    events, _ = await sync.drain(carol, start[carol])
+    assert events == []
+    # eve never sees the chat she is not in; alice sees both chats.
+    events, _ = await sync.drain(eve, start[eve])
+    assert {e["payload"]["chatId"] for e in events} == {str(other)}
+    events, _ = await sync.drain(alice, start[alice])
+    assert {e["payload"].get("chatId") for e in events} == {str(chat), str(other)}
+
+
+async def test_membership_window_from_join_to_removal(pool: asyncpg.Pool, sync: Sync) -> None:
+    alice, dana = uuid4(), uuid4()
+    since = await sync.cursor(dana)
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t")
+        await messages.send_message(conn, chat_id=chat, sender=alice, body="before dana")
+        await chats.add_participant(conn, chat_id=chat, actor=alice, user_id=dana)
+        await messages.send_message(conn, chat_id=chat, sender=alice, body="while dana")
+    events, since = await sync.drain(dana, since)
+    assert [e["target"] for e in events] == ["chat_updated", "message_received"]
+    assert events[0]["payload"]["eventKind"] == "MemberAdded"
+    assert events[1]["payload"]["body"] == "while dana"
+    async with pool.acquire() as conn:
+        await chats.remove_participant(conn, chat_id=chat, actor=alice, user_id=dana)
+        await messages.send_message(conn, chat_id=chat, sender=alice, body="after dana")
+    events, _ = await sync.drain(dana, since)
+    assert events == []
+
+
+async def test_limited_past_retention_or_from_another_database(
+    pool: asyncpg.Pool, sync: Sync
+) -> None:
+    alice, bob = uuid4(), uuid4()
+    old = await sync.cursor(bob)
+    async with pool.acquire() as conn:
+        await contacts.request_contact(conn, requester=alice, addressee=bob)
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    await pool.execute("DELETE FROM messenger.realtime_outbox")  # what retention does, early
+    r = await sync.get(bob, since=old)
+    assert r.status_code == 200
+    page = r.json()
+    assert page["limited"] is True
+    assert page["events"] == []
+    fresh = page["nextCursor"]
+    async with pool.acquire() as conn:
+        await contacts.request_contact(conn, requester=uuid4(), addressee=bob)
+    events, _ = await sync.drain(bob, fresh)  # after the full resync, on from the new cursor
+    assert [e["target"] for e in events] == ["contact_request_received"]
+
+    stranger = SyncCursor(parse_cursor(fresh).xid, parse_cursor(fresh).after_id, "0" * 16)
+    page = (await sync.get(bob, since=stranger.encode())).json()
+    assert page["limited"] is True
+    assert page["events"] == []
+
+
+async def test_refusals(sync: Sync) -> None:
+    paths = (await sync.http.get("/openapi.json")).json()["paths"]
+    assert {"since", "limit"} <= {p["name"] for p in paths["/api/sync"]["get"]["parameters"]}
+    user = uuid4()
+    assert (await sync.get(None)).status_code == 401
+    for bad in ("", "nope", "0123456789abcdef.12", "0123456789abcdef.1." + "g" * 32):
+        r = await sync.get(user, since=bad)
+        assert r.status_code == 400, bad
+        assert r.json()["error"] == "BadCursor"
+        assert "cursor" in r.json()["message"]
+    for limit in (0, 1001):
+        r = await sync.get(user, limit=limit)
+        assert r.status_code == 400
+        assert "limit" in r.json()["message"]
+
+
+async def test_nothing_committed_after_the_cursor_is_missed_however_commits_interleave(
+    pool: asyncpg.Pool, sync: Sync
+) -> None:
+    """Ids are taken before commit. The row of a transaction that took its id first but commits
+    last sorts before rows already read: a cursor over ids would skip it."""
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
+        side = await chats.create_chat(conn, creator=alice, title="u", members=[bob])
+    since = await sync.cursor(bob)
+    slow = await pool.acquire()
+    try:
+        tx = slow.transaction()
+        await tx.start()
+        early = await messages.send_message(slow, chat_id=chat, sender=alice, body="slow")
+        async with pool.acquire() as conn:
+            await messages.send_message(conn, chat_id=side, sender=alice, body="fast")
+        page = (await sync.get(bob, since=since)).json()
+        # Held back behind the open transaction: not "fast" alone with a cursor past "slow".
+        assert page["events"] == []
+        assert page["heldBack"] is True
+        since = page["nextCursor"]
+        await tx.commit()
+    finally:
+        await pool.release(slow)
+    events, _ = await sync.drain(bob, since)
+    assert [e["payload"]["body"] for e in events] == ["slow", "fast"]
+    assert events[0]["payload"]["messageId"] == str(early.message_id)
+
+    # Concurrent owners holding their transactions open for random times, a reader paging all
+    # along with small pages: at the end the reader has every row exactly as written.
+    stop = asyncio.Event()
+    got: dict[str, Any] = {}
+    cursor = await sync.cursor(bob)
+    rooms = []
+    async with pool.acquire() as conn:
+        for n in range(4):
+            rooms.append(await chats.create_chat(conn, creator=alice, title=f"r{n}", members=[bob]))
+
+    async def owner(room: UUID, n: int) -> None:
+        rng = random.Random(n)
+        async with pool.acquire() as conn:
+            for i in range(15):
+                async with conn.transaction():
+                    await messages.send_message(conn, chat_id=room, sender=alice, body=f"{n}.{i}")
+                    await asyncio.sleep(rng.random() * 0.01)
+
+    async def reader() -> None:
+        nonlocal cursor
+        while not stop.is_set():
+            r = await sync.get(bob, since=cursor, limit=7)
+            page = r.json()
+            assert page["limited"] is False
+            for e in page["events"]:
+                got[e["eventId"]] = e
+            cursor = page["nextCursor"]
+            await asyncio.sleep(0)
+
+    reading = asyncio.create_task(reader())
+    await asyncio.gather(*(owner(room, n) for n, room in enumerate(rooms * 2)))
+    written = set(await outbox_ids(pool, "chat_id = ANY($1::uuid[])", rooms))
+    assert len(written) == 8 * 15
+
+    async def read_all() -> bool:
+        return written <= got.keys()
+
+    await wait_until(read_all, within=60)  # the horizon passes once every owner has committed
+    stop.set()
+    await reading
+    assert set(got) == written
+    bodies = sorted(e["payload"]["body"] for e in got.values())
+    assert bodies == sorted(f"{n}.{i}" for n in range(8) for i in range(15))
+
+
+async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asyncpg.Pool) -> None:
+    """Seeded: 300 chats of one caller, 20,000 rows; the page walks ix_rto_sync from the cursor
+    and checks each row's chat with one probe of the participant key, never a table scan."""
+    user = uuid4()
+    await pool.execute(
+        """
+        INSERT INTO messenger.chats (id, title, created_by)
+        SELECT gen_random_uuid(), 'c', $1 FROM generate_series(1, 600);
+        INSERT INTO messenger.participants (id, chat_id, user_id)
+        SELECT gen_random_uuid(), id, $1 FROM messenger.chats LIMIT 300;
+        """.replace("$1", f"'{user}'::uuid")
+    )
+    await pool.execute(
+        """
+        INSERT INTO messenger.realtime_outbox
+            (kind, target_kind, chat_id, message_id, seq, status)
+        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g,
+               'Done'
+        FROM generate_series(1, 20000) g
+        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats) c ON c.n = g % 600
+        """
+    )
+    await pool.execute("ANALYZE messenger.realtime_outbox; ANALYZE messenger.participants")
+    async with pool.acquire() as conn:
+        plan = "\n".join(
+            r[0] for r in await conn.fetch(f"EXPLAIN {QUERIES['page']}", user, 1, UUID(int=0), 100)
+        )
+    assert "ix_rto_sync" in plan, plan
+    assert "Seq Scan on realtime_outbox" not in plan, plan
+    assert "Seq Scan on participants" not in plan, plan
