@@ -53,6 +53,7 @@ async def test_owner_example_message_reaches_the_client(
         chat = await bob.rest.create_chat("owners", [stack.alice])
         await bob.track(chat)
         await bob.wait_connected()
+        await bob.settled()  # the connect's own resume/resync is done: the test starts from here
         live: list[MessageReceived] = []
         bob.on(MessageReceived, live.append)
         posted = await POSTERS[driver](database_url, chat, stack.alice, f"from {driver}")
