@@ -134,6 +134,7 @@ async def test_serve_without_a_database_url_starts_delivers_and_leaves_nothing_b
             chat = await a.rest.create_chat("embedded", [bob])
             await b.track(chat)
             await b.wait_connected()
+            await b.settled()  # its connect's own resync is done: the message must come live
             await a.rest.send_message(chat, "hello from an embedded database")
             await wait_until(lambda: len(b.timeline(chat)) == 1)
             assert b.stats.recovered == 0  # it came over the hub
