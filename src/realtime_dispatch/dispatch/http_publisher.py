@@ -115,13 +115,14 @@ class HttpHubPublisher:
             return [_answer_outcome(status, response.content)] * count
         try:
             answers = orjson.loads(response.content)["results"]
-            statuses = [int(answer["status"]) for answer in answers]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            statuses = []
-        if len(statuses) != count:
+            items = [(int(answer["status"]), answer.get("code")) for answer in answers]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            items = []
+        if len(items) != count:
             _log.error("hub_push_batch_answer_invalid", status=status)
             return [HubUnavailable("hub answered the batch wrongly", code="BadAnswer")] * count
-        return [_item_outcome(s) for s in statuses]
+        # The batch answer is the hub's own: a 4xx in it is the hub refusing that push.
+        return [_outcome(s, code if isinstance(code, str) else f"Http{s}") for s, code in items]
 
     async def _publish_one_by_one(self, pushes: Sequence[Push]) -> list[PublishResult]:
         results: list[PublishResult] = [None] * len(pushes)
@@ -171,19 +172,20 @@ class HttpHubPublisher:
 
 def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
     """What an answer of a push endpoint means for its rows (docs/reference.md, "Push
-    outcomes"):
+    outcomes"): :func:`_outcome`, with the hub's refusal code read from ``body`` (a 4xx whose
+    body is not :func:`~realtime_dispatch.push.hub_problem`'s came from a proxy, an ingress or
+    a wrong path: transient)."""
+    return _outcome(status, hub_problem_code(body) if 400 <= status < 500 else None)
 
-    - 2xx: pushed.
-    - 4xx other than 401/403/408/429, with the hub's own refusal body
-      (:func:`~realtime_dispatch.push.hub_problem`): permanent, the row is quarantined.
-    - 401/403 (a wrong key, fixed by an operator), 408, 429, 5xx, and any 4xx without the hub's
-      body (404 or 405 of a wrong path, a proxy's or ingress's error page): transient.
-    """
+
+def _outcome(status: int, refusal: str | None) -> RealtimeDispatchError | None:
+    """2xx: pushed. A 4xx other than 401/403/408/429 that the hub itself gave (``refusal``, its
+    code): permanent, the row is quarantined. 401/403 (a wrong key, fixed by an operator), 408,
+    429, 5xx, and a 4xx not the hub's: transient."""
     if 200 <= status < 300:
         return None
     code = f"Http{status}"
     if 400 <= status < 500 and status not in (401, 403, 408, 429):
-        refusal = hub_problem_code(body)
         if refusal is not None:
             return PushRejected(f"hub refused the push ({refusal})", code=code)
         return HubUnavailable(f"answered {status}, not by the hub (proxy or wrong URL?)", code=code)
@@ -195,16 +197,6 @@ def _answer_outcome(status: int, body: bytes) -> PublishResult:
     if status in (401, 403):
         _log.error("hub_push_unauthorized", status=status)
     return classify_answer(status, body)
-
-
-def _item_outcome(status: int) -> PublishResult:
-    """The result of one push inside the hub's 200 answer to a batch: that answer is the hub's
-    own, so a 4xx there is its refusal of that push (permanent), as in :func:`classify_answer`."""
-    if 200 <= status < 300:
-        return None
-    if status >= 500 or status in (401, 403, 408, 429):
-        return HubUnavailable(f"hub answered {status}", code=f"Http{status}")
-    return PushRejected(f"hub refused the push (Http{status})", code=f"Http{status}")
 
 
 def _batch_item(push: Push) -> bytes:

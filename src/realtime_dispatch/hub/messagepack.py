@@ -32,6 +32,7 @@ from realtime_dispatch.hub.protocol import (
     Other,
     ProtocolError,
     Sequence,
+    message_type,
 )
 
 MAX_VARINT_BYTES = 5
@@ -127,12 +128,8 @@ def parse_message(record: bytes) -> ClientMessage | None:
         raise ProtocolError("record is not valid MessagePack", code="InvalidMessage") from exc
     if not isinstance(value, list) or not value:
         raise ProtocolError("record is not a MessagePack array", code="InvalidMessage")
-    raw_type = value[0]
-    if not isinstance(raw_type, int) or isinstance(raw_type, bool):
-        raise ProtocolError("message has no integer type", code="InvalidMessage")
-    try:
-        kind = MessageType(raw_type)
-    except ValueError:
+    kind = message_type(value[0])
+    if kind is None:
         return None
     match kind:
         case MessageType.INVOCATION | MessageType.STREAM_INVOCATION:

@@ -177,15 +177,21 @@ def _optional_str(value: dict[str, JsonValue], key: str) -> str | None:
     raise ProtocolError(f"{key} must be a string", code="InvalidMessage")
 
 
-def parse_message(record: str) -> ClientMessage | None:
-    """One record after the handshake; ``None`` for an unknown (future) message type."""
-    value = _load_object(record)
-    raw_type = value.get("type")
+def message_type(raw_type: object) -> MessageType | None:
+    """A record's message type, in either protocol; ``None`` for an unknown (future) one."""
     if not isinstance(raw_type, int) or isinstance(raw_type, bool):
         raise ProtocolError("message has no integer type", code="InvalidMessage")
     try:
-        kind = MessageType(raw_type)
+        return MessageType(raw_type)
     except ValueError:
+        return None
+
+
+def parse_message(record: str) -> ClientMessage | None:
+    """One record after the handshake; ``None`` for an unknown (future) message type."""
+    value = _load_object(record)
+    kind = message_type(value.get("type"))
+    if kind is None:
         return None
     match kind:
         case MessageType.INVOCATION | MessageType.STREAM_INVOCATION:
