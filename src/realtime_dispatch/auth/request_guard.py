@@ -44,6 +44,10 @@ TokenCheck = Callable[[str | None], Awaitable[object]]
 identity provider's keys cannot be had (``TokenVerifier.verify``)."""
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024
+VERIFIED = "realtime_dispatch.verified_token"
+"""Key in the ASGI scope's ``state`` under which the guard leaves ``(token, identity)`` of the
+token it verified, so that the route behind it need not verify the same token again
+(:func:`verified_identity`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         rule = self.rule_for(scope["method"], scope["path"])
-        refusal = await self._refusal(rule, headers, scope.get("query_string", b""))
+        refusal = await self._refusal(rule, scope)
         if refusal is None and declared > rule.max_bytes:
             refusal = self._too_large(rule)
         if refusal is None:
@@ -148,11 +152,12 @@ class RequestGuard:
         await self.app(scope, _replay(body, receive), send)
 
     async def _refusal(
-        self, rule: BodyRule, headers: list[tuple[bytes, bytes]], query_string: bytes
+        self, rule: BodyRule, scope: Scope
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
         if rule.credentials == "none":
             return None
-        raw = _header(headers, b"authorization")
+        query_string: bytes = scope.get("query_string", b"")
+        raw = _header(scope["headers"], b"authorization")
         authorization = {"authorization": raw.decode("latin-1")} if raw is not None else {}
         if rule.credentials == "service_key":
             if service_key_matches(authorization, self._service_key):
@@ -161,17 +166,29 @@ class RequestGuard:
         query: Mapping[str, str] = {}
         if bearer(authorization) is None and b"access_token=" in query_string:
             query = dict(parse_qsl(query_string.decode("latin-1")))
+        token = request_token(authorization, query)
         try:
-            await self._check_token(request_token(authorization, query))
+            identity = await self._check_token(token)
         except AuthError:
             return _problem(401, "Unauthorized", "a valid bearer token is required")
         except KeysUnavailable:
             return _problem(503, "KeysUnavailable", "the token's keys cannot be had now, retry")
+        scope.setdefault("state", {})[VERIFIED] = (token, identity)
         return None
 
     @staticmethod
     def _too_large(rule: BodyRule) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         return _problem(413, "PayloadTooLarge", f"the body exceeds {rule.max_bytes} bytes")
+
+
+def verified_identity(scope: Scope, token: str | None) -> object | None:
+    """What the guard's check returned for ``token`` in this request, or ``None`` when it did not
+    check that very token (a request without a body, or a route that reads another one)."""
+    verified = scope.get("state", {}).get(VERIFIED)
+    if verified is None or token is None or verified[0] != token:
+        return None
+    identity: object = verified[1]
+    return identity
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

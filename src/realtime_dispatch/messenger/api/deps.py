@@ -13,6 +13,8 @@ from asyncpg.pool import PoolConnectionProxy
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.auth.request_guard import verified_identity
 from realtime_dispatch.auth.tokens import TokenVerifier
 
 if TYPE_CHECKING:
@@ -33,8 +35,11 @@ async def current_user(
 ) -> UUID:
     """The caller's user id; :class:`~realtime_dispatch.auth.tokens.AuthError` (→ 401) when the
     token is missing, expired, forged or revoked."""
-    verifier: TokenVerifier = request.app.state.verifier
     token = credentials.credentials if credentials is not None else None
+    checked = verified_identity(request.scope, token)  # the request guard's, same token
+    if isinstance(checked, Identity):
+        return checked.user_id
+    verifier: TokenVerifier = request.app.state.verifier
     return (await verifier.verify(token)).user_id
 
 
