@@ -197,7 +197,12 @@ async def hub_main(args: argparse.Namespace) -> None:
     async with Hub(options, pool=None, dsn=args.dsn) as hub:
         app = Starlette(routes=hub_routes(hub))
         config = uvicorn_config(
-            app, host="127.0.0.1", port=args.port, log_level="warning", **http_limits_off()
+            app,
+            host="127.0.0.1",
+            port=args.port,
+            log_level="warning",
+            hub=hub,
+            **http_limits_off(),
         )
         server = HubServer(config, hub, install_signal_handlers=False)
         serving = asyncio.create_task(server.serve())

@@ -49,7 +49,11 @@ async def replica(dsn: str) -> AsyncIterator[int]:
     async with Hub(HubOptions(jwt_secret=SECRET), pool=None, dsn=dsn) as hub:
         port = free_port()
         config = uvicorn_config(
-            Starlette(routes=hub_routes(hub)), host="127.0.0.1", port=port, log_level="error"
+            Starlette(routes=hub_routes(hub)),
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            hub=hub,
         )
         server = HubServer(config, hub, install_signal_handlers=False)
         task = asyncio.create_task(server.serve())

@@ -72,15 +72,24 @@ async def running_hub(
     options: HubOptions | None = None,
     registry: CollectorRegistry | None = None,
     plain_asgi: bool = False,
+    direct: bool = True,
 ) -> AsyncIterator[RunningHub]:
-    """A started :class:`Hub` served by uvicorn on a free port (in this event loop);
-    ``plain_asgi`` serves it with uvicorn's stock WebSocket protocol (no raw transport)."""
+    """A started :class:`Hub` served by uvicorn on a free port (in this event loop), its
+    WebSockets served directly as ``realtime-dispatch hub`` serves them; ``direct=False``
+    serves them through the ASGI app (uvicorn's WebSocket protocol with the raw transport),
+    ``plain_asgi`` with uvicorn's stock WebSocket protocol (no raw transport)."""
     if options is None:
         options = hub_options(settings, redis_url=redis_url)
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=registry) as hub:
         port = free_port()
         app = Starlette(routes=hub_routes(hub))
-        config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning")
+        config = uvicorn_config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            hub=hub if direct and not plain_asgi else None,
+        )
         if plain_asgi:
             config.ws = "websockets-sansio"
         server = HubServer(config, hub, install_signal_handlers=False)

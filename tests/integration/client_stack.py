@@ -84,7 +84,7 @@ async def messenger_stack(
         app = create_api(pool=pool, options=settings.api_options(), routes=routes)
         port = free_port()
         server = HubServer(
-            uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning"),
+            uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning", hub=hub),
             hub,
             install_signal_handlers=False,
         )

@@ -22,10 +22,13 @@ from tests.hub_fixtures import (
 )
 
 
-@pytest.fixture
-async def hub(database_url, pool):
+@pytest.fixture(params=["direct", "asgi"])
+async def hub(request, database_url, pool):
+    """The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and
+    through the ASGI app as any other server would."""
     settings = hub_settings()
-    async with running_hub(settings, dsn=database_url, pool=pool) as running:
+    direct = request.param == "direct"
+    async with running_hub(settings, dsn=database_url, pool=pool, direct=direct) as running:
         yield running
 
 

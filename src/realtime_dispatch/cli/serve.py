@@ -209,6 +209,7 @@ async def serve(
                     port=port,
                     log_level=settings.log_level,
                     http_limits=http_limits(settings),
+                    hub=hub,
                 )
                 server = HubServer(config, hub)
 

@@ -26,7 +26,7 @@ from uuid import UUID
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.hub.framing import RawSink, binary_frame, text_frame
+from realtime_dispatch.hub.framing import RawSink, ws_frame
 from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
 from realtime_dispatch.hub.wire import HubProtocol, Transport
@@ -71,6 +71,29 @@ class Wake:
             await waiter
         finally:
             self._waiter = None
+
+
+class DrainWake(Wake):
+    """A :class:`Wake` that also calls ``drain`` soon after it is set (once per loop turn): a
+    transport with no writer task writes its queued records there."""
+
+    __slots__ = ("_drain", "_drain_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, drain: Callable[[], None]) -> None:
+        super().__init__()
+        self._drain_loop = loop
+        self._drain = drain
+        self._scheduled = False
+
+    def set(self) -> None:
+        super().set()
+        if not self._scheduled:
+            self._scheduled = True
+            self._drain_loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        self._drain()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +151,7 @@ class WebSocketWriter:
         payload = records[0] if len(records) == 1 else b"".join(records)
         sink = self._sink
         if sink is not None:
-            sink.transport.write(binary_frame(payload) if self._binary else text_frame(payload))
+            sink.transport.write(ws_frame(payload, binary=self._binary))
         elif self._binary:
             await self._websocket.send_bytes(payload)
         else:  # ASGI carries a text frame as str only: a server without the raw transport
@@ -143,16 +166,28 @@ class WebSocketWriter:
 
 @dataclass(slots=True)
 class Attachment:
-    """The transport a connection currently writes to, and the tasks serving it."""
+    """The transport a connection currently writes to, and the tasks serving it (none for a
+    socket served by callbacks, which gives ``abort`` instead)."""
 
     transport: Transport
     reader: asyncio.Task[CloseReason] | None = None
     writer: asyncio.Task[None] | None = None
     force_close: asyncio.TimerHandle | None = field(default=None)
+    abort: Callable[[], None] | None = None
+    """Drops the transport at once (another transport took the connection over)."""
+
+    def stop(self) -> None:
+        """Stop serving the connection on this transport (it resumes on another)."""
+        for task in (self.reader, self.writer):
+            if task is not None:
+                task.cancel()
+        if self.abort is not None:
+            self.abort()
 
 
 class HubConnection:
     __slots__ = (
+        "_loop",
         "_on_sent",
         "attachment",
         "batch",
@@ -206,6 +241,7 @@ class HubConnection:
         self.detached_at: float | None = None
         self.last_received = now
         self.last_sent = now
+        self._loop = asyncio.get_running_loop()
         self.sink: RawSink | None = None
         """The attached transport, while frames may be written to it directly."""
         self.batch: list[bytes] = []
@@ -328,22 +364,19 @@ class HubConnection:
         self.wake.set()
         attachment = self.attachment
         if attachment is not None and attachment.writer is not None:
-            loop = asyncio.get_running_loop()
-            attachment.force_close = loop.call_later(
+            attachment.force_close = self._loop.call_later(
                 self.limits.close_grace, attachment.writer.cancel
             )
 
     async def write_loop(self, writer: Writer) -> None:
         """Drain the outbound queue into the transport through ``writer`` until the connection
         closes (after its close message) or the transport does."""
-        loop = asyncio.get_running_loop()
         outbound = self.outbound
-        max_bytes = self.limits.max_write_chars
         while True:
             if self.closing is not None:
-                records = outbound.take_control()
-                if records and await writer.write_last(records):
-                    self._on_sent(len(records))
+                last = outbound.take_control()
+                if last and await writer.write_last(last):
+                    self.wrote(len(last))
                 return
             if not outbound.has_pending():
                 self.wake.clear()
@@ -353,10 +386,22 @@ class HubConnection:
                 return
             if self.closing is not None:  # closed while waiting: only the close message goes
                 continue
-            if self.identity.expires_at <= time.time():
-                self.close(TOKEN_EXPIRED)  # due before the hub's timer ran: only the close goes
-                continue
-            records, _ = outbound.take(max_bytes)
-            await writer.write(records)
-            self.last_sent = loop.time()
-            self._on_sent(len(records))
+            records = self.due()
+            if records is not None:
+                await writer.write(records)
+                self.wrote(len(records))
+
+    def due(self) -> list[bytes] | None:
+        """The queued records to write next (at most ``max_write_chars`` of them), once the
+        transport takes writes; None when the token expired before the hub's timer ran: the
+        connection is then closing, and only its close message goes."""
+        if self.identity.expires_at <= time.time():
+            self.close(TOKEN_EXPIRED)
+            return None
+        records, _ = self.outbound.take(self.limits.max_write_chars)
+        return records
+
+    def wrote(self, records: int) -> None:
+        """``records`` queued records were written to the transport."""
+        self.last_sent = self._loop.time()
+        self._on_sent(records)

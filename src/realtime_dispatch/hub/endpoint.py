@@ -3,6 +3,12 @@ then run a reader and a writer task until the connection ends, or until its tran
 (stateful reconnect) the client resumes it on a new WebSocket with the same connection token.
 Text frames carry the JSON protocol, binary frames MessagePack.
 
+Under the hub's own server (:func:`~.server.uvicorn_config` given the hub) the socket is a
+:class:`~.ws_direct.DirectWebSocket`: the same opening runs in a task, and once the connection
+is admitted it is served by the socket's callbacks with no task at all. Under any other ASGI
+server it is Starlette's :class:`~starlette.websockets.WebSocket`, served by a reader and a
+writer task.
+
 This module only translates frames; protocol rules live in :mod:`.session`, buffering in
 :mod:`.outbound`, groups in :mod:`.registry`.
 """
@@ -11,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.auth.identity import Identity
@@ -37,7 +45,36 @@ NORMAL_CLOSE_CODES = frozenset({1000, 1001})
 TOO_BIG_ERROR = "Connection closed with an error: message too big."
 
 
-async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
+class OpeningSocket(Protocol):
+    """What opening a connection uses of its WebSocket: the ASGI messages and calls of
+    Starlette's :class:`~starlette.websockets.WebSocket`."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def query_params(self) -> Mapping[str, str]: ...
+
+    async def accept(self) -> None: ...
+
+    async def receive(self) -> Message: ...
+
+    async def send_text(self, data: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def send_denial_response(self, response: Response) -> None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
+
+
+class DirectSocket(OpeningSocket, Protocol):
+    """A socket that serves an admitted connection itself, by callbacks."""
+
+    def attach(self, connection: HubConnection) -> None: ...
+
+
+async def serve_websocket(hub: Hub, websocket: WebSocket | DirectSocket) -> None:
     if hub.stopping:
         await _deny(websocket, 503, "Service Unavailable")
         return
@@ -70,7 +107,7 @@ async def serve_websocket(hub: Hub, websocket: WebSocket) -> None:
         reservation.release()  # a no-op once the connection registered
 
 
-async def _deny(websocket: WebSocket, status: int, text: str) -> None:
+async def _deny(websocket: OpeningSocket, status: int, text: str) -> None:
     try:
         await websocket.send_denial_response(PlainTextResponse(text, status_code=status))
     except RuntimeError:  # a server without the denial-response extension
@@ -83,7 +120,9 @@ def _too_big(data: str | bytes, limit: int) -> bool:
     return False
 
 
-async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) -> Inbound | None:
+async def _handshake(
+    websocket: OpeningSocket, session: InboundSession, limit: int
+) -> Inbound | None:
     """Read until the handshake record is complete; None if it failed (already answered)."""
     while True:
         message = await websocket.receive()
@@ -107,7 +146,7 @@ async def _handshake(websocket: WebSocket, session: InboundSession, limit: int) 
 
 async def _open(
     hub: Hub,
-    websocket: WebSocket,
+    websocket: WebSocket | DirectSocket,
     identity: Identity,
     id_param: str | None,
     reservation: Reservation,
@@ -159,7 +198,9 @@ async def _open(
     await _run(hub, connection, websocket)
 
 
-async def _send_handshake_reply(websocket: WebSocket, session: InboundSession, text: str) -> None:
+async def _send_handshake_reply(
+    websocket: OpeningSocket, session: InboundSession, text: str
+) -> None:
     """The handshake answer is JSON text; a binary protocol's connection gets it in a binary
     frame like everything after it."""
     if session.protocol.binary:
@@ -168,14 +209,12 @@ async def _send_handshake_reply(websocket: WebSocket, session: InboundSession, t
         await websocket.send_text(text)
 
 
-async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> None:
+async def _resume(hub: Hub, websocket: WebSocket | DirectSocket, connection: HubConnection) -> None:
     old = connection.attachment
     connection.attachment = None
     connection.sink = None
     if old is not None:
-        for task in (old.reader, old.writer):
-            if task is not None:
-                task.cancel()
+        old.stop()
     await websocket.accept()
     connection.session.new_transport()
     sequence = connection.outbound.rewind()
@@ -187,40 +226,70 @@ async def _resume(hub: Hub, websocket: WebSocket, connection: HubConnection) -> 
     await _run(hub, connection, websocket)
 
 
-async def _read_loop(hub: Hub, connection: HubConnection, websocket: WebSocket) -> CloseReason:
+def disconnect_reason(code: int) -> CloseReason:
+    """Why a connection ended whose client closed the WebSocket with ``code``."""
+    return CloseReason.CLIENT_CLOSE if code in NORMAL_CLOSE_CODES else CloseReason.TRANSPORT_LOST
+
+
+def received(connection: HubConnection, data: str | bytes, now: float) -> CloseReason | None:
+    """Act on one WebSocket message of an open connection; the reason it is closing now, if it
+    is (its writer then sends the close message)."""
+    if _too_big(data, connection.limits.max_message_bytes):
+        connection.close(CloseRequest(CloseReason.MESSAGE_TOO_BIG, TOO_BIG_ERROR))
+        return CloseReason.MESSAGE_TOO_BIG
+    connection.last_received = now
+    inbound = connection.session.feed(data)
+    connection.apply(inbound)
+    if connection.closing is None:
+        return None
+    if inbound.close is not None and inbound.close.reason is not CloseReason.CLIENT_CLOSE:
+        log.info(
+            "hub_protocol_error",
+            connection_id=connection.connection_id,
+            reason=inbound.close.reason.value,
+        )
+    return connection.closing.reason
+
+
+def detach(hub: Hub, connection: HubConnection, attachment: Attachment, ended: CloseReason) -> int:
+    """The socket of ``attachment`` is done with ``connection``: it ``ended`` for that reason
+    (or the connection is closing). The connection ends, or (stateful, transport lost) waits
+    to resume; returns the code to close the socket with."""
+    if connection.attachment is not attachment:  # a new transport took over (resume)
+        return 1000
+    connection.attachment = None
+    connection.sink = None
+    if connection.closing is not None:
+        hub.finalize(connection, connection.closing.reason)
+        return 1009 if connection.closing.reason is CloseReason.MESSAGE_TOO_BIG else 1000
+    if connection.stateful and ended is CloseReason.TRANSPORT_LOST and not hub.stopping:
+        connection.detached_at = asyncio.get_running_loop().time()
+        log.info("hub_transport_lost", connection_id=connection.connection_id, resumable=True)
+        return 1000
+    hub.finalize(connection, ended)
+    return 1000
+
+
+async def _read_loop(connection: HubConnection, websocket: WebSocket) -> CloseReason:
     loop = asyncio.get_running_loop()
-    limit = connection.limits.max_message_bytes
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
-            code = message.get("code", 1006)
-            return (
-                CloseReason.CLIENT_CLOSE
-                if code in NORMAL_CLOSE_CODES
-                else CloseReason.TRANSPORT_LOST
-            )
+            return disconnect_reason(message.get("code", 1006))
         data = message.get("text")
         if data is None:
             data = message.get("bytes")
         if data is None:
             continue
-        if _too_big(data, limit):
-            connection.close(CloseRequest(CloseReason.MESSAGE_TOO_BIG, TOO_BIG_ERROR))
-            return CloseReason.MESSAGE_TOO_BIG
-        connection.last_received = loop.time()
-        inbound = connection.session.feed(data)
-        connection.apply(inbound)
-        if connection.closing is not None:
-            if inbound.close is not None and inbound.close.reason is not CloseReason.CLIENT_CLOSE:
-                log.info(
-                    "hub_protocol_error",
-                    connection_id=connection.connection_id,
-                    reason=inbound.close.reason.value,
-                )
-            return connection.closing.reason
+        closing = received(connection, data, loop.time())
+        if closing is not None:
+            return closing
 
 
-async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> None:
+async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket | DirectSocket) -> None:
+    if not isinstance(websocket, WebSocket):
+        websocket.attach(connection)
+        return
     attachment = Attachment(Transport.WEBSOCKETS)
     connection.attachment = attachment
     connection.detached_at = None
@@ -230,7 +299,7 @@ async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> Non
         connection.write_loop(WebSocketWriter(websocket, sink, binary=connection.protocol.binary)),
         name=f"hub-writer:{name}",
     )
-    reader = asyncio.create_task(_read_loop(hub, connection, websocket), name=f"hub-reader:{name}")
+    reader = asyncio.create_task(_read_loop(connection, websocket), name=f"hub-reader:{name}")
     attachment.writer, attachment.reader = writer, reader
     connection.sink = sink
     if connection.closing is not None:  # closed before the writer existed
@@ -255,27 +324,14 @@ async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket) -> Non
         await asyncio.gather(reader, writer, return_exceptions=True)
         if attachment.force_close is not None:
             attachment.force_close.cancel()
-    if connection.attachment is not attachment:  # a new transport took over (resume)
-        await _close_socket(websocket, 1000)
-        return
-    connection.attachment = None
-    if connection.closing is not None:
-        hub.finalize(connection, connection.closing.reason)
-        code = 1009 if connection.closing.reason is CloseReason.MESSAGE_TOO_BIG else 1000
-        await _close_socket(websocket, code)
-    elif connection.stateful and ended is CloseReason.TRANSPORT_LOST and not hub.stopping:
-        connection.detached_at = asyncio.get_running_loop().time()
-        log.info("hub_transport_lost", connection_id=name, resumable=True)
-        await _close_socket(websocket, 1000)
-    else:
-        hub.finalize(connection, ended)
-        await _close_socket(websocket, 1000)
+    await _close_socket(websocket, detach(hub, connection, attachment, ended))
 
 
-async def _close_socket(websocket: WebSocket, code: int) -> None:
-    if websocket.application_state is WebSocketState.DISCONNECTED:
-        return
-    if websocket.client_state is WebSocketState.DISCONNECTED:
+async def _close_socket(websocket: OpeningSocket, code: int) -> None:
+    if isinstance(websocket, WebSocket) and (
+        websocket.application_state is WebSocketState.DISCONNECTED
+        or websocket.client_state is WebSocketState.DISCONNECTED
+    ):
         return
     with contextlib.suppress(Exception):
         await websocket.close(code=code)

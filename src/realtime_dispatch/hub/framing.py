@@ -44,12 +44,29 @@ def binary_frame(payload: bytes) -> bytes:
     return _LEN64.pack(_FIN_BINARY, 127, size) + payload
 
 
-class _ServerSide(Protocol):
-    """What :class:`RawSink` reads of uvicorn's WebSocket protocol object."""
+def ws_frame(payload: bytes, *, binary: bool) -> bytes:
+    """:func:`binary_frame` or :func:`text_frame` of ``payload``."""
+    return binary_frame(payload) if binary else text_frame(payload)
 
-    transport: asyncio.Transport
-    writable: asyncio.Event
-    close_sent: bool
+
+class Flag(Protocol):
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
+
+
+class _ServerSide(Protocol):
+    """What :class:`RawSink` reads of the WebSocket protocol object: uvicorn's, or the hub's
+    own (:class:`~.ws_direct.DirectWebSocket`)."""
+
+    @property
+    def transport(self) -> asyncio.Transport: ...
+
+    @property
+    def writable(self) -> Flag: ...
+
+    @property
+    def close_sent(self) -> bool: ...
 
 
 class RawSink:

@@ -12,6 +12,9 @@ protocol with what it lacks.
   writing, and the client would see the reset instead of the answer. The connection is
   half-closed after the response (FIN), and what the client still sends is discarded unparsed
   for up to ``LINGER_SECONDS`` / ``LINGER_BYTES``, then it is closed.
+* **WebSocket upgrades served directly.** An upgrade of a path in ``direct`` goes to the
+  protocol its factory builds (the hub's :class:`~.ws_direct.DirectWebSocket`) instead of
+  uvicorn's WebSocket protocol and the ASGI app.
 * **Connections per client address.** A connection past ``max_per_client`` open ones from the
   same address gets 503 and is closed before anything is read; a connection upgraded to a
   WebSocket keeps its place until the WebSocket closes. 0 turns the cap off.
@@ -22,12 +25,13 @@ One timer per connection, armed and cancelled in the parser's callbacks: no task
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 log = structlog.get_logger(__name__)
 
@@ -84,12 +88,20 @@ def _expects_body(headers: list[tuple[bytes, bytes]]) -> bool:
     return False
 
 
+DirectUpgrade = Callable[[ServerState], asyncio.Protocol]
+"""Builds the protocol a WebSocket upgrade is handed to (given the server's state)."""
+
+
 def guarded_http_protocol(
-    limits: HttpLimits, clients: ClientConnections | None = None
+    limits: HttpLimits,
+    clients: ClientConnections | None = None,
+    direct: Mapping[str, DirectUpgrade] | None = None,
 ) -> type[HttpToolsProtocol]:
-    """A subclass of uvicorn's httptools protocol bound to ``limits`` and one shared
-    :class:`ClientConnections` (give it to ``uvicorn.Config(http=...)``)."""
+    """A subclass of uvicorn's httptools protocol bound to ``limits``, one shared
+    :class:`ClientConnections` and the ``direct`` WebSocket paths (give it to
+    ``uvicorn.Config(http=...)``)."""
     counter = clients if clients is not None else ClientConnections(limits.max_per_client)
+    direct_paths = dict(direct or {})
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         _timer: asyncio.TimerHandle | None = None
@@ -151,7 +163,11 @@ def guarded_http_protocol(
 
         def handle_websocket_upgrade(self) -> None:
             self._disarm()
-            super().handle_websocket_upgrade()
+            factory = direct_paths.get(self.url.partition(b"?")[0].decode("latin-1"))
+            if factory is None:
+                super().handle_websocket_upgrade()
+            else:
+                self._upgrade_direct(factory)
             protocol: Any = self.transport.get_protocol()
             address, self._address = self._address, None
             if address is None:
@@ -160,6 +176,19 @@ def guarded_http_protocol(
                 protocol.on_connection_lost = lambda: counter.release(address)
             else:  # a WebSocket protocol that cannot tell when it closes: not counted
                 counter.release(address)
+
+        def _upgrade_direct(self, factory: DirectUpgrade) -> None:
+            """uvicorn's upgrade (the request as bytes to the WebSocket protocol), to the
+            protocol ``factory`` builds."""
+            self.connections.discard(self)
+            output = [self.scope["method"].encode(), b" ", self.url, b" HTTP/1.1\r\n"]
+            for name, value in self.scope["headers"]:
+                output += [name, b": ", value, b"\r\n"]
+            output.append(b"\r\n")
+            protocol = factory(self.server_state)
+            protocol.connection_made(self.transport)
+            protocol.data_received(b"".join(output))
+            self.transport.set_protocol(protocol)
 
         def _arm(self, delay: float, callback: Callable[[], None]) -> None:
             self._disarm()

@@ -25,8 +25,9 @@ from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
 from realtime_dispatch.hub.http_protocol import HttpLimits, guarded_http_protocol
-from realtime_dispatch.hub.routes import hub_body_rules, hub_routes
+from realtime_dispatch.hub.routes import HUB_PATH, hub_body_rules, hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.hub.ws_direct import DirectWebSocket
 from realtime_dispatch.observability import RedactSecrets
 
 MAX_WS_FRAME_BYTES = 1 << 20
@@ -118,14 +119,20 @@ def uvicorn_config(
     port: int,
     log_level: str,
     http_limits: HttpLimits | None = None,
+    hub: Hub | None = None,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
-    header and body timeouts and the per-address connection cap (``http_limits``)."""
+    header and body timeouts and the per-address connection cap (``http_limits``). With the
+    ``hub``, its WebSockets are served directly (:class:`~.ws_direct.DirectWebSocket`), not
+    through ``app``."""
+    direct = {}
+    if hub is not None:
+        direct[HUB_PATH] = lambda state: DirectWebSocket(hub, state.connections)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_http_protocol(http_limits or HttpLimits()),
+        http=guarded_http_protocol(http_limits or HttpLimits(), direct=direct),
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
         ws_ping_timeout=None,
@@ -168,6 +175,7 @@ async def run_hub(
             port=port,
             log_level=log_level.lower(),
             http_limits=http_limits,
+            hub=hub,
         )
         server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
 
