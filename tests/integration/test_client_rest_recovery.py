@@ -33,6 +33,7 @@ async def test_file_and_card_messages_arrive_typed_and_offline_chats_are_found(
             await alice.rest.send_message(chat, "before you came")
         async with stack.client(stack.bob) as bob:
             await bob.wait_connected()
+            await bob.settled()  # the connect's resume, chat listing and resyncs are done
             await wait_until(lambda: len(bob.timeline(chat)) == 1)
             assert chat in bob.chats
             assert (bob.chats[chat].last_seq, bob.chats[chat].read_seq) == (1, 0)
