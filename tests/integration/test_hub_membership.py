@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 
 from realtime_dispatch.hub.registry import chat_group
@@ -28,6 +30,39 @@ async def test_initial_groups_are_active_chats(database_url, pool):
         await push(hub, chat_group(chat), "message_received", {"seq": 2})
         records = await client.invocations(2)
         assert [r["arguments"][0]["seq"] for r in records] == [1, 2]
+
+
+async def test_connections_opening_together_share_membership_queries(database_url, pool):
+    """Forty users connecting at once, each in a chat of their own and all in one shared chat:
+    each joins exactly its chats, with fewer queries than connections."""
+    alice = uuid.uuid4()
+    users = [uuid.uuid4() for _ in range(40)]
+    async with pool.acquire() as conn:
+        shared = await create_chat(conn, creator=alice, title="all", members=users)
+        own = [await create_chat(conn, creator=u, title="own") for u in users]
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        feed = hub.hub.membership
+        before = feed.load_queries
+        clients = await asyncio.gather(
+            *(stack.enter_async_context(raw_client(hub, make_token(u))) for u in users)
+        )
+        assert 1 <= feed.load_queries - before < len(users)
+        by_user = {c.user_id: cid for cid, c in hub.hub.connections.items()}
+        for user, chat in zip(users, own, strict=True):
+            assert hub.hub.registry.groups_of(by_user[user]) == {
+                f"user:{user}",
+                chat_group(chat),
+                chat_group(shared),
+            }
+        await push(hub, chat_group(own[3]), "message_received", {"seq": 3})
+        await push(hub, chat_group(shared), "message_received", {"seq": 1})
+        for index, client in enumerate(clients):
+            expected = [3, 1] if index == 3 else [1]
+            records = await client.invocations(len(expected))
+            assert [r["arguments"][0]["seq"] for r in records] == expected
 
 
 async def test_live_add_and_remove_on_one_replica(database_url, pool):

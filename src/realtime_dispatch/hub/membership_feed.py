@@ -33,6 +33,9 @@ from realtime_dispatch.manifest.manifest import shipped_manifest
 
 log = structlog.get_logger(__name__)
 
+LOAD_BATCH = 1000
+"""Users per ``member_chats`` query for connections opening together."""
+
 
 def shipped_member_chats() -> str:
     """The reference messenger's ``member_chats`` query (from the shipped manifest)."""
@@ -84,25 +87,63 @@ class MembershipFeed:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._next_barrier: asyncio.Future[bool] | None = None
+        self._waiting_loads: list[tuple[str, UUID, asyncio.Future[None]]] = []
+        self._loader: asyncio.Task[None] | None = None
+        self.load_queries = 0
+        """``member_chats`` queries run for connections opening (one per batch of them)."""
         self.on_barrier: Callable[[str], None] | None = None
         """Called with each barrier token, after every change notified before it is applied."""
 
     async def load_connection(self, connection_id: str, user_id: UUID) -> None:
-        """Join a registered connection to its user's active chats (raises on DB errors)."""
+        """Join a registered connection to its user's active chats (raises on DB errors).
+
+        Connections opening together share one query: those that ask while one runs are
+        loaded by the next, up to ``LOAD_BATCH`` users each (a replica taking back thousands of
+        clients at once runs a few dozen queries, not one per client)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting_loads.append((connection_id, user_id, future))
+        if self._loader is None:
+            self._loader = asyncio.create_task(self._load_waiting(), name="hub-membership-load")
+        await future
+
+    async def _load_waiting(self) -> None:
+        try:
+            while self._waiting_loads:
+                batch = self._waiting_loads[:LOAD_BATCH]
+                del self._waiting_loads[:LOAD_BATCH]
+                await self._load(batch)
+        finally:
+            self._loader = None
+
+    async def _load(self, batch: list[tuple[str, UUID, asyncio.Future[None]]]) -> None:
+        users = list({user_id for _, user_id, _ in batch})
         token = self._tracker.begin_load()
+        self.load_queries += 1
         try:
             rows = await self._require_pool().fetch(
-                self._member_chats, [user_id], timeout=self._query_timeout
+                self._member_chats, users, timeout=self._query_timeout
             )
+        except Exception as exc:
+            self._tracker.cancel_load(token)
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
         except BaseException:
             self._tracker.cancel_load(token)
+            for *_, future in batch:
+                future.cancel()
             raise
+        # a connection that went away meanwhile is no longer registered: it is skipped
         self._tracker.finish_load(
             token,
             ((r["user_id"], r["chat_id"]) for r in rows),
-            users=[user_id],
-            connections=[connection_id],
+            users=users,
+            connections=[connection_id for connection_id, _, _ in batch],
         )
+        for *_, future in batch:
+            if not future.done():
+                future.set_result(None)
 
     def _require_pool(self) -> asyncpg.Pool:
         if self.pool is None:
