@@ -70,6 +70,9 @@ from realtime_dispatch.push import HubPublisher, PublishResult
 
 log = structlog.get_logger(__name__)
 
+HOUSEKEEPING_SLICES = 10
+"""Pieces the once-a-tick check of every connection is cut into, spread over the tick."""
+
 PushSource = Literal["local", "backplane"]
 LOCAL: PushSource = "local"
 BACKPLANE: PushSource = "backplane"
@@ -509,16 +512,24 @@ class Hub:
         return self._count_sent
 
     async def _housekeeping(self) -> None:
+        """Every ``tick``: each connection checked once (its ping, idle timeout, resume window),
+        in ``HOUSEKEEPING_SLICES`` slices spread over the tick, so that a replica holding many
+        connections does not stall its pushes behind one long walk and a burst of pings."""
         options = self.options
         tick = min(1.0, options.ping_interval / 3, options.idle_timeout / 3)
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(tick)
-            now = loop.time()
-            self.negotiations.sweep(now)
-            self.http_transports.sweep(now, self.options.handshake_timeout)
-            for connection in list(self.connections.values()):
-                self._check(connection, now)
+            connections = list(self.connections.values())  # opened since: the next round's
+            size = max(1, -(-len(connections) // HOUSEKEEPING_SLICES))
+            for part in range(HOUSEKEEPING_SLICES):
+                await asyncio.sleep(tick / HOUSEKEEPING_SLICES)
+                now = loop.time()
+                if part == 0:
+                    self.negotiations.sweep(now)
+                    self.http_transports.sweep(now, self.options.handshake_timeout)
+                for connection in connections[part * size : (part + 1) * size]:
+                    if self.connections.get(connection.connection_id) is connection:
+                        self._check(connection, now)
 
     def _check(self, connection: HubConnection, now: float) -> None:
         options = self.options
