@@ -124,6 +124,7 @@ async def test_resync_after_listener_connection_is_killed(database_url, pool):
         await pool.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'realtime-dispatch-hub-membership'"
+            " AND datname = current_database()"  # this test's hub only, not other databases'
         )
         await wait_until(lambda: not feed.ready.is_set(), within=5)
         # While the listener is down the notification is lost; the resync must catch it.
