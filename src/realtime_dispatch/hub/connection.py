@@ -26,7 +26,7 @@ from uuid import UUID
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.hub.framing import RawSink, ws_frame
+from realtime_dispatch.hub.framing import RawSink, records_frame
 from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
 from realtime_dispatch.hub.wire import HubProtocol, Transport
@@ -148,11 +148,12 @@ class WebSocketWriter:
         return True
 
     async def write(self, records: list[bytes]) -> None:
-        payload = records[0] if len(records) == 1 else b"".join(records)
         sink = self._sink
         if sink is not None:
-            sink.transport.write(ws_frame(payload, binary=self._binary))
-        elif self._binary:
+            sink.transport.write(records_frame(records, binary=self._binary))
+            return
+        payload = records[0] if len(records) == 1 else b"".join(records)
+        if self._binary:
             await self._websocket.send_bytes(payload)
         else:  # ASGI carries a text frame as str only: a server without the raw transport
             await self._websocket.send_text(payload.decode())

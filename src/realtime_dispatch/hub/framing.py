@@ -24,29 +24,33 @@ _LEN16 = struct.Struct("!BBH")
 _LEN64 = struct.Struct("!BBQ")
 
 
-def text_frame(payload: bytes) -> bytes:
-    """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON records)."""
+def _frame(head: int, payload: bytes) -> bytes:
     size = len(payload)
     if size < 126:
-        return bytes((_FIN_TEXT, size)) + payload
+        return bytes((head, size)) + payload
     if size < 1 << 16:
-        return _LEN16.pack(_FIN_TEXT, 126, size) + payload
-    return _LEN64.pack(_FIN_TEXT, 127, size) + payload
+        return _LEN16.pack(head, 126, size) + payload
+    return _LEN64.pack(head, 127, size) + payload
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON records)."""
+    return _frame(_FIN_TEXT, payload)
 
 
 def binary_frame(payload: bytes) -> bytes:
     """One final, unmasked binary frame carrying ``payload`` (MessagePack records)."""
-    size = len(payload)
-    if size < 126:
-        return bytes((_FIN_BINARY, size)) + payload
-    if size < 1 << 16:
-        return _LEN16.pack(_FIN_BINARY, 126, size) + payload
-    return _LEN64.pack(_FIN_BINARY, 127, size) + payload
+    return _frame(_FIN_BINARY, payload)
 
 
 def ws_frame(payload: bytes, *, binary: bool) -> bytes:
     """:func:`binary_frame` or :func:`text_frame` of ``payload``."""
-    return binary_frame(payload) if binary else text_frame(payload)
+    return _frame(_FIN_BINARY if binary else _FIN_TEXT, payload)
+
+
+def records_frame(records: list[bytes], *, binary: bool) -> bytes:
+    """One frame carrying whole ``records`` (of a binary protocol or not), in order."""
+    return ws_frame(records[0] if len(records) == 1 else b"".join(records), binary=binary)
 
 
 class Flag(Protocol):

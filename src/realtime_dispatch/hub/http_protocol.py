@@ -178,17 +178,14 @@ def guarded_http_protocol(
                 counter.release(address)
 
         def _upgrade_direct(self, factory: DirectUpgrade) -> None:
-            """uvicorn's upgrade (the request as bytes to the WebSocket protocol), to the
-            protocol ``factory`` builds."""
-            self.connections.discard(self)
-            output = [self.scope["method"].encode(), b" ", self.url, b" HTTP/1.1\r\n"]
-            for name, value in self.scope["headers"]:
-                output += [name, b": ", value, b"\r\n"]
-            output.append(b"\r\n")
-            protocol = factory(self.server_state)
-            protocol.connection_made(self.transport)
-            protocol.data_received(b"".join(output))
-            self.transport.set_protocol(protocol)
+            """uvicorn's own upgrade (the request handed over as bytes), to the protocol
+            ``factory`` builds instead of uvicorn's WebSocket protocol."""
+
+            def build(*, server_state: ServerState, **_: Any) -> asyncio.Protocol:
+                return factory(server_state)
+
+            self.ws_protocol_class = build  # type: ignore[assignment]  # uvicorn only calls it
+            super().handle_websocket_upgrade()
 
         def _arm(self, delay: float, callback: Callable[[], None]) -> None:
             self._disarm()

@@ -40,7 +40,7 @@ from websockets.server import ServerProtocol
 
 from realtime_dispatch.hub.connection import Attachment, DrainWake, HubConnection, Wake
 from realtime_dispatch.hub.endpoint import detach, disconnect_reason, received, serve_websocket
-from realtime_dispatch.hub.framing import RawSink, ws_frame
+from realtime_dispatch.hub.framing import RawSink, records_frame, ws_frame
 from realtime_dispatch.hub.session import CloseReason
 from realtime_dispatch.hub.wire import Transport
 
@@ -355,13 +355,12 @@ class DirectWebSocket(asyncio.Protocol):
                 return
             records = connection.due()
             if records:
-                payload = records[0] if len(records) == 1 else b"".join(records)
-                self.transport.write(ws_frame(payload, binary=binary))
+                self.transport.write(records_frame(records, binary=binary))
                 connection.wrote(len(records))
         records = outbound.take_control()
         if records and not self.close_sent and not self.transport.is_closing():
             # even under backpressure: it joins the transport's buffer
-            self.transport.write(ws_frame(b"".join(records), binary=binary))
+            self.transport.write(records_frame(records, binary=binary))
             connection.wrote(len(records))
         self._gone(connection.closing.reason, None)
 
