@@ -292,7 +292,9 @@ class NodeClient:
 
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``upstream_port``. :meth:`cut` aborts every forwarded
-    connection (a transport blip) and holds new ones until :meth:`release`."""
+    connection (a transport blip) and holds new ones until :meth:`release`; :meth:`stall`
+    stops forwarding bytes either way on open connections, which stay open (a peer that hangs),
+    until :meth:`resume`."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
@@ -301,6 +303,8 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._open = asyncio.Event()
         self._open.set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> TcpProxy:
@@ -326,6 +330,12 @@ class TcpProxy:
     def release(self) -> None:
         self._open.set()
 
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -344,6 +354,7 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         finally:

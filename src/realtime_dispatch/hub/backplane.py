@@ -22,15 +22,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+import hiredis
 import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
+
+from realtime_dispatch.hub.resp import READ_SIZE, Stream, open_stream, pack
 
 log = structlog.get_logger(__name__)
 
 CHANNEL = "realtime-dispatch:hub:messenger"
 MAX_BATCH = 256
 """Pushes handed to ``deliver`` at once (a batch message is never split)."""
+
+HEALTH_CHECK_INTERVAL = 10.0
+"""Seconds a subscriber's connection may stay silent before it is sent a ``PING``."""
 
 Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 
@@ -100,7 +106,14 @@ def redis_client(url: str, *, timeout: float | None = 2.0) -> aioredis.Redis:
 class BackplaneSubscriber:
     """Reads the channel and hands batches of ``(group, frame)`` to ``deliver``; reconnects by
     itself. Pushes published while it is disconnected are not seen (pub/sub keeps nothing);
-    clients recover those over REST, as after any reconnect."""
+    clients recover those over REST, as after any reconnect.
+
+    redis-py opens the connection; the subscription and its messages are RESP written and read
+    here (:mod:`.resp`): redis-py's ``get_message`` costs several times the decoding and
+    delivery of a message (a retry wrapper, a timeout and a dict per message). What one read
+    brings is delivered at once (up to :data:`MAX_BATCH` pushes): one membership barrier.
+    A connection silent for ``health_check_interval`` is sent a ``PING``; one silent for twice
+    that is given up and reconnected."""
 
     def __init__(
         self,
@@ -110,54 +123,109 @@ class BackplaneSubscriber:
         channel: str = CHANNEL,
         reconnect_delay: float = 0.5,
         max_reconnect_delay: float = 5.0,
+        health_check_interval: float = HEALTH_CHECK_INTERVAL,
     ) -> None:
         self._url = url
         self._deliver = deliver
-        self._channel = channel
+        self._channel = channel.encode()
         self._batch_channel = batch_channel(channel).encode()
         self._reconnect_delay = reconnect_delay
         self._max_reconnect_delay = max_reconnect_delay
+        self._health_check_interval = health_check_interval
+        self._last_read = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
         delay = self._reconnect_delay
         while True:
             client = redis_client(self._url, timeout=None)
+            stream: Stream | None = None
             try:
-                async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self._channel, self._batch_channel)
-                    self.ready.set()
-                    log.info("backplane_subscribed")
-                    delay = self._reconnect_delay
-                    await self._read(pubsub)
-            except (RedisError, OSError) as exc:
+                stream = await open_stream(client)
+                parser = await self._subscribe(stream)
+                self.ready.set()
+                log.info("backplane_subscribed")
+                delay = self._reconnect_delay
+                await self._read(stream, parser)
+            except (RedisError, OSError, hiredis.ProtocolError) as exc:
                 log.warning("backplane_lost", error=type(exc).__name__, retry_in=delay)
             finally:
                 self.ready.clear()
+                if stream is not None:
+                    await stream[0].disconnect()
                 await client.aclose()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_reconnect_delay)
 
-    async def _read(self, pubsub: aioredis.client.PubSub) -> None:
-        while True:
-            message = await pubsub.get_message(timeout=1.0)
-            if message is None:
+    async def _subscribe(self, stream: Stream) -> hiredis.Reader:
+        """Subscribe to both formats' channels; the parser holding what followed the two
+        confirmations (messages may come in the same read)."""
+        stream[2].write(pack(b"SUBSCRIBE", self._channel, self._batch_channel))
+        parser = hiredis.Reader()
+        confirmed = 0
+        while confirmed < 2:
+            reply = parser.gets()
+            if reply is False:
+                data = await stream[1].read(READ_SIZE)
+                if not data:
+                    raise ConnectionError("the Redis server closed the connection")
+                parser.feed(data)
                 continue
-            batch: list[tuple[str, bytes]] = []
-            while message is not None:
-                if message.get("type") == "message":
-                    data = message["data"]
-                    if message["channel"] == self._batch_channel:
-                        pushes = decode_batch(data)
-                    else:
-                        one = decode_push(data)
-                        pushes = None if one is None else [one]
-                    if pushes is None:
-                        log.warning("backplane_message_invalid")
-                    else:
-                        batch += pushes
-                if len(batch) >= MAX_BATCH:
-                    break
-                message = await pubsub.get_message(timeout=0.0)
-            if batch:
-                await self._deliver(batch)
+            if not isinstance(reply, list) or reply[0] != b"subscribe":
+                raise ConnectionError(f"unexpected answer to SUBSCRIBE: {reply!r}")
+            confirmed += 1
+        return parser
+
+    async def _read(self, stream: Stream, parser: hiredis.Reader) -> None:
+        loop = asyncio.get_running_loop()
+        self._last_read = loop.time()
+        self._watchdog = loop.call_later(self._health_check_interval / 2, self._check, stream[2])
+        try:
+            while True:
+                batch: list[tuple[str, bytes]] = []
+                while (reply := parser.gets()) is not False:
+                    self._take(reply, batch)
+                    if len(batch) >= MAX_BATCH:
+                        await self._deliver(batch)
+                        batch = []
+                if batch:
+                    await self._deliver(batch)
+                data = await stream[1].read(READ_SIZE)
+                if not data:
+                    raise ConnectionError("the Redis server closed the connection")
+                self._last_read = loop.time()
+                parser.feed(data)
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+
+    def _take(self, reply: object, batch: list[tuple[str, bytes]]) -> None:
+        """Add the pushes of one reply (a ``message``) to ``batch``; pongs pass."""
+        if not isinstance(reply, list) or len(reply) != 3 or reply[0] != b"message":
+            return
+        channel, data = reply[1], reply[2]
+        if channel == self._batch_channel:
+            pushes = decode_batch(data)
+        elif channel == self._channel:
+            one = decode_push(data)
+            pushes = None if one is None else [one]
+        else:
+            return
+        if pushes is None:
+            log.warning("backplane_message_invalid")
+        else:
+            batch += pushes
+
+    def _check(self, writer: asyncio.StreamWriter) -> None:
+        """Twice per interval: ``PING`` a connection silent for an interval, give up on one
+        silent for two (the read then fails and the subscriber reconnects)."""
+        loop = asyncio.get_running_loop()
+        silent = loop.time() - self._last_read
+        if silent >= 2 * self._health_check_interval:
+            log.warning("backplane_silent", seconds=round(silent, 1))
+            writer.transport.abort()
+            return
+        if silent >= self._health_check_interval:
+            writer.write(pack(b"PING"))
+        self._watchdog = loop.call_later(self._health_check_interval / 2, self._check, writer)

@@ -2,9 +2,10 @@
 
 * :class:`InProcessHubPublisher`: the hub runs in the caller's process; a push is delivered to
   this replica's connections before ``publish`` returns.
-* :class:`RedisHubPublisher`: the backplane; success means "published to Redis and received by
-  at least one hub replica" (every subscribed replica delivers to its own connections). A Redis
-  outage, or a publish that no replica received, is a
+* :class:`RedisHubPublisher`: the backplane (``PUBLISH`` on a connection of its own, see
+  :class:`~realtime_dispatch.hub.resp.CommandConnection`); success means "published to Redis
+  and received by at least one hub replica" (every subscribed replica delivers to its own
+  connections). A Redis outage, or a publish that no replica received, is a
   :class:`~realtime_dispatch.errors.HubUnavailable` for every push the message carried, so the
   rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
   :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
@@ -31,6 +32,7 @@ from realtime_dispatch.hub.backplane import (
     redis_client,
 )
 from realtime_dispatch.hub.protocol import push_record
+from realtime_dispatch.hub.resp import CommandConnection
 from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
@@ -97,8 +99,11 @@ class RedisHubPublisher:
             client, owns_client = redis_client(client), True
         self._client = client
         self._owns_client = owns_client
+        self._commands = CommandConnection(client)
         self._channel = channel
         self._batch_channel = batch_channel(channel)
+        self._channel_bytes = channel.encode()
+        self._batch_channel_bytes = self._batch_channel.encode()
         self._batched = False
         self._format_check_every = format_check_every
         self._format_checked = -format_check_every
@@ -117,10 +122,9 @@ class RedisHubPublisher:
             return []
         try:
             messages = await self._messages(items)
-            async with self._client.pipeline(transaction=False) as pipe:
-                for channel, message, _ in messages:
-                    pipe.publish(channel, message)
-                receivers = await pipe.execute()
+            receivers = await self._commands.pipeline(
+                [(b"PUBLISH", channel, message) for channel, message, _ in messages]
+            )
         except (RedisError, OSError, TimeoutError) as exc:
             error = HubUnavailable(
                 f"backplane unavailable ({type(exc).__name__})", code="BackplaneUnavailable"
@@ -135,21 +139,22 @@ class RedisHubPublisher:
             results += [None if count else nobody] * carried
         return results
 
-    async def _messages(self, items: GroupFrames) -> list[tuple[str, bytes, int]]:
+    async def _messages(self, items: GroupFrames) -> list[tuple[bytes, bytes, int]]:
         """``(channel, message, pushes carried)`` for ``items``, in order."""
         if not await self._all_read_batches():
-            return [(self._channel, encode_push(group, frame), 1) for group, frame in items]
-        messages: list[tuple[str, bytes, int]] = []
+            channel = self._channel_bytes
+            return [(channel, encode_push(group, frame), 1) for group, frame in items]
+        messages: list[tuple[bytes, bytes, int]] = []
         start = size = 0
         for index, (group, frame) in enumerate(items):
             full = index - start >= MAX_MESSAGE_PUSHES or size + len(frame) > MAX_MESSAGE_BYTES
             if index > start and full:
                 chunk = items[start:index]
-                messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+                messages.append((self._batch_channel_bytes, encode_batch(chunk), len(chunk)))
                 start, size = index, 0
             size += len(group) + len(frame) + 8
         chunk = items[start:]
-        messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+        messages.append((self._batch_channel_bytes, encode_batch(chunk), len(chunk)))
         return messages
 
     async def _all_read_batches(self) -> bool:
@@ -168,6 +173,8 @@ class RedisHubPublisher:
         return self._batched
 
     async def aclose(self) -> None:
-        if self._owns_client and not self._closed:
+        if not self._closed:
             self._closed = True
-            await self._client.aclose()
+            await self._commands.aclose()
+            if self._owns_client:
+                await self._client.aclose()
