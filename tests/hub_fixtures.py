@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
 from realtime_dispatch.cli.serve import hub_options
+from realtime_dispatch.hub.http_protocol import HttpLimits
 from realtime_dispatch.hub.routes import hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.server import HubServer, uvicorn_config
@@ -73,11 +74,12 @@ async def running_hub(
     registry: CollectorRegistry | None = None,
     plain_asgi: bool = False,
     direct: bool = True,
+    http_limits: HttpLimits | None = None,
 ) -> AsyncIterator[RunningHub]:
     """A started :class:`Hub` served by uvicorn on a free port (in this event loop), its
-    WebSockets served directly as ``realtime-dispatch hub`` serves them; ``direct=False``
-    serves them through the ASGI app (uvicorn's WebSocket protocol with the raw transport),
-    ``plain_asgi`` with uvicorn's stock WebSocket protocol (no raw transport)."""
+    WebSockets and batch endpoint served directly as ``realtime-dispatch hub`` serves them;
+    ``direct=False`` serves them through the ASGI app (uvicorn's WebSocket protocol with the
+    raw transport), ``plain_asgi`` with uvicorn's stock WebSocket protocol (no raw transport)."""
     if options is None:
         options = hub_options(settings, redis_url=redis_url)
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=registry) as hub:
@@ -88,6 +90,7 @@ async def running_hub(
             host="127.0.0.1",
             port=port,
             log_level="warning",
+            http_limits=http_limits,
             hub=hub if direct and not plain_asgi else None,
         )
         if plain_asgi:

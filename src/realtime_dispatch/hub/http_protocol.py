@@ -15,6 +15,11 @@ protocol with what it lacks.
 * **WebSocket upgrades served directly.** An upgrade of a path in ``direct`` goes to the
   protocol its factory builds (the hub's :class:`~.ws_direct.DirectWebSocket`) instead of
   uvicorn's WebSocket protocol and the ASGI app.
+* **POST endpoints served directly.** A ``POST`` to a path in ``posts`` (the hub's batch
+  endpoint, :class:`~.push_api.DirectBatch`) is answered by the protocol itself, in the
+  parser's callbacks, without a request cycle, a task or the ASGI app; only the endpoint's
+  own wait (the publish) runs in a task. It falls back to the app when another request is
+  still being answered on the connection (pipelining), and for ``Expect: 100-continue``.
 * **Connections per client address.** A connection past ``max_per_client`` open ones from the
   same address gets 503 and is closed before anything is read; a connection upgraded to a
   WebSocket keeps its place until the WebSocket closes. 0 turns the cap off.
@@ -25,12 +30,17 @@ One timer per connection, armed and cancelled in the parser's callbacks: no task
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
 log = structlog.get_logger(__name__)
@@ -88,20 +98,68 @@ def _expects_body(headers: list[tuple[bytes, bytes]]) -> bool:
     return False
 
 
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value)  # the parser has checked it
+    return 0
+
+
 DirectUpgrade = Callable[[ServerState], asyncio.Protocol]
 """Builds the protocol a WebSocket upgrade is handed to (given the server's state)."""
+
+Answer = tuple[int, bytes]
+"""A status and its JSON body."""
+
+
+class DirectPost(Protocol):
+    """A ``POST`` endpoint the protocol answers itself, without the ASGI app."""
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+    @property
+    def too_large(self) -> Answer:
+        """The answer to a body over ``max_body_bytes``."""
+
+    @property
+    def failure(self) -> Answer:
+        """The answer when the endpoint raised."""
+
+    def refusal(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
+        """The answer given once the headers are complete, the body unread; None to read it."""
+
+    def answer(self, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
+        """The answer to the whole body, or the coroutine that gives it."""
+
+
+class _DirectRequest:
+    """A request to a :class:`DirectPost` on its way: its body so far, whether it is all read
+    and whether it has been answered (a refusal may come before the body is read)."""
+
+    __slots__ = ("answered", "endpoint", "keep_alive", "parts", "read", "size")
+
+    def __init__(self, endpoint: DirectPost, *, keep_alive: bool) -> None:
+        self.endpoint = endpoint
+        self.keep_alive = keep_alive
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.read = False
+        self.answered = False
 
 
 def guarded_http_protocol(
     limits: HttpLimits,
     clients: ClientConnections | None = None,
     direct: Mapping[str, DirectUpgrade] | None = None,
+    posts: Mapping[str, DirectPost] | None = None,
 ) -> type[HttpToolsProtocol]:
     """A subclass of uvicorn's httptools protocol bound to ``limits``, one shared
-    :class:`ClientConnections` and the ``direct`` WebSocket paths (give it to
-    ``uvicorn.Config(http=...)``)."""
+    :class:`ClientConnections`, the ``direct`` WebSocket paths and the ``posts`` it answers
+    itself (give it to ``uvicorn.Config(http=...)``)."""
     counter = clients if clients is not None else ClientConnections(limits.max_per_client)
     direct_paths = dict(direct or {})
+    direct_posts = {path.encode("latin-1"): endpoint for path, endpoint in (posts or {}).items()}
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         _timer: asyncio.TimerHandle | None = None
@@ -135,23 +193,50 @@ def guarded_http_protocol(
             if self._lingering > LINGER_BYTES:
                 self.transport.close()
 
+        _direct: _DirectRequest | None = None
+        """The request to a direct POST being read or answered."""
+
         def on_headers_complete(self) -> None:
             self._disarm()
-            super().on_headers_complete()
+            if self._lingering >= 0:  # ending: what is left of this read is dropped
+                return
+            endpoint = self._direct_post()
+            if endpoint is None:
+                super().on_headers_complete()
             if self.transport.get_protocol() is self and _expects_body(self.headers):
                 self._body_pending = True
                 self._arm(limits.body_timeout, self._body_late)
+            if endpoint is not None:
+                self._begin_direct(endpoint)
+
+        def on_body(self, body: bytes) -> None:
+            if self._lingering >= 0:
+                return
+            request = self._direct
+            if request is None or request.read:
+                super().on_body(body)
+            elif not request.answered:
+                self._direct_body(request, body)
 
         def on_message_complete(self) -> None:
+            if self._lingering >= 0:
+                return
+            request = self._direct
+            if request is not None and not request.read:
+                self._direct_complete(request)
+                return
             self._disarm()
             self._body_pending = False
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
+            self._response_complete(body_unread=self._body_pending)
+
+        def _response_complete(self, *, body_unread: bool) -> None:
             super().on_response_complete()
             if self.transport.is_closing():
                 return
-            if self._body_pending:  # answered before the body was read: linger, then close
+            if body_unread:  # answered before the body was read: linger, then close
                 self._unset_keepalive_if_required()
                 self._lingering = 0
                 if self.transport.can_write_eof():
@@ -160,6 +245,110 @@ def guarded_http_protocol(
                 return
             if self.cycle is None or self.cycle.response_complete:  # no pipelined request
                 self._arm(limits.header_timeout, self._headers_late)  # the next request's
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+            if self._direct is not None and not self._direct.answered:  # due first: queue
+                self.flow.pause_reading()
+                self.pipeline.appendleft((cycle, app))
+                return
+            super()._start_asgi_task(cycle, app)
+
+        def shutdown(self) -> None:
+            if self._direct is not None and not self._direct.answered:
+                self._direct.keep_alive = False  # answer it, then close
+                return
+            super().shutdown()
+
+        def _direct_post(self) -> DirectPost | None:
+            """The endpoint to answer this request directly, or None to hand it to uvicorn."""
+            if not direct_posts or self.expect_100_continue or self.limit_concurrency is not None:
+                return None
+            if self._direct is not None or (
+                self.cycle is not None and not self.cycle.response_complete
+            ):
+                return None  # another request is being answered: uvicorn queues this one
+            if self.parser.get_method() != b"POST" or self.parser.should_upgrade():
+                return None
+            return direct_posts.get(self.url.partition(b"?")[0])
+
+        def _begin_direct(self, endpoint: DirectPost) -> None:
+            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+            request = self._direct = _DirectRequest(endpoint, keep_alive=keep_alive)
+            try:
+                refusal = endpoint.refusal(self.headers)
+                if refusal is None and _content_length(self.headers) > endpoint.max_body_bytes:
+                    refusal = endpoint.too_large
+            except Exception:
+                log.exception("http_direct_failed")
+                refusal = endpoint.failure
+            if refusal is not None:
+                self._answer_direct(request, refusal)
+
+        def _direct_body(self, request: _DirectRequest, body: bytes) -> None:
+            request.size += len(body)
+            if request.size > request.endpoint.max_body_bytes:
+                self._answer_direct(request, request.endpoint.too_large)
+            else:
+                request.parts.append(body)
+
+        def _direct_complete(self, request: _DirectRequest) -> None:
+            request.read = True
+            if request.answered:  # refused before its (empty) body: done with it
+                self._direct = None
+                return
+            self._disarm()
+            self._body_pending = False
+            endpoint = request.endpoint
+            try:
+                answer = endpoint.answer(b"".join(request.parts))
+            except Exception:
+                log.exception("http_direct_failed")
+                answer = endpoint.failure
+            if isinstance(answer, tuple):
+                self._answer_direct(request, answer)
+                return
+            task = self.loop.create_task(self._answer_published(request, answer))
+            self.tasks.add(task)  # uvicorn's shutdown waits for it
+            task.add_done_callback(self.tasks.discard)
+
+        async def _answer_published(
+            self, request: _DirectRequest, pending: Coroutine[Any, Any, Answer]
+        ) -> None:
+            try:
+                answer = await pending
+            except Exception:
+                log.exception("http_direct_failed")
+                answer = request.endpoint.failure
+            if self.transport.is_closing():  # the client is gone: nobody to answer
+                self._direct = None
+                return
+            self._answer_direct(request, answer)
+
+        def _answer_direct(self, request: _DirectRequest, answer: Answer) -> None:
+            request.answered = True
+            if request.read:
+                self._direct = None
+            body_unread = not request.read and self._body_pending
+            ending = not request.keep_alive or body_unread
+            self._write_answer(answer, close=ending)
+            if not request.keep_alive and not body_unread:
+                self.transport.close()
+            self._response_complete(body_unread=body_unread)
+
+        def _write_answer(self, answer: Answer, *, close: bool) -> None:
+            status, body = answer
+            parts = [STATUS_LINE[status]]
+            for name, value in self.server_state.default_headers:
+                parts += (name, b": ", value, b"\r\n")
+            parts.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
+            if close:
+                parts.append(b"connection: close\r\n")
+            parts += (b"\r\n", body)
+            self.transport.write(b"".join(parts))
+            if self.access_log:
+                client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
+                url, version = self.url.decode("latin-1"), self.parser.get_http_version()
+                self.access_logger.info('%s - "POST %s HTTP/%s" %d', client, url, version, status)
 
         def handle_websocket_upgrade(self) -> None:
             self._disarm()

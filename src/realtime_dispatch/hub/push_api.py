@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.tokens import service_key_matches
+from realtime_dispatch.hub.http_protocol import Answer
 from realtime_dispatch.hub.protocol import invocation_frame
 from realtime_dispatch.hub.registry import is_valid_group
 from realtime_dispatch.push import (
@@ -84,10 +86,19 @@ async def push_to_group(hub: Hub, request: Request) -> Response:
     return Response(status_code=202)
 
 
+def _error(detail: str, code: str) -> bytes:
+    return orjson.dumps(hub_problem(detail, code))
+
+
+BODY_TOO_LARGE: Answer = 413, _error("body too large", "BodyTooLarge")
+INTERNAL_ERROR: Answer = 500, _error("internal error", "Internal")
+
+
 class BatchEndpoint:
     """``POST /api/v1/hubs/messenger/batch`` as a plain ASGI app: the request is read and
     answered straight from the ASGI messages, without a Request and Response object per call
-    (a fixed cost of every batch, paid by the worker's every dispatcher batch)."""
+    (a fixed cost of every batch, paid by the worker's every dispatcher batch). The hub's own
+    HTTP protocol answers it without the app (:class:`DirectBatch`)."""
 
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
@@ -106,11 +117,10 @@ class BatchEndpoint:
         )
         await send({"type": "http.response.body", "body": answer})
 
-    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
-        hub = self._hub
-        if not service_key_matches(Headers(scope=scope), hub.options.service_key):
-            log.info("push_refused", code="Unauthorized")
-            return 401, _error("missing or wrong service key", "Unauthorized")
+    async def _answer(self, scope: Scope, receive: Receive) -> Answer:
+        refusal = _unauthorized(self._hub, Headers(scope=scope))
+        if refusal is not None:
+            return refusal
         parts: list[bytes] = []
         size, more = 0, True
         while more:
@@ -120,47 +130,93 @@ class BatchEndpoint:
             part = message.get("body", b"")
             size += len(part)
             if size > MAX_BATCH_BYTES:
-                return 413, _error("body too large", "BodyTooLarge")
+                return BODY_TOO_LARGE
             parts.append(part)
             more = message.get("more_body", False)
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        try:
-            value = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return 400, _error("body is not JSON", "InvalidJson")
-        pushes = value.get("pushes") if isinstance(value, dict) else None
-        if not isinstance(pushes, list):
-            return 400, _error('body must be an object with a "pushes" array', "InvalidBody")
-        if len(pushes) > MAX_BATCH_PUSHES:
-            return 413, _error(f"more than {MAX_BATCH_PUSHES} pushes", "BatchTooLarge")
-        return 200, await _results(hub, pushes)
+        answer = batch_answer(self._hub, parts[0] if len(parts) == 1 else b"".join(parts))
+        return answer if isinstance(answer, tuple) else await answer
 
 
-def _error(detail: str, code: str) -> bytes:
-    return orjson.dumps(hub_problem(detail, code))
+class DirectBatch:
+    """The batch endpoint as the hub's HTTP protocol serves it itself, without the ASGI app
+    (:func:`~.http_protocol.guarded_http_protocol`'s ``posts``): the same answers as
+    :class:`BatchEndpoint`."""
+
+    __slots__ = ("_hub",)
+    max_body_bytes = MAX_BATCH_BYTES
+    too_large = BODY_TOO_LARGE
+    failure = INTERNAL_ERROR
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+
+    def refusal(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
+        """The answer given at once, before the body is read (a missing or wrong key)."""
+        return _unauthorized(self._hub, Headers(raw=headers))
+
+    def answer(self, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
+        return batch_answer(self._hub, body)
 
 
-async def _results(hub: Hub, pushes: list[object]) -> bytes:
-    """Publish the valid pushes of a batch at once; the JSON answer, one result per push."""
-    answers: list[dict[str, JsonValue]] = [{"status": 202}] * len(pushes)
-    items: list[tuple[str, bytes]] = []
-    positions: list[int] = []
-    for index, push in enumerate(pushes):
-        problem = _checked(push)
-        if isinstance(problem, tuple):
-            items.append(problem)
-            positions.append(index)
-        else:
-            answers[index] = problem
-    results = await hub.publish_frames(items) if items else []
+def _unauthorized(hub: Hub, headers: Mapping[str, str]) -> Answer | None:
+    if service_key_matches(headers, hub.options.service_key):
+        return None
+    log.info("push_refused", code="Unauthorized")
+    return 401, _error("missing or wrong service key", "Unauthorized")
+
+
+def batch_answer(hub: Hub, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
+    """The answer to a batch's body; when it has pushes to publish, the coroutine that
+    publishes them and gives the answer (the publish is the only wait: its membership
+    barrier)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return 400, _error("body is not JSON", "InvalidJson")
+    pushes = value.get("pushes") if isinstance(value, dict) else None
+    if not isinstance(pushes, list):
+        return 400, _error('body must be an object with a "pushes" array', "InvalidBody")
+    if len(pushes) > MAX_BATCH_PUSHES:
+        return 413, _error(f"more than {MAX_BATCH_PUSHES} pushes", "BatchTooLarge")
+    batch = _CheckedBatch(pushes)
+    if not batch.items:
+        return 200, batch.answer()
+    return _results(hub, batch)
+
+
+class _CheckedBatch:
+    """A batch's pushes checked: the valid ones as ``(group, record)`` with their positions,
+    an answer for each push (202 until the publish says otherwise)."""
+
+    __slots__ = ("answers", "items", "positions")
+
+    def __init__(self, pushes: list[object]) -> None:
+        self.answers: list[dict[str, JsonValue]] = [{"status": 202}] * len(pushes)
+        self.items: list[tuple[str, bytes]] = []
+        self.positions: list[int] = []
+        for index, push in enumerate(pushes):
+            checked = _checked(push)
+            if isinstance(checked, tuple):
+                self.items.append(checked)
+                self.positions.append(index)
+            else:
+                self.answers[index] = checked
+
+    def answer(self) -> bytes:
+        return orjson.dumps({"results": self.answers})
+
+
+async def _results(hub: Hub, batch: _CheckedBatch) -> Answer:
+    """Publish the valid pushes of a batch at once; the answer, one result per push."""
+    results = await hub.publish_frames(batch.items)
     failed = None
-    for index, result in zip(positions, results, strict=True):
+    for index, result in zip(batch.positions, results, strict=True):
         if result is not None:
             failed = result
-            answers[index] = {"status": 503, "error": UNAVAILABLE, "code": "HubUnavailable"}
+            batch.answers[index] = {"status": 503, "error": UNAVAILABLE, "code": "HubUnavailable"}
     if failed is not None:
-        log.warning("push_failed", code=failed.code, pushes=len(items))
-    return orjson.dumps({"results": answers})
+        log.warning("push_failed", code=failed.code, pushes=len(batch.items))
+    return 200, batch.answer()
 
 
 def _checked(push: object) -> tuple[str, bytes] | dict[str, JsonValue]:

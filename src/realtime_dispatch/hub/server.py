@@ -24,11 +24,18 @@ from websockets.http11 import Request
 from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.framing import RAW_TRANSPORT_EXTENSION
-from realtime_dispatch.hub.http_protocol import HttpLimits, guarded_http_protocol
+from realtime_dispatch.hub.http_protocol import (
+    DirectPost,
+    DirectUpgrade,
+    HttpLimits,
+    guarded_http_protocol,
+)
+from realtime_dispatch.hub.push_api import DirectBatch
 from realtime_dispatch.hub.routes import HUB_PATH, hub_body_rules, hub_routes
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.ws_direct import DirectWebSocket
 from realtime_dispatch.observability import RedactSecrets
+from realtime_dispatch.push import BATCH_PATH
 
 MAX_WS_FRAME_BYTES = 1 << 20
 """uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""
@@ -123,16 +130,18 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
     header and body timeouts and the per-address connection cap (``http_limits``). With the
-    ``hub``, its WebSockets are served directly (:class:`~.ws_direct.DirectWebSocket`), not
-    through ``app``."""
-    direct = {}
+    ``hub``, its WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
+    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``."""
+    direct: dict[str, DirectUpgrade] = {}
+    posts: dict[str, DirectPost] = {}
     if hub is not None:
         direct[HUB_PATH] = lambda state: DirectWebSocket(hub, state.connections)
+        posts[BATCH_PATH] = DirectBatch(hub)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_http_protocol(http_limits or HttpLimits(), direct=direct),
+        http=guarded_http_protocol(http_limits or HttpLimits(), direct=direct, posts=posts),
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
         ws_ping_timeout=None,
