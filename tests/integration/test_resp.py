@@ -21,10 +21,20 @@ def proxied(redis_url: str, proxy: TcpProxy) -> str:
     return parts._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
 
 
-async def test_commands_are_pipelined_and_answered_in_order(redis_url):
-    client = redis_client(redis_url)
-    commands = CommandConnection(client)
+@contextlib.asynccontextmanager
+async def commands_through(url: str, proxy: TcpProxy | None = None, **options: float):
+    """A CommandConnection to ``url``'s Redis, through ``proxy`` if given; closed after."""
+    client = redis_client(url if proxy is None else proxied(url, proxy))
+    commands = CommandConnection(client, **options)
     try:
+        yield commands
+    finally:
+        await commands.aclose()
+        await client.aclose()
+
+
+async def test_commands_are_pipelined_and_answered_in_order(redis_url):
+    async with commands_through(redis_url) as commands:
         key = b"rd-test-resp"
         replies = await commands.pipeline(
             [(b"SET", key, b"1"), (b"INCR", key), (b"GET", key), (b"DEL", key)]
@@ -37,49 +47,40 @@ async def test_commands_are_pipelined_and_answered_in_order(redis_url):
         with pytest.raises(ResponseError):
             await commands.execute(b"NO-SUCH-COMMAND")
         assert await commands.execute(b"PING") == b"PONG"  # the error left it in step
-    finally:
-        await commands.aclose()
-        await client.aclose()
 
 
 async def test_a_hung_connection_fails_its_commands_and_the_next_one_reconnects(redis_url):
-    async with TcpProxy(urlsplit(redis_url).port or 6379) as proxy:
-        client = redis_client(proxied(redis_url, proxy))
-        commands = CommandConnection(client, timeout=0.3)
-        try:
-            assert await commands.execute(b"PING") == b"PONG"
-            proxy.stall()
-            started = asyncio.get_running_loop().time()
-            waiting = [asyncio.ensure_future(commands.execute(b"PING")) for _ in range(3)]
-            for future in waiting:
-                with pytest.raises(ConnectionError, match=r"no reply from Redis within 0\.3 s"):
-                    await future
-            assert asyncio.get_running_loop().time() - started < 2
-            proxy.resume()
-            assert await commands.execute(b"PING") == b"PONG"
-        finally:
-            await commands.aclose()
-            await client.aclose()
+    async with (
+        TcpProxy(urlsplit(redis_url).port or 6379) as proxy,
+        commands_through(redis_url, proxy, timeout=0.3) as commands,
+    ):
+        assert await commands.execute(b"PING") == b"PONG"
+        proxy.stall()
+        started = asyncio.get_running_loop().time()
+        waiting = [asyncio.ensure_future(commands.execute(b"PING")) for _ in range(3)]
+        for future in waiting:
+            with pytest.raises(ConnectionError, match=r"no reply from Redis within 0\.3 s"):
+                await future
+        assert asyncio.get_running_loop().time() - started < 2
+        proxy.resume()
+        assert await commands.execute(b"PING") == b"PONG"
 
 
 async def test_a_dropped_connection_fails_what_waits_and_the_next_command_reconnects(redis_url):
-    async with TcpProxy(urlsplit(redis_url).port or 6379) as proxy:
-        client = redis_client(proxied(redis_url, proxy))
-        commands = CommandConnection(client)
-        try:
-            assert await commands.execute(b"PING") == b"PONG"
-            proxy.stall()
-            waiting = asyncio.ensure_future(commands.execute(b"PING"))
-            await asyncio.sleep(0.05)
-            proxy.cut()
-            with pytest.raises(ConnectionError):
-                await waiting
-            proxy.resume()
-            proxy.release()
-            assert await commands.execute(b"PING") == b"PONG"
-        finally:
-            await commands.aclose()
-            await client.aclose()
+    async with (
+        TcpProxy(urlsplit(redis_url).port or 6379) as proxy,
+        commands_through(redis_url, proxy) as commands,
+    ):
+        assert await commands.execute(b"PING") == b"PONG"
+        proxy.stall()
+        waiting = asyncio.ensure_future(commands.execute(b"PING"))
+        await asyncio.sleep(0.05)
+        proxy.cut()
+        with pytest.raises(ConnectionError):
+            await waiting
+        proxy.resume()
+        proxy.release()
+        assert await commands.execute(b"PING") == b"PONG"
 
 
 async def test_a_subscriber_whose_connection_hangs_pings_then_reconnects(redis_url):
