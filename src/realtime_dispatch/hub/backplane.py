@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from realtime_dispatch.hub.resp import READ_SIZE, Stream, open_stream, pack
+from realtime_dispatch.hub.resp import Stream, open_stream, pack, read_into
 
 log = structlog.get_logger(__name__)
 
@@ -167,10 +167,7 @@ class BackplaneSubscriber:
         while confirmed < 2:
             reply = parser.gets()
             if reply is False:
-                data = await stream[1].read(READ_SIZE)
-                if not data:
-                    raise ConnectionError("the Redis server closed the connection")
-                parser.feed(data)
+                await read_into(stream, parser)
                 continue
             if not isinstance(reply, list) or reply[0] != b"subscribe":
                 raise ConnectionError(f"unexpected answer to SUBSCRIBE: {reply!r}")
@@ -191,11 +188,8 @@ class BackplaneSubscriber:
                         batch = []
                 if batch:
                     await self._deliver(batch)
-                data = await stream[1].read(READ_SIZE)
-                if not data:
-                    raise ConnectionError("the Redis server closed the connection")
+                await read_into(stream, parser)
                 self._last_read = loop.time()
-                parser.feed(data)
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()

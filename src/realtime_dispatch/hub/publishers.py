@@ -100,10 +100,8 @@ class RedisHubPublisher:
         self._client = client
         self._owns_client = owns_client
         self._commands = CommandConnection(client)
-        self._channel = channel
-        self._batch_channel = batch_channel(channel)
-        self._channel_bytes = channel.encode()
-        self._batch_channel_bytes = self._batch_channel.encode()
+        self._channel = channel.encode()
+        self._batch_channel = batch_channel(channel).encode()
         self._batched = False
         self._format_check_every = format_check_every
         self._format_checked = -format_check_every
@@ -142,7 +140,7 @@ class RedisHubPublisher:
     async def _messages(self, items: GroupFrames) -> list[tuple[bytes, bytes, int]]:
         """``(channel, message, pushes carried)`` for ``items``, in order."""
         if not await self._all_read_batches():
-            channel = self._channel_bytes
+            channel = self._channel
             return [(channel, encode_push(group, frame), 1) for group, frame in items]
         messages: list[tuple[bytes, bytes, int]] = []
         start = size = 0
@@ -150,11 +148,11 @@ class RedisHubPublisher:
             full = index - start >= MAX_MESSAGE_PUSHES or size + len(frame) > MAX_MESSAGE_BYTES
             if index > start and full:
                 chunk = items[start:index]
-                messages.append((self._batch_channel_bytes, encode_batch(chunk), len(chunk)))
+                messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
                 start, size = index, 0
             size += len(group) + len(frame) + 8
         chunk = items[start:]
-        messages.append((self._batch_channel_bytes, encode_batch(chunk), len(chunk)))
+        messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
         return messages
 
     async def _all_read_batches(self) -> bool:
@@ -163,7 +161,7 @@ class RedisHubPublisher:
         now = time.monotonic()
         if now - self._format_checked >= self._format_check_every:
             counts = {
-                name.decode() if isinstance(name, bytes) else str(name): int(count)
+                name if isinstance(name, bytes) else str(name).encode(): int(count)
                 for name, count in await self._client.pubsub_numsub(
                     self._channel, self._batch_channel
                 )

@@ -37,6 +37,15 @@ async def open_stream(client: aioredis.Redis) -> Stream:
     return connection, reader, writer
 
 
+async def read_into(stream: Stream, parser: hiredis.Reader) -> None:
+    """Feed ``parser`` what the next read of ``stream`` brings; the server closing it is a
+    :class:`ConnectionError`."""
+    data = await stream[1].read(READ_SIZE)
+    if not data:
+        raise ConnectionError("the Redis server closed the connection")
+    parser.feed(data)
+
+
 def pack(*args: bytes) -> bytes:
     """A command as a RESP array of bulk strings."""
     parts = [b"*%d\r\n" % len(args)]
