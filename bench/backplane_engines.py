@@ -122,7 +122,9 @@ async def run_redis_batch(
     subscribers = []
     for replica in range(REPLICAS):
 
-        async def deliver(items: Sequence[tuple[str, bytes]], replica: int = replica) -> None:
+        async def deliver(
+            items: Sequence[tuple[str, bytes]], _marks: object = (), replica: int = replica
+        ) -> None:
             counters.hit(replica, len(items))
 
         subscribers.append(BackplaneSubscriber(url, deliver))

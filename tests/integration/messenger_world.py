@@ -1,6 +1,7 @@
 """The scenario against the real thing: a hub served by uvicorn in this event loop, the real
-dispatcher (``dispatch_service``) publishing through the hub's in-process publisher, and one raw
-SignalR client per user over a real WebSocket."""
+dispatcher (``dispatch_service``) publishing through the hub's in-process publisher (or, with
+``backplane_url``, through Redis as ``realtime-dispatch worker`` does, membership marks on), and
+one raw SignalR client per user over a real WebSocket."""
 
 from __future__ import annotations
 
@@ -17,9 +18,18 @@ from pydantic import SecretStr
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.hub.publishers import RedisHubPublisher
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.push import HubPublisher
 from tests.conftest import wait_until
-from tests.hub_fixtures import RawClient, hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import (
+    RawClient,
+    RunningHub,
+    hub_settings,
+    make_token,
+    raw_client,
+    running_hub,
+)
 from tests.integration.messenger_scenario import (
     Ctx,
     Step,
@@ -55,6 +65,7 @@ class Received:
 class World:
     ctx: Ctx
     clients: dict[str, RawClient]
+    hub: RunningHub
     received: list[Received] = field(default_factory=list)
 
     @property
@@ -109,19 +120,38 @@ class World:
 
 @contextlib.asynccontextmanager
 async def world(
-    database_url: str, pool: asyncpg.Pool, media: MediaOptions = MEDIA
+    database_url: str,
+    pool: asyncpg.Pool,
+    media: MediaOptions = MEDIA,
+    *,
+    backplane_url: str | None = None,
 ) -> AsyncIterator[World]:
     ctx = Ctx(pool)
     await ctx.setup()
     async with contextlib.AsyncExitStack() as stack:
-        running = await stack.enter_async_context(
-            running_hub(hub_settings(), dsn=database_url, pool=pool)
+        settings = (
+            hub_settings(backplane_enabled=True, redis_url=backplane_url)
+            if backplane_url
+            else hub_settings()
         )
+        running = await stack.enter_async_context(
+            running_hub(settings, dsn=database_url, pool=pool)
+        )
+        publisher: HubPublisher = running.hub.publisher()
+        if backplane_url:
+            publisher = RedisHubPublisher(backplane_url)
+            stack.push_async_callback(publisher.aclose)
         await stack.enter_async_context(
-            dispatch_service(database_url, FAST, running.hub.publisher(), media=media)
+            dispatch_service(
+                database_url,
+                FAST,
+                publisher,
+                media=media,
+                membership_marks=backplane_url is not None,
+            )
         )
         clients = {
             name: await stack.enter_async_context(raw_client(running, make_token(uid)))
             for name, uid in ctx.users.items()
         }
-        yield World(ctx, clients)
+        yield World(ctx, clients, running)

@@ -117,7 +117,7 @@ async def test_a_batch_is_one_message_unless_an_older_replica_listens(redis_url)
     delivered: list[tuple[str, bytes]] = []
     arrived = asyncio.Condition()
 
-    async def deliver(items):
+    async def deliver(items, _marks=()):
         async with arrived:
             delivered.extend(items)
             arrived.notify_all()

@@ -87,7 +87,7 @@ async def test_a_subscriber_whose_connection_hangs_pings_then_reconnects(redis_u
     delivered: list[tuple[str, bytes]] = []
     arrived = asyncio.Event()
 
-    async def deliver(items):
+    async def deliver(items, _marks=()):
         delivered.extend(items)
         arrived.set()
 
@@ -122,7 +122,7 @@ async def test_messages_right_behind_the_subscription_are_read(redis_url):
     delivered: list[tuple[str, bytes]] = []
     channel = "rd-test-resp-burst"
 
-    async def deliver(items):
+    async def deliver(items, _marks=()):
         delivered.extend(items)
 
     subscriber = BackplaneSubscriber(redis_url, deliver, channel=channel)

@@ -235,6 +235,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                     session_dsn=session_url(settings, url),
                     pooled=transaction_pooled(settings),
                     manifest=manifest,
+                    membership_marks=isinstance(publisher, RedisHubPublisher),
                 ) as service,
                 probe_server(
                     service,

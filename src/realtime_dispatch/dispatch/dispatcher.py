@@ -139,10 +139,13 @@ class Dispatcher:
         *,
         still_locked: Callable[[], bool] = lambda: True,
         on_first_claim: Callable[[], object] | None = None,
+        claim_conn: DbConnection | None = None,
     ) -> PassReport:
         """One pass. ``still_locked`` tells whether the single-runner lock is still ours;
         ``on_first_claim`` runs once the pass's first claim found rows (the runner clears its
-        idle flag there; a coroutine it returns is awaited before the first push)."""
+        idle flag there; a coroutine it returns is awaited before the first push).
+        ``claim_conn``: the claims (and whatever else runs on lane 0) go on this connection, not
+        one from the pool (the runner's own, when it listens for membership changes)."""
         report = PassReport()
         started = time.monotonic()
         job_run_id = str(uuid4())
@@ -152,7 +155,7 @@ class Dispatcher:
         ):
             span.set_attribute("realtime.job_run_id", job_run_id)
             async with translate_errors(), contextlib.AsyncExitStack() as stack:
-                lanes = Lanes(self._store.pool, stack)
+                lanes = Lanes(self._store.pool, stack, claim_conn)
                 flight = self._flight = InFlight()
                 try:
                     await self._batches(

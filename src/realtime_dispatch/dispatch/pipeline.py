@@ -16,17 +16,23 @@ from realtime_dispatch.outbox.model import ClaimedRow
 
 
 class Lanes:
-    """The pass's pooled connections, taken on first use and given back when the pass ends
+    """The pass's connections, taken from the pool on first use and given back when the pass ends
     (one per lane: the pool's reset query on every release would cost a round trip each).
 
     Opening a connection takes milliseconds, far too long to wait while claimed rows are in
     flight (their backoff runs from the claim): the lanes for pipelining are taken in the
     background (:meth:`prepare`), and used once :meth:`ready`."""
 
-    def __init__(self, pool: asyncpg.Pool, stack: contextlib.AsyncExitStack) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        stack: contextlib.AsyncExitStack,
+        first: DbConnection | None = None,
+    ) -> None:
+        """``first``: lane 0 (the claims) on this connection rather than one from the pool."""
         self._pool = pool
         self._stack = stack
-        self._conns: list[DbConnection] = []
+        self._conns: list[DbConnection] = [] if first is None else [first]
         self._opening: asyncio.Task[None] | None = None
 
     async def get(self, lane: int) -> DbConnection:

@@ -14,6 +14,10 @@ because a notifying commit serialises all owners. A pass that did work is follow
 another; after a pass that found nothing due, the runner sets the flag (waiting out writers that
 passed the trigger before it flipped), then checks once more for due rows before it sleeps; the
 first claim of a pass that finds work clears it. Under load the flag stays false.
+
+Membership marks (``marks``, for a publisher that carries them): the same connection listens on
+``realtime_membership`` too and runs the pass's claims, so what it heard before a claim returned
+vouches for the claimed rows (:mod:`realtime_dispatch.membership_mark`, :mod:`.marks`).
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from realtime_dispatch.channels import OUTBOX_CHANNEL
 from realtime_dispatch.database import is_unavailable, translate_errors
 from realtime_dispatch.dispatch.availability import Outage, RunnerState, reconnect_cap
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
+from realtime_dispatch.dispatch.marks import MarkKeeper
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.retention import RetentionPolicy
+from realtime_dispatch.membership_mark import CURRENT_MARK
 
 _log = structlog.get_logger(__name__)
 
@@ -49,7 +55,9 @@ class DispatchRunner:
         *,
         connect: Connect,
         metrics: DispatchMetrics,
+        marks: bool = False,
     ) -> None:
+        """``marks``: keep membership marks for the publisher (see the module's docstring)."""
         self._dispatcher = dispatcher
         self._connect = connect
         self._metrics = metrics
@@ -70,6 +78,7 @@ class DispatchRunner:
         self.passes_run = 0
         self.state = RunnerState.STARTING
         self._outage: Outage | None = None
+        self.marks = MarkKeeper(dispatcher.store.pool) if marks else None
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -90,6 +99,10 @@ class DispatchRunner:
     async def run(self) -> None:
         """Run until :meth:`request_stop`. Never raises for database or push failures."""
         _log.info("dispatcher_started", **_options_log(self._dispatcher))
+        keeper: asyncio.Task[None] | None = None
+        if self.marks is not None:
+            CURRENT_MARK.set(self.marks.mark)  # this task's context: the passes it runs
+            keeper = asyncio.create_task(self.marks.run(), name="realtime-membership-marks")
         try:
             while not self._stop.is_set():
                 again = await self._turn()
@@ -107,6 +120,10 @@ class DispatchRunner:
                     await asyncio.wait_for(self._wake.wait(), self._options.polling_interval)
         finally:
             self.state = RunnerState.STOPPED
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(BaseException):
+                    await keeper
             if self._vacuum is not None:
                 self._vacuum.cancel()
                 with contextlib.suppress(BaseException):
@@ -194,6 +211,9 @@ class DispatchRunner:
         else:
             # Nobody listens: make sure owners do not pay for notifications.
             await self._set_flag(idle=False)
+        if self.marks is not None:
+            async with translate_errors():
+                await self.marks.attach(conn)
         # During an outage a session may open and its first query fail, attempt after attempt:
         # only database_available says the outage is over.
         log = _log.debug if self._outage is not None else _log.info
@@ -225,7 +245,10 @@ class DispatchRunner:
         another runner takes over within lock_ttl + polling_interval. None when that happened."""
         task = asyncio.ensure_future(
             self._dispatcher.run_pass(
-                still_locked=lambda: not conn.is_closed(), on_first_claim=self._mark_busy
+                still_locked=lambda: not conn.is_closed(),
+                on_first_claim=self._mark_busy,
+                # Marks vouch only for rows claimed on the connection that heard them.
+                claim_conn=conn if self.marks is not None else None,
             )
         )
         try:
@@ -337,6 +360,8 @@ class DispatchRunner:
 
     def _on_terminated(self, *_: object) -> None:
         self._listening = False
+        if self.marks is not None:
+            self.marks.detach()
         self._metrics.errors.labels("listener_lost").inc()
         _log.warning("dispatcher_connection_lost")
         self._wake.set()
@@ -344,6 +369,8 @@ class DispatchRunner:
     async def _close_connection(self, *, wait: bool = True) -> None:
         conn, self._conn = self._conn, None
         self._listening = False
+        if self.marks is not None:
+            self.marks.detach()
         if conn is not None:
             # Our own close is not a lost connection.
             conn.remove_termination_listener(self._on_terminated)

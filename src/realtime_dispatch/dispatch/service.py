@@ -73,6 +73,7 @@ async def dispatch_service(
     session_dsn: str | None = None,
     pooled: bool = False,
     manifest: Manifest | None = None,
+    membership_marks: bool = False,
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
 
@@ -80,7 +81,9 @@ async def dispatch_service(
     advisory lock need a session, which a transaction pooler does not keep). ``pooled``: ``dsn``
     goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
     claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
-    the default builder (the shipped one when ``None``)."""
+    the default builder (the shipped one when ``None``). ``membership_marks``: the publisher
+    carries membership marks (the Redis backplane's): each runner keeps them, and claims on its
+    own connection (:mod:`realtime_dispatch.membership_mark`)."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
@@ -116,6 +119,7 @@ async def dispatch_service(
                     ),
                 ),
                 metrics=metrics,
+                marks=membership_marks,
             )
             for share in shares
         ]

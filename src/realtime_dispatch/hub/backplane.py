@@ -4,7 +4,11 @@ publisher and relayed byte for byte. Two message formats, each on its own channe
 
 * ``CHANNEL`` (format 1, one push per message): ``{group}\\n{frame}``;
 * ``CHANNEL:v2`` (format 2, a batch per message, in order): ``{group}\\n{length}\\n{frame}``
-  repeated, ``length`` the frame's size in bytes as decimal digits.
+  repeated, ``length`` the frame's size in bytes as decimal digits. The first entry may be the
+  worker's membership marks (:mod:`realtime_dispatch.membership_mark`): group
+  :data:`MARK_GROUP`, its "frame" the tokens joined by spaces. A replica that predates the marks
+  reads it as a push to a group nobody is in, so a worker may send them before the hubs read
+  them.
 
 A replica of this version subscribes to both (in one ``SUBSCRIBE``, so both or neither); a
 replica of an older version reads format 1 only. A publisher sends format 2 while every replica
@@ -38,7 +42,12 @@ MAX_BATCH = 256
 HEALTH_CHECK_INTERVAL = 10.0
 """Seconds a subscriber's connection may stay silent before it is sent a ``PING``."""
 
-Deliver = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
+MARK_GROUP = "$membership-mark"
+"""The group of a format-2 message's marker entry (no connection's group starts with ``$``)."""
+
+Deliver = Callable[[Sequence[tuple[str, bytes]], Sequence[str]], Awaitable[object]]
+"""``deliver(pushes, marks)``: ``marks`` the membership marks every message of the pushes carried
+(empty when one carried none)."""
 
 
 def encode_push(group: str, frame: bytes) -> bytes:
@@ -63,15 +72,19 @@ def batch_channel(channel: str) -> str:
     return f"{channel}:v2"
 
 
-def encode_batch(items: Sequence[tuple[str, bytes]]) -> bytes:
+def encode_batch(items: Sequence[tuple[str, bytes]], marks: Sequence[str] = ()) -> bytes:
     parts: list[bytes] = []
+    if marks:
+        tokens = " ".join(marks).encode()
+        parts += (MARK_GROUP.encode(), b"\n", b"%d\n" % len(tokens), tokens)
     for group, frame in items:
         parts += (group.encode(), b"\n", b"%d\n" % len(frame), frame)
     return b"".join(parts)
 
 
 def decode_batch(data: bytes) -> list[tuple[str, bytes]] | None:
-    """The pushes of a format-2 message, or None if any part of it is malformed."""
+    """The entries of a format-2 message (a marker entry first, if any: :func:`split_marks`),
+    or None if any part of it is malformed."""
     items: list[tuple[str, bytes]] = []
     at, end = 0, len(data)
     try:
@@ -92,6 +105,14 @@ def decode_batch(data: bytes) -> list[tuple[str, bytes]] | None:
     except (ValueError, UnicodeDecodeError):  # a missing separator, or not UTF-8
         return None
     return items
+
+
+def split_marks(items: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """A decoded message's pushes and the membership marks of its marker entry (none if it
+    has none)."""
+    if items and items[0][0] == MARK_GROUP:
+        return items[1:], items[0][1].decode().split()
+    return items, []
 
 
 def redis_client(url: str, *, timeout: float | None = 2.0) -> aioredis.Redis:
@@ -181,35 +202,43 @@ class BackplaneSubscriber:
         try:
             while True:
                 batch: list[tuple[str, bytes]] = []
+                marks: list[str] = []
                 while (reply := parser.gets()) is not False:
-                    self._take(reply, batch)
-                    if len(batch) >= MAX_BATCH:
-                        await self._deliver(batch)
+                    message = self._take(reply)
+                    if message is None:
+                        continue
+                    pushes, message_marks = message
+                    # Messages join a batch only with the same marks: a batch is ordered when
+                    # the replica heard one of its marks, which must hold for each message.
+                    if batch and (message_marks != marks or len(batch) >= MAX_BATCH):
+                        await self._deliver(batch, marks)
                         batch = []
+                    batch += pushes
+                    marks = message_marks
                 if batch:
-                    await self._deliver(batch)
+                    await self._deliver(batch, marks)
                 await read_into(stream, parser)
                 self._last_read = loop.time()
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()
 
-    def _take(self, reply: object, batch: list[tuple[str, bytes]]) -> None:
-        """Add the pushes of one reply (a ``message``) to ``batch``; pongs pass."""
+    def _take(self, reply: object) -> tuple[list[tuple[str, bytes]], list[str]] | None:
+        """The pushes and membership marks of one reply (a ``message``); None for pongs."""
         if not isinstance(reply, list) or len(reply) != 3 or reply[0] != b"message":
-            return
+            return None
         channel, data = reply[1], reply[2]
         if channel == self._batch_channel:
-            pushes = decode_batch(data)
+            entries = decode_batch(data)
+            message = None if entries is None else split_marks(entries)
         elif channel == self._channel:
             one = decode_push(data)
-            pushes = None if one is None else [one]
+            message = None if one is None else ([one], [])
         else:
-            return
-        if pushes is None:
+            return None
+        if message is None:
             log.warning("backplane_message_invalid")
-        else:
-            batch += pushes
+        return message
 
     def _check(self, writer: asyncio.StreamWriter) -> None:
         """Twice per interval: ``PING`` a connection silent for an interval, give up on one

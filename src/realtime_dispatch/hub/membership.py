@@ -37,19 +37,6 @@ def parse_change(payload: str) -> MembershipChange | None:
         return None
 
 
-def parse_barrier(payload: str) -> str | None:
-    """The token of a membership barrier notification (sent by an interest-routed publisher on
-    the same channel, after the changes it must be ordered after); None for anything else."""
-    if not payload.startswith('{"barrier"'):
-        return None
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    token = value.get("barrier") if isinstance(value, dict) else None
-    return token if isinstance(token, str) and token else None
-
-
 class MembershipTracker:
     __slots__ = ("_ids", "_loads", "_registry")
 

@@ -12,7 +12,9 @@ every (re)connect, before the feed counts as ready.
 before it: a round trip on the listening connection. PostgreSQL delivers the notifications a
 session has been signalled before it reports the query done, and asyncpg runs the listener
 callbacks before the query's caller resumes, so once ``SELECT 1`` returns, every change committed
-before the push was produced has been applied.
+before the push was produced has been applied. A batch may instead carry a worker's membership
+marks (:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
+(:meth:`MembershipFeed.heard`), the batch needs no round trip.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ import structlog
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
-from realtime_dispatch.hub.membership import MembershipTracker, parse_barrier, parse_change
+from realtime_dispatch.hub.membership import MembershipTracker, parse_change
 from realtime_dispatch.manifest.manifest import shipped_manifest
+from realtime_dispatch.membership_mark import parse_barrier
 
 log = structlog.get_logger(__name__)
 
 LOAD_BATCH = 1000
 """Users per ``member_chats`` query for connections opening together."""
+
+HEARD_TOKENS = 256
+"""Barrier tokens a feed remembers (workers send one every few seconds, and after changes)."""
 
 
 def shipped_member_chats() -> str:
@@ -93,6 +99,7 @@ class MembershipFeed:
         """``member_chats`` queries run for connections opening (one per batch of them)."""
         self.on_barrier: Callable[[str], None] | None = None
         """Called with each barrier token, after every change notified before it is applied."""
+        self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
 
     async def load_connection(self, connection_id: str, user_id: UUID) -> None:
         """Join a registered connection to its user's active chats (raises on DB errors).
@@ -170,6 +177,7 @@ class MembershipFeed:
 
     async def _session(self) -> None:
         self._lost.clear()
+        self._heard.clear()
         self._conn = await asyncpg.connect(
             self._dsn,
             timeout=self._query_timeout,
@@ -211,6 +219,10 @@ class MembershipFeed:
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         token = parse_barrier(payload)
         if token is not None:
+            heard = self._heard
+            heard[token] = None
+            if len(heard) > HEARD_TOKENS:
+                del heard[next(iter(heard))]
             if self.on_barrier is not None:
                 self.on_barrier(token)
             return
@@ -227,6 +239,15 @@ class MembershipFeed:
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
         await close_quietly(conn)
+
+    def heard(self, tokens: Collection[str]) -> bool:
+        """Whether the feed is up and has applied one of ``tokens`` (a batch's membership
+        marks) on its current session: then every change notified before it is applied too,
+        and the batch needs no :meth:`barrier`. Tokens heard before a reconnect do not count."""
+        if not self.ready.is_set():
+            return False
+        heard = self._heard
+        return any(token in heard for token in tokens)
 
     async def barrier(self, within: float) -> bool:
         """Wait until every membership change committed before now has been applied.

@@ -9,7 +9,14 @@ from realtime_dispatch.hub.session import CloseReason
 
 
 class HubMetrics:
-    __slots__ = ("connections", "disconnects", "pushes", "refused", "sent_frames")
+    __slots__ = (
+        "connections",
+        "disconnects",
+        "membership_barriers",
+        "pushes",
+        "refused",
+        "sent_frames",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.connections = Gauge(
@@ -41,6 +48,16 @@ class HubMetrics:
             ["code"],
             registry=registry,
         )
+        self.membership_barriers = Counter(
+            "messenger_realtime_hub_membership_barriers",
+            "Batches with a chat group ordered after the membership changes before them, by how:"
+            " round_trip (a query on the membership feed) or marked (the feed had applied one of"
+            " the worker's membership marks the batch carried).",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in ("round_trip", "marked"):
+            self.membership_barriers.labels(kind)
         for code in ("TooManyConnections", "TooManyNegotiations"):
             self.refused.labels(code)
         for reason in CloseReason:

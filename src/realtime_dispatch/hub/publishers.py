@@ -8,7 +8,9 @@
   connections). A Redis outage, or a publish that no replica received, is a
   :class:`~realtime_dispatch.errors.HubUnavailable` for every push the message carried, so the
   rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
-  :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
+  :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format. Such a message
+  carries the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
+  spare the replicas their membership barrier.
 
 Both serialise each push's invocation record once, whatever the number of recipients.
 """
@@ -33,6 +35,7 @@ from realtime_dispatch.hub.backplane import (
 )
 from realtime_dispatch.hub.protocol import push_record
 from realtime_dispatch.hub.resp import CommandConnection
+from realtime_dispatch.membership_mark import CURRENT_MARK
 from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
@@ -142,17 +145,21 @@ class RedisHubPublisher:
         if not await self._all_read_batches():
             channel = self._channel
             return [(channel, encode_push(group, frame), 1) for group, frame in items]
+        # The runner's membership marks, when its claims listen for membership changes: read
+        # now, they are at least as recent as the claim of these rows.
+        mark = CURRENT_MARK.get()
+        marks = mark.tokens if mark is not None else ()
         messages: list[tuple[bytes, bytes, int]] = []
         start = size = 0
         for index, (group, frame) in enumerate(items):
             full = index - start >= MAX_MESSAGE_PUSHES or size + len(frame) > MAX_MESSAGE_BYTES
             if index > start and full:
                 chunk = items[start:index]
-                messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+                messages.append((self._batch_channel, encode_batch(chunk, marks), len(chunk)))
                 start, size = index, 0
             size += len(group) + len(frame) + 8
         chunk = items[start:]
-        messages.append((self._batch_channel, encode_batch(chunk), len(chunk)))
+        messages.append((self._batch_channel, encode_batch(chunk, marks), len(chunk)))
         return messages
 
     async def _all_read_batches(self) -> bool:

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -135,6 +135,8 @@ class Hub:
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
         self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
+        self._barriers_marked = self.metrics.membership_barriers.labels("marked")
+        self._barriers_waited = self.metrics.membership_barriers.labels("round_trip")
         """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
@@ -307,19 +309,26 @@ class Hub:
             raise RuntimeError("the hub is not started")
         return await self._publisher.publish_frames(items)
 
-    async def deliver(self, items: GroupFrames, *, source: PushSource = LOCAL) -> bool:
+    async def deliver(
+        self, items: GroupFrames, marks: Sequence[str] = (), *, source: PushSource = LOCAL
+    ) -> bool:
         """Fan out serialised records to this replica's members, after the membership barrier
         when a chat is among their groups: the one delivery path of pushes made in this process
         (``source`` ``local``, through the in-process publisher) and of pushes received from the
-        backplane (``backplane``).
+        backplane (``backplane``). ``marks``: the worker's membership marks the pushes carry;
+        when the feed has applied one of them, the barrier is already passed.
 
         False when the barrier could not be passed (the membership feed is down). A local push
         is then not delivered: its publisher reports it unavailable and the dispatcher retries
         it. A push from the backplane is delivered anyway, with a warning: nobody could retry it.
         """
-        ordered = not any(group.startswith(CHAT_PREFIX) for group, _ in items) or (
-            await self.membership.barrier(self.options.barrier_timeout)
-        )
+        ordered = not any(group.startswith(CHAT_PREFIX) for group, _ in items)
+        if not ordered and marks and self.membership.heard(marks):
+            ordered = True
+            self._barriers_marked.inc()
+        elif not ordered:
+            ordered = await self.membership.barrier(self.options.barrier_timeout)
+            self._barriers_waited.inc()
         if not ordered:
             if source == LOCAL:
                 return False

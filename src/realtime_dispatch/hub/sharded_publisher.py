@@ -17,14 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 import structlog
 from redis.asyncio.cluster import RedisCluster
 
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.membership import parse_barrier
 from realtime_dispatch.hub.membership_feed import DB_ERRORS
 from realtime_dispatch.hub.publishers import GroupFrames, push_frames
 from realtime_dispatch.hub.registry import CHAT_PREFIX
@@ -36,6 +34,7 @@ from realtime_dispatch.hub.sharded_backplane import (
     group_channel,
     live_replicas,
 )
+from realtime_dispatch.membership_mark import barrier_payload, parse_barrier
 from realtime_dispatch.push import PublishResult, Push
 
 log = structlog.get_logger(__name__)
@@ -98,7 +97,7 @@ class MembershipBarrier:
         done = asyncio.Event()
         self._waiting[token] = (replicas, done)
         try:
-            payload = orjson.dumps({"barrier": token}).decode()
+            payload = barrier_payload(token)
             await conn.execute("SELECT pg_notify($1, $2)", MEMBERSHIP_CHANNEL, payload)
             await done.wait()
         except BaseException:

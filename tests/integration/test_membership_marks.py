@@ -1,0 +1,169 @@
+"""Membership marks against the real PostgreSQL and Redis: a runner's batches carry the marks
+its own connection heard since the last membership change (none for the batch of a change), a
+hub skips its barrier only for a mark its feed has applied, and the backplane never joins
+messages with different marks into one delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from uuid import uuid4
+
+import asyncpg
+
+from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.hub.backplane import BackplaneSubscriber, batch_channel, encode_batch
+from realtime_dispatch.hub.backplane import redis_client as backplane_client
+from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.membership_mark import CURRENT_MARK, barrier_payload, new_token
+from realtime_dispatch.messenger import commands
+from realtime_dispatch.push import PublishResult, Push
+from tests.conftest import free_port, wait_until
+from tests.fakes import RecordingPublisher
+from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
+from tests.integration.support import FAST, new_chat, send
+
+BARRIERS = "messenger_realtime_hub_membership_barriers_total"
+
+
+class MarkRecorder(RecordingPublisher):
+    """Records, with every push, the membership marks in effect when it was published."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: list[tuple[Push, tuple[str, ...]]] = []
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        mark = CURRENT_MARK.get()
+        tokens = mark.tokens if mark is not None else ()
+        self.marks += [(push, tokens) for push in pushes]
+        return await super().publish(pushes)
+
+    def marks_of(self, chat: object, target: str) -> list[tuple[str, ...]]:
+        return [
+            tokens
+            for push, tokens in self.marks
+            if push.group == chat_group(chat) and push.target == target  # type: ignore[arg-type]
+        ]
+
+
+async def test_a_runner_marks_its_batches_but_not_the_batch_of_a_membership_change(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    publisher = MarkRecorder()
+    async with dispatch_service(database_url, FAST, publisher, membership_marks=True) as service:
+        keeper = service.runner.marks
+        assert keeper is not None
+        await wait_until(lambda: keeper.mark.tokens, within=5)
+        chat, sender = await new_chat(pool)
+        await wait_until(lambda: publisher.marks_of(chat, "chat_updated") or keeper.mark.tokens)
+        await wait_until(lambda: keeper.mark.tokens, within=5)
+        heard = keeper.mark.tokens
+        await send(pool, chat, sender)
+        await wait_until(lambda: publisher.marks_of(chat, "message_received"))
+        [tokens] = publisher.marks_of(chat, "message_received")
+        assert tokens
+        assert set(tokens) <= {*heard, *keeper.mark.tokens}
+
+        # The change and its event commit together: the claim that finds the event has heard
+        # the change, so the batch goes without a mark and the hubs use their barrier.
+        member = uuid4()
+        before = len(publisher.marks_of(chat, "chat_updated"))
+        async with pool.acquire() as conn:
+            await commands.set_participant(conn, chat_id=chat, user_id=member, active=True)
+        await wait_until(lambda: len(publisher.marks_of(chat, "chat_updated")) > before)
+        assert publisher.marks_of(chat, "chat_updated")[-1] == ()
+        # ... and a new mark follows within MIN_INTERVAL or so.
+        await wait_until(lambda: keeper.mark.tokens, within=5)
+        assert not set(keeper.mark.tokens) & set(tokens)
+        await send(pool, chat, sender)
+        await wait_until(lambda: len(publisher.marks_of(chat, "message_received")) == 2)
+        assert publisher.marks_of(chat, "message_received")[-1]
+
+
+async def test_without_marks_a_runner_publishes_none(database_url: str, pool: asyncpg.Pool) -> None:
+    publisher = MarkRecorder()
+    async with dispatch_service(database_url, FAST, publisher) as service:
+        assert service.runner.marks is None
+        chat, sender = await new_chat(pool)
+        await send(pool, chat, sender)
+        await wait_until(lambda: publisher.marks_of(chat, "message_received"))
+        assert publisher.marks_of(chat, "message_received") == [()]
+
+
+async def test_a_hub_skips_its_barrier_only_for_a_mark_its_feed_applied(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    bob = uuid4()
+    chat, _ = await new_chat(pool, bob)
+    group = chat_group(chat)
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool) as running,
+        raw_client(running, make_token(bob)) as client,
+    ):
+        hub = running.hub
+        registry = hub.metrics_registry
+
+        def barriers(kind: str) -> float:
+            return registry.get_sample_value(BARRIERS, {"kind": kind}) or 0.0
+
+        async def deliver(n: int, marks: Sequence[str]) -> None:
+            frame = b'{"type":1,"target":"t","arguments":[%d]}\x1e' % n
+            assert await hub.deliver([(group, frame)], marks)
+            [record] = await client.invocations(1)
+            assert record["arguments"] == [n]
+
+        unheard = new_token()
+        await deliver(1, [unheard])
+        assert (barriers("marked"), barriers("round_trip")) == (0, 1)
+
+        token = new_token()
+        await pool.execute("SELECT pg_notify($1, $2)", MEMBERSHIP_CHANNEL, barrier_payload(token))
+        await wait_until(lambda: hub.membership.heard([token]))
+        await deliver(2, [unheard, token])
+        assert (barriers("marked"), barriers("round_trip")) == (1, 1)
+
+        await deliver(3, [])  # no marks (an older worker, or a change before the rows)
+        assert (barriers("marked"), barriers("round_trip")) == (1, 2)
+
+        await hub.deliver([(f"user:{bob}", b'{"type":1,"target":"u","arguments":[]}\x1e')])
+        assert (await client.invocations(1))[0]["target"] == "u"
+        assert (barriers("marked"), barriers("round_trip")) == (1, 2)  # no chat: no barrier
+
+
+async def test_the_backplane_delivers_messages_with_different_marks_apart(redis_url: str) -> None:
+    channel = f"realtime-dispatch:test:{free_port()}"
+    delivered: list[tuple[list[tuple[str, bytes]], list[str]]] = []
+
+    async def deliver(items: Sequence[tuple[str, bytes]], marks: Sequence[str]) -> None:
+        delivered.append((list(items), list(marks)))
+
+    replica = BackplaneSubscriber(redis_url, deliver, channel=channel)
+    task = asyncio.create_task(replica.run())
+    client = backplane_client(redis_url)
+    messages = [
+        ([("chat:a", b"1")], ["m1"]),
+        ([("chat:a", b"2")], ["m1"]),
+        ([("chat:b", b"3")], ["m2"]),
+        ([("chat:b", b"4")], []),
+    ]
+    try:
+        await asyncio.wait_for(replica.ready.wait(), 10)
+        async with client.pipeline(transaction=False) as pipe:
+            for items, marks in messages:
+                pipe.publish(batch_channel(channel), encode_batch(items, marks))
+            await pipe.execute()
+        await wait_until(lambda: sum(len(items) for items, _ in delivered) == 4)
+        for items, marks in delivered:
+            for item in items:
+                assert [m for i, m in messages if i == [item]] == [marks], delivered
+        assert [item for items, _ in delivered for item in items] == [
+            item for items, _ in messages for item in items
+        ]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.aclose()
