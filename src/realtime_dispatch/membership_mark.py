@@ -17,6 +17,7 @@ during a pass carries them (:data:`CURRENT_MARK`). A hub whose feed has applied 
 applied every change notified before it, so every change the batch's rows can depend on: it
 skips its barrier. A hub that has not heard any of them (it just started, its feed lags) runs
 its barrier as before. A mark only ever saves a round trip; a missing or unknown one costs one.
+In ``serve`` the in-process publisher hands the marks to the hub beside it the same way.
 
 Pure: the runner does the listening and the sending.
 """

@@ -147,7 +147,7 @@ async def world(
                 FAST,
                 publisher,
                 media=media,
-                membership_marks=backplane_url is not None,
+                membership_marks=True,  # as `serve` and `worker` (with the backplane) run it
             )
         )
         clients = {

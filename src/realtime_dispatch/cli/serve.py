@@ -103,6 +103,7 @@ async def _maybe_dispatcher(
         session_dsn=session_url(settings, url),
         pooled=transaction_pooled(settings),
         manifest=manifest,
+        membership_marks=True,
     ) as service:
         yield service
 

@@ -82,8 +82,8 @@ async def dispatch_service(
     goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
     claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
     the default builder (the shipped one when ``None``). ``membership_marks``: the publisher
-    carries membership marks (the Redis backplane's): each runner keeps them, and claims on its
-    own connection (:mod:`realtime_dispatch.membership_mark`)."""
+    hands on membership marks (the hub's in-process and Redis publishers): each runner keeps
+    them, and claims on its own connection (:mod:`realtime_dispatch.membership_mark`)."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)

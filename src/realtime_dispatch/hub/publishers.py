@@ -8,9 +8,10 @@
   connections). A Redis outage, or a publish that no replica received, is a
   :class:`~realtime_dispatch.errors.HubUnavailable` for every push the message carried, so the
   rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
-  :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format. Such a message
-  carries the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
-  spare the replicas their membership barrier.
+  :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
+
+Both hand on the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
+spare the hub its membership barrier; over the backplane they travel in the message.
 
 Both serialise each push's invocation record once, whatever the number of recipients.
 """
@@ -62,10 +63,11 @@ def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:
 
 
 class InProcessHubPublisher:
-    """Delivers through ``deliver`` (the hub's local fan-out); it returns False when the hub
-    cannot order the push after membership changes (its membership feed is down)."""
+    """Delivers through ``deliver`` (the hub's local fan-out) with the runner's membership marks
+    (in ``serve``); it returns False when the hub cannot order the push after membership
+    changes (its membership feed is down)."""
 
-    def __init__(self, deliver: Callable[[GroupFrames], Awaitable[bool]]) -> None:
+    def __init__(self, deliver: Callable[[GroupFrames, Sequence[str]], Awaitable[bool]]) -> None:
         self._deliver = deliver
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
@@ -74,7 +76,8 @@ class InProcessHubPublisher:
     async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
         if not items:
             return []
-        if await self._deliver(items):
+        mark = CURRENT_MARK.get()
+        if await self._deliver(items, mark.tokens if mark is not None else ()):
             return [None] * len(items)
         error = HubUnavailable("hub membership feed unavailable", code="MembershipUnavailable")
         return [error] * len(items)
