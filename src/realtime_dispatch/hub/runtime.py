@@ -135,9 +135,9 @@ class Hub:
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
         self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
+        """The pushes counter by source, its labelled children looked up once."""
         self._barriers_marked = self.metrics.membership_barriers.labels("marked")
         self._barriers_waited = self.metrics.membership_barriers.labels("round_trip")
-        """The pushes counter by source, its labelled children looked up once."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.revocations = Revocations()
