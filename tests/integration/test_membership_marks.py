@@ -1,5 +1,5 @@
 """Membership marks against the real PostgreSQL and Redis: a runner's batches carry the marks
-its own connection heard since the last membership change (none for the batch of a change), a
+its own connection heard since the last membership change (none from before it), a
 hub skips its barrier only for a mark its feed has applied, and the backplane never joins
 messages with different marks into one delivery."""
 
@@ -11,17 +11,23 @@ from collections.abc import Sequence
 from uuid import uuid4
 
 import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, batch_channel, encode_batch
 from realtime_dispatch.hub.backplane import redis_client as backplane_client
 from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.membership_mark import CURRENT_MARK, barrier_payload, new_token
 from realtime_dispatch.messenger import commands
+from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import PublishResult, Push
 from tests.conftest import free_port, wait_until
-from tests.fakes import RecordingPublisher
+from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
 from tests.integration.support import FAST, new_chat, send
 
@@ -49,7 +55,7 @@ class MarkRecorder(RecordingPublisher):
         ]
 
 
-async def test_a_runner_marks_its_batches_but_not_the_batch_of_a_membership_change(
+async def test_a_runner_marks_its_batches_but_never_with_a_token_from_before_a_change(
     database_url: str, pool: asyncpg.Pool
 ) -> None:
     publisher = MarkRecorder()
@@ -57,8 +63,18 @@ async def test_a_runner_marks_its_batches_but_not_the_batch_of_a_membership_chan
         keeper = service.runner.marks
         assert keeper is not None
         await wait_until(lambda: keeper.mark.tokens, within=5)
+        heard_payloads: list[str] = []
+        notified = keeper.mark.notified
+
+        def record(payload: str) -> None:
+            heard_payloads.append(payload)
+            notified(payload)
+
+        keeper.mark.notified = record  # type: ignore[method-assign]
         chat, sender = await new_chat(pool)
-        await wait_until(lambda: publisher.marks_of(chat, "chat_updated") or keeper.mark.tokens)
+        # The chat's creation is a membership change too: wait until the runner heard it, and
+        # a token after it.
+        await wait_until(lambda: any(str(chat) in payload for payload in heard_payloads))
         await wait_until(lambda: keeper.mark.tokens, within=5)
         heard = keeper.mark.tokens
         await send(pool, chat, sender)
@@ -68,16 +84,19 @@ async def test_a_runner_marks_its_batches_but_not_the_batch_of_a_membership_chan
         assert set(tokens) <= {*heard, *keeper.mark.tokens}
 
         # The change and its event commit together: the claim that finds the event has heard
-        # the change, so the batch goes without a mark and the hubs use their barrier.
+        # the change, so no token heard before it may vouch for the batch. It goes without a
+        # mark (the hubs use their barrier), or with one the runner heard after the change
+        # (sent because the change dropped the old ones, and it can win the race).
         member = uuid4()
         before = len(publisher.marks_of(chat, "chat_updated"))
+        old = {*tokens, *keeper.mark.tokens}
         async with pool.acquire() as conn:
             await commands.set_participant(conn, chat_id=chat, user_id=member, active=True)
         await wait_until(lambda: len(publisher.marks_of(chat, "chat_updated")) > before)
-        assert publisher.marks_of(chat, "chat_updated")[-1] == ()
+        assert not set(publisher.marks_of(chat, "chat_updated")[-1]) & old
         # ... and a new mark follows within MIN_INTERVAL or so.
         await wait_until(lambda: keeper.mark.tokens, within=5)
-        assert not set(keeper.mark.tokens) & set(tokens)
+        assert not set(keeper.mark.tokens) & old
         await send(pool, chat, sender)
         await wait_until(lambda: len(publisher.marks_of(chat, "message_received")) == 2)
         assert publisher.marks_of(chat, "message_received")[-1]
@@ -91,6 +110,36 @@ async def test_without_marks_a_runner_publishes_none(database_url: str, pool: as
         await send(pool, chat, sender)
         await wait_until(lambda: publisher.marks_of(chat, "message_received"))
         assert publisher.marks_of(chat, "message_received") == [()]
+
+
+async def test_claims_on_the_runners_own_session_skip_the_pooled_claim_settings(
+    pool: asyncpg.Pool,
+) -> None:
+    """Behind a transaction pooler a claim first applies the planner settings (``SET LOCAL``);
+    a runner that claims on its own session (marks on) set them at connect and skips that."""
+    failing = "SELECT 1 / 0"  # stands in for the SET LOCAL batch: it shows whether it ran
+    store = OutboxStore(pool, FAST.backoff, claim_settings=failing)
+    chat, sender = await new_chat(pool)
+    await send(pool, chat, sender)
+    with pytest.raises(asyncpg.DivisionByZeroError):
+        await store.claim(10)
+    publisher = RecordingPublisher()
+    dispatcher = Dispatcher(
+        store=store,
+        builder=default_payload_builder(),
+        publisher=publisher,
+        options=FAST,
+        metrics=DispatchMetrics(CollectorRegistry()),
+        alerts=RecordingAlerts(),
+    )
+    async with pool.acquire() as conn:
+        report = await dispatcher.run_pass(claim_conn=conn)
+        assert report.claimed >= 1
+        assert [p for p in publisher.pushes if p.group == chat_group(chat)]
+        await send(pool, chat, sender)
+        rows = await store.claim(10, conn=conn, session=True)
+        assert chat in [r.chat_id for r in rows]
+        assert await store.release(rows, conn=conn) == len(rows)
 
 
 async def test_a_hub_skips_its_barrier_only_for_a_mark_its_feed_applied(

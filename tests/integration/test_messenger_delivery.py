@@ -33,7 +33,6 @@ async def test_every_kind_reaches_its_group_and_nobody_else(
             for kind in ("marked", "round_trip")
         }
     assert barriers["marked"], barriers  # the marks were used, not only the round trips
-    assert barriers["round_trip"], barriers  # and the batches of membership changes had none
     events = {r.event for r in w.received}
     assert events == {k.event_name for k in RealtimeDispatchKind}
     assert not [r for r in w.received if r.user == "dave"]

@@ -188,7 +188,8 @@ class Dispatcher:
         if not self._go_on(report, started, still_locked, first=True):
             return
         lane0 = await lanes.get(0)
-        rows = await self._store.claim(size, conn=lane0, partition=self.partition)
+        session = lanes.first_is_session
+        rows = await self._store.claim(size, conn=lane0, partition=self.partition, session=session)
         if rows and on_first_claim is not None:
             result = on_first_claim()
             if asyncio.iscoroutine(result):
@@ -212,7 +213,11 @@ class Dispatcher:
                     report.pipelined += 1
                     ahead = asyncio.ensure_future(
                         self._store.claim(
-                            size, conn=lane0, exclude=flight.ids, partition=self.partition
+                            size,
+                            conn=lane0,
+                            exclude=flight.ids,
+                            partition=self.partition,
+                            session=session,
                         )
                     )
                 elif full and self._pipelining:
@@ -230,7 +235,11 @@ class Dispatcher:
                     if not self._go_on(report, started, still_locked):
                         break
                     rows = await self._store.claim(
-                        size, conn=lane0, exclude=flight.ids, partition=self.partition
+                        size,
+                        conn=lane0,
+                        exclude=flight.ids,
+                        partition=self.partition,
+                        session=session,
                     )
                     continue
                 rows, ahead = await ahead, None

@@ -33,6 +33,8 @@ class Lanes:
         self._pool = pool
         self._stack = stack
         self._conns: list[DbConnection] = [] if first is None else [first]
+        self.first_is_session = first is not None
+        """Lane 0 is the given connection (a session of the runner's own), not a pooled one."""
         self._opening: asyncio.Task[None] | None = None
 
     async def get(self, lane: int) -> DbConnection:

@@ -77,14 +77,17 @@ class OutboxStore:
         conn: DbConnection | None = None,
         exclude: Collection[UUID] = (),
         partition: Partition = WHOLE,
+        session: bool = False,
     ) -> list[ClaimedRow]:
         """Claim up to ``limit`` due rows of ``partition``, in id order, on ``conn`` (else the
-        pool); never the ``exclude`` ids (rows this runner still has in flight)."""
+        pool); never the ``exclude`` ids (rows this runner still has in flight). ``session``:
+        ``conn`` is a session of the dispatcher's own, its settings set at connect (a runner's
+        connection), so the ``claim_settings`` are not needed."""
         b = self._backoff
         backoff = (b.base, b.factor, b.cap, JITTER)
         args = (limit, *backoff, list(exclude), partition.count, partition.index)
         async with translate_errors():
-            if self._claim_settings:
+            if self._claim_settings and not session:
                 records = await self._claim_with_settings(conn, args)
             else:
                 executor = self._pool if conn is None else conn
