@@ -101,5 +101,12 @@ CURRENT_MARK: ContextVar[MembershipMark | None] = ContextVar(
     "realtime_membership_mark", default=None
 )
 """Set by a runner whose claims run on a connection listening on ``realtime_membership``, for
-its passes: a publisher that can carry marks (the Redis backplane) reads it at publish time. A
-mark read then is at least as recent as the one the batch's claim saw."""
+its passes: a publisher that hands marks on (the hub's in-process and Redis publishers) reads it
+at publish time (:func:`current_marks`). A mark read then is at least as recent as the one the
+batch's claim saw."""
+
+
+def current_marks() -> tuple[str, ...]:
+    """The tokens a batch published now carries: the running pass's, or none outside one."""
+    mark = CURRENT_MARK.get()
+    return () if mark is None else mark.tokens

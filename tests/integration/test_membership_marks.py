@@ -22,7 +22,7 @@ from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane import BackplaneSubscriber, batch_channel, encode_batch
 from realtime_dispatch.hub.backplane import redis_client as backplane_client
 from realtime_dispatch.hub.registry import chat_group
-from realtime_dispatch.membership_mark import CURRENT_MARK, barrier_payload, new_token
+from realtime_dispatch.membership_mark import barrier_payload, current_marks, new_token
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import PublishResult, Push
@@ -42,8 +42,7 @@ class MarkRecorder(RecordingPublisher):
         self.marks: list[tuple[Push, tuple[str, ...]]] = []
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        mark = CURRENT_MARK.get()
-        tokens = mark.tokens if mark is not None else ()
+        tokens = current_marks()
         self.marks += [(push, tokens) for push in pushes]
         return await super().publish(pushes)
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from uuid import uuid4
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from uuid import UUID, uuid4
 
 import structlog
 from opentelemetry import trace
@@ -188,8 +188,17 @@ class Dispatcher:
         if not self._go_on(report, started, still_locked, first=True):
             return
         lane0 = await lanes.get(0)
-        session = lanes.first_is_session
-        rows = await self._store.claim(size, conn=lane0, partition=self.partition, session=session)
+
+        def claim(exclude: Collection[UUID] = ()) -> Awaitable[list[ClaimedRow]]:
+            return self._store.claim(
+                size,
+                conn=lane0,
+                exclude=exclude,
+                partition=self.partition,
+                session=lanes.first_is_session,
+            )
+
+        rows = await claim()
         if rows and on_first_claim is not None:
             result = on_first_claim()
             if asyncio.iscoroutine(result):
@@ -211,15 +220,7 @@ class Dispatcher:
                 )
                 if pipelined:
                     report.pipelined += 1
-                    ahead = asyncio.ensure_future(
-                        self._store.claim(
-                            size,
-                            conn=lane0,
-                            exclude=flight.ids,
-                            partition=self.partition,
-                            session=session,
-                        )
-                    )
+                    ahead = asyncio.ensure_future(claim(flight.ids))
                 elif full and self._pipelining:
                     # This batch runs sequentially; pipelining starts once the lanes are in.
                     lanes.prepare(PIPELINE_LANES)
@@ -234,13 +235,7 @@ class Dispatcher:
                         await asyncio.sleep(self._options.linger)
                     if not self._go_on(report, started, still_locked):
                         break
-                    rows = await self._store.claim(
-                        size,
-                        conn=lane0,
-                        exclude=flight.ids,
-                        partition=self.partition,
-                        session=session,
-                    )
+                    rows = await claim(flight.ids)
                     continue
                 rows, ahead = await ahead, None
                 if rows and (

@@ -30,13 +30,11 @@ SEND_MARK = "SELECT pg_notify($1, $2)"
 
 
 class MarkKeeper:
-    def __init__(self, pool: asyncpg.Pool, mark: MembershipMark | None = None) -> None:
-        self.mark = mark or MembershipMark()
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.mark = MembershipMark()
         self._pool = pool
         self._conn: Any = None
         self._wanted = asyncio.Event()
-        self.sent = 0
-        """Marks sent (for tests and the operator's curiosity)."""
 
     async def attach(self, conn: Any) -> None:
         """Listen on ``conn``, the runner's new connection (its claims run there)."""
@@ -69,7 +67,6 @@ class MarkKeeper:
             try:
                 payload = barrier_payload(new_token())
                 await self._pool.execute(SEND_MARK, MEMBERSHIP_CHANNEL, payload)
-                self.sent += 1
             except (*DB_ERRORS, OSError) as exc:
                 # The runner's own turns report an outage; the hubs run their barriers meanwhile.
                 _log.debug("membership_mark_failed", error=type(exc).__name__)

@@ -36,7 +36,7 @@ from realtime_dispatch.hub.backplane import (
 )
 from realtime_dispatch.hub.protocol import push_record
 from realtime_dispatch.hub.resp import CommandConnection
-from realtime_dispatch.membership_mark import CURRENT_MARK
+from realtime_dispatch.membership_mark import current_marks
 from realtime_dispatch.push import PublishResult, Push
 
 GroupFrames = Sequence[tuple[str, bytes]]
@@ -76,8 +76,7 @@ class InProcessHubPublisher:
     async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
         if not items:
             return []
-        mark = CURRENT_MARK.get()
-        if await self._deliver(items, mark.tokens if mark is not None else ()):
+        if await self._deliver(items, current_marks()):
             return [None] * len(items)
         error = HubUnavailable("hub membership feed unavailable", code="MembershipUnavailable")
         return [error] * len(items)
@@ -150,8 +149,7 @@ class RedisHubPublisher:
             return [(channel, encode_push(group, frame), 1) for group, frame in items]
         # The runner's membership marks, when its claims listen for membership changes: read
         # now, they are at least as recent as the claim of these rows.
-        mark = CURRENT_MARK.get()
-        marks = mark.tokens if mark is not None else ()
+        marks = current_marks()
         messages: list[tuple[bytes, bytes, int]] = []
         start = size = 0
         for index, (group, frame) in enumerate(items):
