@@ -41,8 +41,14 @@ def _split_csv(value: Any) -> Any:
 class Settings(BaseSettings):
     """Every ``REALTIME_*`` variable. Build it with :func:`load_settings`."""
 
+    # ``allow_inf_nan=False``: every duration, rate and interval is a finite number; ``inf``
+    # would pass a ``> 0`` check and then overflow deep inside the worker.
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        hide_input_in_errors=True,
+        allow_inf_nan=False,
     )
 
     database_url: SecretStr | None = None
@@ -93,8 +99,8 @@ class Settings(BaseSettings):
     hub_max_connections_per_user: int = Field(default=50, ge=1)
 
     # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
-    http_header_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
-    http_body_timeout: float = Field(default=15.0, gt=0, allow_inf_nan=False)
+    http_header_timeout: float = Field(default=10.0, gt=0)
+    http_body_timeout: float = Field(default=15.0, gt=0)
     http_max_connections_per_client: int = Field(default=1000, ge=0)
     """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
     every client has the proxy's address)."""
@@ -110,8 +116,8 @@ class Settings(BaseSettings):
 
     # The call-timeout reaper (``serve``): a ringing call becomes Missed after the ring timeout;
     # an answered call still Active after the maximum duration becomes Ended.
-    call_ring_timeout: float = Field(default=45.0, gt=0, allow_inf_nan=False)
-    call_max_duration: float = Field(default=4 * 3600.0, gt=0, allow_inf_nan=False)
+    call_ring_timeout: float = Field(default=45.0, gt=0)
+    call_max_duration: float = Field(default=4 * 3600.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod

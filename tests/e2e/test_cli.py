@@ -31,6 +31,11 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_WORKER_PORT", "0", "worker"),
         ("REALTIME_HUB_JWT_JWKS_URL", "http://idp.example/jwks", "hub"),
         ("REALTIME_HUB_JWT_USER_CLAIM", "user id", "migrate"),
+        ("REALTIME_DISPATCH_LOCK_TTL", "inf", "worker"),
+        ("REALTIME_DISPATCH_RETENTION_DONE", "nan", "worker"),
+        ("REALTIME_DISPATCH_BACKOFF_CAP", "Infinity", "serve"),
+        ("REALTIME_HUB_PING_INTERVAL", "inf", "hub"),
+        ("REALTIME_MEDIA_TOKEN_TTL", "inf", "serve"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:
@@ -132,6 +137,11 @@ def test_bad_arguments_exit_2() -> None:
     result = run_cli("token", "--user", str(uuid4()), env=cli_env(REALTIME_DATA_DIR="/nonexistent"))
     assert result.returncode == 2
     assert "REALTIME_HUB_JWT_SECRET" in result.stderr
+    env = cli_env(REALTIME_HUB_JWT_SECRET="s" * 40)
+    for ttl in ("inf", "nan", "0"):
+        result = run_cli("token", "--user", str(uuid4()), "--ttl", ttl, env=env)
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
+        assert "--ttl" in result.stderr
 
 
 def test_token_is_a_valid_hs256_jwt_for_the_user() -> None:

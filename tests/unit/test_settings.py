@@ -1,8 +1,11 @@
+import math
+from dataclasses import fields
+
 import pytest
 
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.settings import load_settings
+from realtime_dispatch.settings import Settings, load_settings
 
 
 def test_defaults_are_the_specs() -> None:
@@ -120,3 +123,46 @@ def test_token_settings_become_token_options() -> None:
         hub_jwt_jwks_url="http://127.0.0.1:8080/jwks", hub_jwt_issuer="i", hub_jwt_audience="a"
     )
     assert loopback.token_options().user_claim == "sub"
+
+
+FLOAT_SETTINGS = sorted(name for name, f in Settings.model_fields.items() if f.annotation is float)
+
+
+def test_every_float_setting_is_listed() -> None:
+    """The parametrised test below covers every float setting: the list is taken from the model,
+    and holds the options the spec names (so an empty or shrunken list cannot pass unseen)."""
+    spec = {
+        f"dispatch_{name}"
+        for name in (
+            "polling_interval",
+            "max_run_duration",
+            "backoff_base",
+            "backoff_factor",
+            "backoff_cap",
+            "lock_ttl",
+            "retention_done",
+            "linger",
+        )
+    }
+    others = {"hub_ping_interval", "hub_idle_timeout", "media_token_ttl", "call_ring_timeout"}
+    assert spec | others <= set(FLOAT_SETTINGS)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", float("inf"), float("nan")])
+@pytest.mark.parametrize("name", FLOAT_SETTINGS)
+def test_float_settings_must_be_finite(name: str, value: object) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(_env_file=None, **{name: value})
+    assert info.value.variable == f"REALTIME_{name.upper()}"
+
+
+DISPATCH_FLOATS = [f.name for f in fields(RealtimeDispatchOptions) if isinstance(f.default, float)]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("name", DISPATCH_FLOATS)
+def test_dispatch_options_must_be_finite(name: str, value: float) -> None:
+    """Built directly (as tests and embedders do), the options refuse what settings refuse."""
+    with pytest.raises(ConfigurationError) as info:
+        RealtimeDispatchOptions(**{name: value})  # type: ignore[arg-type]
+    assert info.value.variable == f"REALTIME_DISPATCH_{name.upper()}"

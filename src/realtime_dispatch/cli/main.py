@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import os
 import signal
 import sys
@@ -177,8 +178,8 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     settings = with_dev_secrets(settings, create=False)
     if settings.hub_jwt_secret is None:
         raise ConfigurationError("REALTIME_HUB_JWT_SECRET", "required to sign a token")
-    if args.ttl <= 0:
-        raise UsageError("--ttl must be > 0")
+    if not math.isfinite(args.ttl) or args.ttl <= 0:
+        raise UsageError("--ttl must be a finite number > 0")
     secret = settings.hub_jwt_secret.get_secret_value()
     print(
         mint_token(

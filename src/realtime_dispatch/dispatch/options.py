@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.outbox.backoff import Backoff
@@ -32,7 +33,14 @@ class RealtimeDispatchOptions:
     single runner."""
 
     def __post_init__(self) -> None:
+        # ``inf`` passes every comparison below and then overflows in the worker (a lock TTL
+        # in milliseconds, a timestamp plus a backoff): every number must be finite.
         checks: list[tuple[str, bool, str]] = [
+            (f.name.upper(), math.isfinite(getattr(self, f.name)), "must be a finite number")
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), float)
+        ]
+        checks += [
             ("POLLING_INTERVAL", self.polling_interval > 0, "must be > 0"),
             ("BATCH_SIZE", self.batch_size > 0, "must be > 0"),
             ("MAX_RUN_DURATION", self.max_run_duration > 0, "must be > 0"),
