@@ -292,6 +292,54 @@ async def test_stale_row_version_outcome_is_ignored(pool: asyncpg.Pool) -> None:
     assert (await row(pool, sent.outbox_id))["status"] == "Done"
 
 
+async def test_outcomes_lost_to_a_row_version_conflict_are_not_counted(
+    pool: asyncpg.Pool,
+) -> None:
+    """Four rows claimed, two of them taken over while their pushes are in flight (another
+    runner claimed them, as after a failover or an expired lease: their row_version moved): the
+    pass report, the metrics and the table agree that only the other two got an outcome."""
+    chat, sender = await new_chat(pool)
+    sent = [await send(pool, chat, sender, f"m{i}") for i in range(4)]
+    ok, fails, taken_ok, taken_fails = (s.outbox_id for s in sent)
+    failing = {fails, taken_fails}
+    gate = asyncio.Event()
+    publisher = RecordingPublisher(
+        fail=lambda p: (
+            HubUnavailable("down", code="Unreachable")
+            if p.payload["eventId"] in {str(i) for i in failing}
+            else None
+        )
+    )
+    publisher.gate = gate
+    stack = make_stack(pool, publisher=publisher, backoff_base=30.0, backoff_cap=60.0)
+    task = asyncio.create_task(stack.dispatcher.run_pass())
+    await asyncio.wait_for(_until_called(publisher), 5)
+    # Between claim and outcome, another runner claims two of the rows (as its claim would:
+    # their lease expired and were released to it).
+    await pool.execute(
+        "UPDATE messenger.realtime_outbox SET row_version = row_version + 2,"
+        " attempts = attempts + 1, next_attempt_at = now() + interval '1 hour'"
+        " WHERE id = ANY($1)",
+        [taken_ok, taken_fails],
+    )
+    gate.set()
+    report = await task
+
+    assert (report.claimed, report.dispatched, report.retried, report.superseded) == (4, 1, 1, 2)
+    assert stack.counter("messenger_realtime_dispatched") == report.dispatched
+    assert stack.counter("messenger_realtime_retried") == report.retried
+    assert stack.metrics.registry.get_sample_value("messenger_realtime_superseded_total") == 2
+    assert stack.metrics.registry.get_sample_value("messenger_realtime_lag_seconds_count") == 1
+    statuses = {
+        r["id"]: (r["status"], r["last_error"])
+        for r in await pool.fetch("SELECT id, status, last_error FROM messenger.realtime_outbox")
+    }
+    assert statuses[ok] == ("Done", None)
+    assert statuses[fails] == ("Pending", "HubUnavailable:Unreachable: down")
+    # The new owner's rows: untouched by the old pass.
+    assert statuses[taken_ok] == statuses[taken_fails] == ("Pending", None)
+
+
 async def _until_called(publisher: RecordingPublisher) -> None:
     await publisher.called.wait()
 

@@ -131,25 +131,33 @@ async def test_the_observer_counts_only_what_was_written() -> None:
     alerts = RecordingAlerts()
     observer = DispatchObserver(DispatchMetrics(registry), alerts)
     ok, retry, bad, stale = _row(), _row(), _row(), _row()
+    stale_done, stale_retry = _row(), _row()
     errors = {
         retry.id: HubUnavailable("down", code="Unreachable"),
+        stale_retry.id: HubUnavailable("down", code="Timeout"),
         bad.id: PushRejected("400", code="Http400"),
         stale.id: PushRejected("400", code="Http400"),
     }
-    classified = classify([ok, retry, bad, stale], errors, max_attempts=MAX)
+    classified = classify(
+        [ok, retry, bad, stale, stale_done, stale_retry], errors, max_attempts=MAX
+    )
     observer.decided(classified, began=0)
     report = PassReport()
-    # ``stale``'s row_version moved meanwhile: nothing written for it, no alert.
-    written = WrittenOutcomes(done_lags=[0.25], retried=1, quarantined={bad.id})
+    # The stale rows' row_version moved meanwhile: nothing written for them, nothing counted.
+    written = WrittenOutcomes(
+        done_lags=[0.25], retried={retry.id}, quarantined={bad.id}, done={ok.id}
+    )
     await observer.written(classified, written, report)
 
     assert (report.dispatched, report.retried, report.quarantined) == (1, 1, 1)
+    assert report.superseded == 3
     assert report.error_codes == {"Unreachable": 1, "Http400": 1}
     assert [e.outbox_entry_id for e in alerts.events] == [bad.id]
     labels = {"kind": "MessageReceived"}
     assert registry.get_sample_value("messenger_realtime_dispatched_total", labels) == 1
     assert registry.get_sample_value("messenger_realtime_retried_total", labels) == 1
     assert registry.get_sample_value("messenger_realtime_quarantined_total", labels) == 1
+    assert registry.get_sample_value("messenger_realtime_superseded_total") == 3
     assert registry.get_sample_value("messenger_realtime_lag_seconds_count") == 1
 
 

@@ -55,6 +55,12 @@ class DispatchMetrics:
             ["kind"],
             registry=registry,
         )
+        self.superseded = Counter(
+            "messenger_realtime_superseded",
+            "Outcomes not written: the row_version moved since the claim (a failover, an"
+            " expired lease, an operator's requeue), so the row is no longer this pass's.",
+            registry=registry,
+        )
         self.passes = Counter(
             "messenger_realtime_passes",
             "Dispatcher passes by result (ran, skipped_locked, failed).",

@@ -36,6 +36,7 @@ class PassReport:
     quarantined: int = 0
     target_gone: int = 0
     released: int = 0
+    superseded: int = 0  # outcomes not written: the row_version moved since the claim
     stopped: bool = False
     lost_lock: bool = False
     more_waiting: bool = False  # ended by max_run_duration while rows were still coming
@@ -87,6 +88,7 @@ class DispatchObserver:
                 retried=report.retried,
                 quarantined=report.quarantined,
                 released=report.released,
+                superseded=report.superseded,
                 error_codes=dict(report.error_codes),
                 duration_ms=round(report.duration * 1000, 2),
             )
@@ -117,16 +119,19 @@ class DispatchObserver:
     async def written(
         self, classified: Classification, written: WrittenOutcomes, report: PassReport
     ) -> None:
-        """After the outcomes were committed: metrics, the pass's counts, quarantine alerts
-        (only for rows whose outcome was written: a row_version that moved wrote nothing)."""
+        """After the outcomes were committed: metrics, the pass's counts, per-row lines and
+        quarantine alerts, all of them only for rows whose outcome was written (a row_version
+        that moved since the claim wrote nothing: the row is another runner's now)."""
         metrics = self.metrics
-        for kind, count in _by_kind(classified.done).items():
+        done = [row for row in classified.done if row.id in written.done]
+        retried = [d for d in classified.retry if d.row.id in written.retried]
+        for kind, count in _by_kind(done).items():
             metrics.dispatched.labels(kind).inc(count)
-        for kind, count in _by_kind(d.row for d in classified.retry).items():
+        for kind, count in _by_kind(d.row for d in retried).items():
             metrics.retried.labels(kind).inc(count)
         observe_all(metrics.lag, written.done_lags)
-        report.error_codes.update(d.error.code for d in classified.retry)
-        for d in classified.retry:
+        report.error_codes.update(d.error.code for d in retried)
+        for d in retried:
             # The spec's per-row line, at the default level: during a hub incident it shows
             # which rows are retrying (ids and codes only, never a payload).
             _log.info(
@@ -137,8 +142,8 @@ class DispatchObserver:
                 error_code=d.error.code,
             )
         report.lags.extend(written.done_lags)
-        report.dispatched += len(written.done_lags)
-        report.retried += written.retried
+        report.dispatched += len(done)
+        report.retried += len(retried)
         report.quarantined += len(written.quarantined)
         report.target_gone += len(written.gone)
         gone = [d.row for d in classified.gone if d.row.id in written.gone]
@@ -147,6 +152,12 @@ class DispatchObserver:
         for d in classified.quarantine:
             if d.row.id in written.quarantined:
                 await self._quarantined(d, report)
+        superseded = classified.size - len(done) - len(retried)
+        superseded -= len(written.quarantined) + len(written.gone)
+        if superseded:
+            report.superseded += superseded
+            metrics.superseded.inc(superseded)
+            _log.info("outcomes_superseded", rows=superseded)
 
     async def _quarantined(self, d: Decided, report: PassReport) -> None:
         row = d.row

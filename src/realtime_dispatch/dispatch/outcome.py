@@ -141,6 +141,10 @@ class Classification:
     quarantine: list[Decided] = field(default_factory=list)
     gone: list[Decided] = field(default_factory=list)
 
+    @property
+    def size(self) -> int:
+        return len(self.done) + len(self.retry) + len(self.quarantine) + len(self.gone)
+
     def outcomes(self) -> Outcomes:
         """The status writes, each guarded by the row_version of the claim."""
         return Outcomes(

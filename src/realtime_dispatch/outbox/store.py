@@ -31,10 +31,14 @@ class Outcomes:
 
 @dataclass(frozen=True, slots=True)
 class WrittenOutcomes:
+    """The outcomes that were written: a row whose row_version moved since its claim (another
+    runner, a release, an operator) is in none of these."""
+
     done_lags: Sequence[float]
-    retried: int
+    retried: set[UUID]
     quarantined: set[UUID]
     gone: set[UUID] = field(default_factory=set)
+    done: set[UUID] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,17 +166,20 @@ class OutboxStore:
     @staticmethod
     async def _outcome_statements(conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
         lags: list[float] = []
-        retried = 0
+        done: set[UUID] = set()
+        retried: set[UUID] = set()
         quarantined: set[UUID] = set()
         if outcomes.done:
             ids, versions = zip(*outcomes.done, strict=True)
             for record in await conn.fetch(QUERIES["mark_done"], list(ids), list(versions)):
                 lags.append(max(0.0, float(record["lag"])))
+                done.add(record["id"])
         if outcomes.retry:
             ids, versions, errors = zip(*outcomes.retry, strict=True)
-            retried = len(
-                await conn.fetch(QUERIES["mark_retry"], list(ids), list(versions), list(errors))
+            records = await conn.fetch(
+                QUERIES["mark_retry"], list(ids), list(versions), list(errors)
             )
+            retried = {r["id"] for r in records}
         if outcomes.quarantine:
             ids, versions, errors = zip(*outcomes.quarantine, strict=True)
             records = await conn.fetch(
@@ -186,7 +193,7 @@ class OutboxStore:
                 QUERIES["mark_gone"], list(ids), list(versions), list(errors)
             )
             gone = {r["id"] for r in records}
-        return WrittenOutcomes(lags, retried, quarantined, gone)
+        return WrittenOutcomes(lags, retried, quarantined, gone, done)
 
     async def release(self, rows: Sequence[ClaimedRow], *, conn: DbConnection | None = None) -> int:
         if not rows:
