@@ -16,6 +16,7 @@ import asyncpg
 from pydantic import SecretStr
 
 from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.publishers import RedisHubPublisher
@@ -67,6 +68,7 @@ class World:
     clients: dict[str, RawClient]
     hub: RunningHub
     received: list[Received] = field(default_factory=list)
+    metrics: DispatchMetrics | None = None  # the dispatch service's
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -141,7 +143,7 @@ async def world(
         if backplane_url:
             publisher = RedisHubPublisher(backplane_url)
             stack.push_async_callback(publisher.aclose)
-        await stack.enter_async_context(
+        service = await stack.enter_async_context(
             dispatch_service(
                 database_url,
                 FAST,
@@ -154,4 +156,4 @@ async def world(
             name: await stack.enter_async_context(raw_client(running, make_token(uid)))
             for name, uid in ctx.users.items()
         }
-        yield World(ctx, clients, running)
+        yield World(ctx, clients, running, metrics=service.metrics)

@@ -6,6 +6,7 @@ any table or any log line."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -17,10 +18,12 @@ import jwt
 import pytest
 from structlog.testing import capture_logs
 
+from realtime_dispatch.auth.media import MediaOptions
 from tests.integration.messenger_scenario import STEPS
-from tests.integration.messenger_world import JITSI_SECRET, MEDIA, TURN_SECRET, world
+from tests.integration.messenger_world import JITSI_SECRET, MEDIA, TURN_SECRET, World, world
 
 MEDIA_STEPS = ("call alice→bob", "start conference", "invite bob")
+INVITES = ("call_invited", "conference_started", "conference_invited")
 
 
 def verify_media(media: dict[str, Any], *, subject: str) -> dict[str, Any]:
@@ -91,3 +94,54 @@ async def test_join_tokens_are_valid_at_the_client_and_stored_nowhere(
     assert events, "structlog events were captured"
     logged = repr(events) + caplog.text
     assert not [s for s in secrets if s in logged]
+
+
+def _no_media(_ctx: object, _who: str, payload: dict[str, Any]) -> None:
+    assert "media" not in payload or payload["media"] is None, payload
+
+
+def _unconfigured(w: World, kind: str) -> float:
+    assert w.metrics is not None
+    sample = w.metrics.registry.get_sample_value(
+        "messenger_realtime_media_unconfigured_total", {"kind": kind}
+    )
+    return sample or 0.0
+
+
+async def test_invites_without_media_secrets_are_said_once_and_counted(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """No Jitsi secret: the invites still go out (without ``media``), the process says so once
+    at start, and each such push is counted by kind."""
+    with capture_logs() as events:
+        async with world(database_url, pool, MediaOptions()) as w:
+            started = [e for e in events if e["event"] == "media_unconfigured"]
+            for step in STEPS:
+                if step.name in MEDIA_STEPS:
+                    # The scenario's checks expect media; here only its absence is checked.
+                    await w.play(dataclasses.replace(step, check=_no_media))
+            await w.assert_quiet()
+    assert len(started) == 1
+    assert started[0]["log_level"] == "warning"
+    assert started[0]["kinds"] == ["CallInvited", "ConferenceInvited", "ConferenceStarted"]
+    assert len([e for e in events if e["event"] == "media_unconfigured"]) == 1
+    pushed = [r for r in w.received if r.event in INVITES]
+    assert {r.event for r in pushed} == set(INVITES)
+    assert all(r.payload.get("media") is None for r in pushed)
+    # One count per push (a group push once, however many members receive it).
+    assert _unconfigured(w, "CallInvited") == 2  # one to each party
+    assert _unconfigured(w, "ConferenceStarted") == 1
+    assert _unconfigured(w, "ConferenceInvited") == 1
+
+
+async def test_invites_with_media_secrets_count_nothing(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    with capture_logs() as events:
+        async with world(database_url, pool) as w:
+            for step in STEPS:
+                if step.name == "call alice→bob":
+                    await w.play(step)
+    assert not [e for e in events if e["event"] == "media_unconfigured"]
+    assert [r.payload["media"] is not None for r in w.received] == [True, True]
+    assert _unconfigured(w, "CallInvited") == 0

@@ -12,6 +12,9 @@ import jwt
 from pydantic import SecretStr
 
 from realtime_dispatch.auth.media import MediaMinter, MediaOptions, turn_credential
+from realtime_dispatch.dispatch.projections.registry import media_invite_kinds
+from realtime_dispatch.dispatch.service import unminted_invites
+from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 
 NOW = 1_700_000_000.0
 OPTIONS = MediaOptions(
@@ -79,3 +82,20 @@ def test_without_secrets_nothing_is_minted() -> None:
     join = MediaMinter(no_turn).mint("room", user_id=uuid4())
     assert join is not None
     assert join.ice_servers == []
+
+
+def test_the_invite_kinds_delivered_follow_the_manifest() -> None:
+    """The start line names only invite kinds the manifest lets the dispatcher deliver."""
+    shipped = shipped_manifest()
+    assert media_invite_kinds(shipped) == {"CallInvited", "ConferenceInvited", "ConferenceStarted"}
+    without = {"calls", "conferences", "conference_participants"}
+    chats_only = Manifest({k: v for k, v in shipped.queries.items() if k not in without})
+    assert media_invite_kinds(chats_only) == frozenset()
+    calls_only = Manifest({k: v for k, v in shipped.queries.items() if k != "conferences"})
+    assert media_invite_kinds(calls_only) == {"CallInvited", "ConferenceInvited"}
+
+
+def test_unminted_invites_only_without_a_jitsi_secret() -> None:
+    secret = MediaOptions(jitsi_app_secret=SecretStr("s" * 32))
+    assert unminted_invites(secret, None) == frozenset()
+    assert unminted_invites(MediaOptions(), None) == media_invite_kinds()

@@ -55,6 +55,13 @@ class DispatchMetrics:
             ["kind"],
             registry=registry,
         )
+        self.media_unconfigured = Counter(
+            "messenger_realtime_media_unconfigured",
+            "Invites (call_invited, conference_invited, conference_started) delivered without"
+            " a media join: no REALTIME_MEDIA_JITSI_APP_SECRET in this process.",
+            ["kind"],
+            registry=registry,
+        )
         self.superseded = Counter(
             "messenger_realtime_superseded",
             "Outcomes not written: the row_version moved since the claim (a failover, an"

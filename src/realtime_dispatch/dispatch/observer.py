@@ -57,9 +57,18 @@ def _by_kind(rows: Iterable[ClaimedRow]) -> Counter[str]:
 class DispatchObserver:
     """Logs, counts, traces and alerts for one dispatcher (all of its passes)."""
 
-    def __init__(self, metrics: DispatchMetrics, alerts: AlertSink) -> None:
+    def __init__(
+        self,
+        metrics: DispatchMetrics,
+        alerts: AlertSink,
+        *,
+        unminted: frozenset[str] = frozenset(),
+    ) -> None:
+        """``unminted``: the invite kinds this process delivers without a media join (no media
+        secret): each one delivered is counted (``messenger_realtime_media_unconfigured``)."""
         self.metrics = metrics
         self.alerts = alerts
+        self.unminted = unminted
 
     # -- the pass -------------------------------------------------------------------------------
 
@@ -127,6 +136,8 @@ class DispatchObserver:
         retried = [d for d in classified.retry if d.row.id in written.retried]
         for kind, count in _by_kind(done).items():
             metrics.dispatched.labels(kind).inc(count)
+            if kind in self.unminted:
+                metrics.media_unconfigured.labels(kind).inc(count)
         for kind, count in _by_kind(d.row for d in retried).items():
             metrics.retried.labels(kind).inc(count)
         observe_all(metrics.lag, written.done_lags)

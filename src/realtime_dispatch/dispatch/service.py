@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import asyncpg
+import structlog
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.auth.media import MediaMinter, MediaOptions
 from realtime_dispatch.database import (
     DISPATCHER_SERVER_SETTINGS,
     connect,
@@ -24,14 +25,20 @@ from realtime_dispatch.database import (
 from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
+from realtime_dispatch.dispatch.observer import DispatchObserver
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
-from realtime_dispatch.dispatch.projections.registry import default_payload_builder
+from realtime_dispatch.dispatch.projections.registry import (
+    default_payload_builder,
+    media_invite_kinds,
+)
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
+
+_log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -100,6 +107,7 @@ async def dispatch_service(
         store = OutboxStore(pool, options.backoff, claim_settings=claim_settings)
         payloads = builder or default_payload_builder(media, manifest=manifest)
         sink = alerts or LogAlertSink()
+        observer = DispatchObserver(metrics, sink, unminted=unminted_invites(media, manifest))
         await store.forget_other_partitionings(options.partitions)
         runners = [
             DispatchRunner(
@@ -111,6 +119,7 @@ async def dispatch_service(
                     metrics=metrics,
                     alerts=sink,
                     partition=share,
+                    observer=observer,
                 ),
                 connect=lambda: connect(
                     lock_dsn,
@@ -135,3 +144,18 @@ async def dispatch_service(
             await asyncio.gather(*tasks)
     finally:
         await pool.close()
+
+
+def unminted_invites(media: MediaOptions | None, manifest: Manifest | None) -> frozenset[str]:
+    """The invite kinds this process will deliver without a media join, said once at start
+    (one log line) when there are any: no Jitsi app secret, nothing can be minted."""
+    if MediaMinter(media or MediaOptions()).configured:
+        return frozenset()
+    kinds = media_invite_kinds(manifest)
+    if kinds:
+        _log.warning(
+            "media_unconfigured",
+            kinds=sorted(kinds),
+            reason="REALTIME_MEDIA_JITSI_APP_SECRET is unset: these invites go out without media",
+        )
+    return kinds

@@ -22,6 +22,28 @@ from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilde
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
 from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
+
+K = RealtimeDispatchKind
+
+# The kinds whose payload carries a media join minted at delivery, with the manifest queries
+# that build them (any one present: the kind is delivered).
+MEDIA_INVITES: dict[RealtimeDispatchKind, tuple[str, ...]] = {
+    K.CALL_INVITED: ("calls", "conferences"),
+    K.CONFERENCE_INVITED: ("conference_participants",),
+    K.CONFERENCE_STARTED: ("conferences",),
+}
+
+
+def media_invite_kinds(manifest: Manifest | None = None) -> frozenset[str]:
+    """The invite kinds ``manifest`` (the shipped one when ``None``) lets the dispatcher
+    deliver: without media secrets these go out without ``media``."""
+    manifest = manifest or shipped_manifest()
+    return frozenset(
+        kind.value
+        for kind, queries in MEDIA_INVITES.items()
+        if any(manifest.sql(query) is not None for query in queries)
+    )
 
 
 def default_builders(
