@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TypeVar
 from uuid import UUID, uuid4
 
 import structlog
@@ -65,6 +66,8 @@ from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, PublishResult, Push
 
 __all__ = ["Dispatcher", "PassReport"]
+
+T = TypeVar("T")
 
 _tracer = trace.get_tracer("realtime_dispatch.dispatch")
 
@@ -296,6 +299,15 @@ class Dispatcher:
         # Rows that failed before any push get their outcome with the first write.
         unwritten = [row for row in rows if row.id in errors]
         unwritten_since: float | None = None
+
+        async def write_unwritten() -> None:
+            nonlocal unwritten, unwritten_since
+            pending, unwritten, unwritten_since = unwritten, [], None
+            await flight.write(
+                self._record(outcome_conn, pending, errors, report, flight, began=began),
+                background=pipelined,
+            )
+
         offset = 0
         while True:
             until = deadline
@@ -311,7 +323,15 @@ class Dispatcher:
                 part: list[tuple[ClaimedRow, Push]] = []
             else:
                 part = pushes[offset : offset + PUSH_SLICE]
-            results = await self._publish(part, deadline=until)
+            publishing = self._publish(part, deadline=until)
+            if unwritten and unwritten_since is not None and part:
+                # The earlier slices' outcomes are written while this one is pushed, once
+                # they have waited OUTCOME_DELAY: a slow push never holds them back.
+                results = await _meanwhile(
+                    publishing, at=unwritten_since + OUTCOME_DELAY, do=write_unwritten
+                )
+            else:
+                results = await publishing
             settled, late, failed = sort_published(part, results)
             errors.update(failed)
             unwritten.extend(settled)
@@ -329,12 +349,7 @@ class Dispatcher:
             if unwritten and (
                 last or self._stop.is_set() or now - unwritten_since >= OUTCOME_DELAY
             ):
-                await flight.write(
-                    self._record(outcome_conn, unwritten, errors, report, flight, began=began),
-                    background=pipelined,
-                )
-                unwritten = []
-                unwritten_since = None
+                await write_unwritten()
             if last:
                 break
 
@@ -402,6 +417,23 @@ class Dispatcher:
         written = await self._store.write_outcomes(classified.outcomes(), conn=conn)
         flight.discard(rows)
         await self._observer.written(classified, written, report)
+
+
+async def _meanwhile(main: Awaitable[T], *, at: float, do: Callable[[], Awaitable[None]]) -> T:
+    """``main``'s result; if it is still running at ``at`` (``time.monotonic()``), ``do()``
+    runs meanwhile. ``main`` runs as a task owned here: an error in ``do`` or a cancellation
+    cancels it (as it would have been, awaited directly)."""
+    task = asyncio.ensure_future(main)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, at - time.monotonic()))
+        if not done:
+            await do()
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _loop_time(monotonic: float) -> float:
