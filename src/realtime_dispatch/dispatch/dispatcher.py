@@ -11,8 +11,9 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
    (:data:`~realtime_dispatch.push.PUSH_DEADLINE`); rows never pushed because of a
    stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
-   batch, or per slice when pushing is slow (no pushed slice waits more than ``OUTCOME_DELAY``
-   for its status), and at once on a stop;
+   batch, or sooner when pushing is slow: outcomes that have waited ``OUTCOME_DELAY`` are
+   written while the next slice is being pushed (a slow push never holds back the status of the
+   slices before it), and at once on a stop;
 5. repeat while the last claim found rows, ``max_run_duration`` allows, and the lock is still
    ours (a pass ends with a claim that finds nothing); after a batch that was not full, wait
    ``linger`` first.
