@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.messenger import chats, conferences
+from realtime_dispatch.messenger import calls, chats, conferences, recordings
 from realtime_dispatch.messenger.jobs.conference_reaper import (
     ConferenceRoomReaper,
     reap_stale_conferences,
@@ -25,10 +25,15 @@ from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import (
     ConferenceReaperOptions,
     JobSchedule,
+    RecordingFinalizeOptions,
 )
+from realtime_dispatch.messenger.jobs.recording_finalize import RecordingFinalizeRetry
 from realtime_dispatch.messenger.jobs.scheduled import JobRun, JobWork, ScheduledJob
+from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 from realtime_dispatch.messenger.refusals import Conflict
 from realtime_dispatch.outbox.backoff import Backoff
+from tests.conftest import free_port, wait_until
+from tests.integration.status_service import StatusService, status_service
 from tests.integration.support import make_stack
 
 REAPER = ConferenceReaperOptions(empty_timeout=300, max_duration=8 * 3600)
@@ -353,3 +358,363 @@ async def test_a_stop_ends_the_run_before_the_next_batch(pool: asyncpg.Pool) -> 
         )
         == 3
     )
+
+
+# --- the recording-finalize retry ---------------------------------------------------------
+
+
+async def stopped_call_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
+    """A stopped recording of an answered call; returns (recording, caller, callee)."""
+    caller, callee = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        call = await calls.start_call(conn, caller=caller, callee=callee)
+        await calls.answer_call(conn, call_id=call, actor=callee)
+        recording = await recordings.start_recording(conn, actor=caller, call_id=call)
+        await recordings.stop_recording(conn, recording_id=recording, actor=caller)
+    return recording, caller, callee
+
+
+async def stopped_conference_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID]:
+    """A stopped recording of a live conference; returns (recording, chat)."""
+    chat, conference, starter = await new_conference(pool)
+    async with pool.acquire() as conn:
+        recording = await recordings.start_recording(conn, actor=starter, conference_id=conference)
+        await recordings.stop_recording(conn, recording_id=recording, actor=starter)
+    return recording, chat
+
+
+def finalize_options(url: str | None, **changes: object) -> RecordingFinalizeOptions:
+    values: dict[str, object] = {"status_url": url, "max_attempts": 8, "backoff": FAST_BACKOFF}
+    values.update(changes)
+    return RecordingFinalizeOptions(**values)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def finalize_job(
+    pool: asyncpg.Pool, database_url: str, options: RecordingFinalizeOptions
+) -> AsyncIterator[tuple[ScheduledJob, Jobs]]:
+    metrics = MediaJobMetrics(CollectorRegistry())
+    async with contextlib.AsyncExitStack() as stack:
+        client = None
+        if options.status_url is not None:
+            client = await stack.enter_async_context(RecordingStatusClient(options.status_url))
+        work = RecordingFinalizeRetry(pool, options, metrics, client=client)
+        job = await stack.enter_async_context(scheduled(database_url, work, metrics))
+        yield job, Jobs(metrics)
+
+
+async def recording(pool: asyncpg.Pool, recording_id: UUID) -> asyncpg.Record:
+    row = await pool.fetchrow(
+        "SELECT status, failure_code, finalize_attempts, available_at, failed_at,"
+        " extract(epoch FROM finalize_next_at - now())::float8 AS next_in"
+        " FROM messenger.call_recordings WHERE id = $1",
+        recording_id,
+    )
+    assert row is not None
+    return row
+
+
+async def make_due(pool: asyncpg.Pool) -> None:
+    await pool.execute(
+        "UPDATE messenger.call_recordings SET finalize_next_at = now() WHERE status = 'Stopped'"
+    )
+
+
+async def outcome_pushes(pool: asyncpg.Pool) -> list[tuple[str, UUID | None, UUID | None]]:
+    rows = await pool.fetch(
+        "SELECT kind, ref_id, coalesce(target_user_id, chat_id) AS target"
+        " FROM messenger.realtime_outbox"
+        " WHERE kind IN ('RecordingAvailable', 'RecordingFailed') ORDER BY id"
+    )
+    return [(r["kind"], r["ref_id"], r["target"]) for r in rows]
+
+
+async def test_ready_makes_the_recording_available_with_a_push_to_its_audience(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    call_recording, caller, callee = await stopped_call_recording(pool)
+    conference_recording, chat = await stopped_conference_recording(pool)
+    service = StatusService()
+    service.answer(call_recording, {"status": "ready"})
+    service.answer(conference_recording, {"status": "ready"})
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (job, jobs),
+    ):
+        run = await job.turn()
+        assert run is not None
+        assert run.counts == {"answered_ready": 2, "finalized_available": 2}
+        assert (await job.turn()) is not None  # nothing left to ask
+    assert service.asked == {call_recording: 1, conference_recording: 1}
+    for recording_id in (call_recording, conference_recording):
+        row = await recording(pool, recording_id)
+        assert (row["status"], row["finalize_attempts"]) == ("Available", 1)
+        assert row["available_at"] is not None
+    assert sorted(await outcome_pushes(pool), key=str) == sorted(
+        [
+            ("RecordingAvailable", call_recording, callee),
+            ("RecordingAvailable", call_recording, caller),
+            ("RecordingAvailable", conference_recording, chat),
+        ],
+        key=str,
+    )
+    assert jobs.sample("messenger_realtime_recording_finalize_retried_total", result="ready") == 2
+    assert jobs.sample("messenger_realtime_recording_finalized_total", outcome="available") == 2
+    # Delivered like the callback's: recording_available to the parties and the chat.
+    stack = make_stack(pool)
+    assert (await stack.dispatcher.run_pass()).dispatched == 3
+    assert {p.target for p in stack.publisher.pushes} == {"recording_available"}
+    assert {p.group for p in stack.publisher.pushes} == {
+        f"user:{caller}",
+        f"user:{callee}",
+        f"chat:{chat}",
+    }
+
+
+async def test_failed_gives_recording_failed_with_its_code(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    recording_id, caller, callee = await stopped_call_recording(pool)
+    service = StatusService()
+    service.answer(recording_id, {"status": "failed", "code": "TranscodeFailed"})
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (job, jobs),
+    ):
+        await job.turn()
+    row = await recording(pool, recording_id)
+    assert (row["status"], row["failure_code"]) == ("Failed", "TranscodeFailed")
+    assert sorted(await outcome_pushes(pool), key=str) == sorted(
+        [("RecordingFailed", recording_id, caller), ("RecordingFailed", recording_id, callee)],
+        key=str,
+    )
+    assert jobs.sample("messenger_realtime_recording_finalized_total", outcome="failed") == 1
+    stack = make_stack(pool)
+    await stack.dispatcher.run_pass()
+    failed = [p for p in stack.publisher.pushes if p.target == "recording_failed"]
+    assert len(failed) == 2
+    assert {p.payload["failureCode"] for p in failed} == {"TranscodeFailed"}
+
+
+async def test_processing_then_ready_waits_out_the_backoff(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    recording_id, _, _ = await stopped_call_recording(pool)
+    service = StatusService()
+    service.answer(
+        recording_id, {"status": "processing"}, {"status": "processing"}, {"status": "ready"}
+    )
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (job, jobs),
+    ):
+        await job.turn()
+        row = await recording(pool, recording_id)
+        assert (row["status"], row["finalize_attempts"]) == ("Stopped", 1)
+        # The dispatcher's backoff: base 0.2 s after the first ask, less up to 20 % jitter.
+        assert 0.1 < row["next_in"] <= 0.2
+        await job.turn()  # not due yet: not asked
+        assert service.asked[recording_id] == 1
+        await make_due(pool)
+        await job.turn()
+        row = await recording(pool, recording_id)
+        assert (row["status"], row["finalize_attempts"]) == ("Stopped", 2)
+        assert 0.3 < row["next_in"] <= 0.4  # base * factor
+        await make_due(pool)
+        await job.turn()
+    row = await recording(pool, recording_id)
+    assert (row["status"], row["finalize_attempts"]) == ("Available", 3)
+    assert service.asked[recording_id] == 3
+    assert [k for k, _, _ in await outcome_pushes(pool)] == ["RecordingAvailable"] * 2
+    assert (
+        jobs.sample("messenger_realtime_recording_finalize_retried_total", result="processing") == 2
+    )
+
+
+async def test_an_unreachable_status_service_ends_in_finalize_timeout(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    recording_id, _, _ = await stopped_call_recording(pool)
+    url = f"http://127.0.0.1:{free_port()}/status"  # nothing listens there
+    async with finalize_job(pool, database_url, finalize_options(url, max_attempts=3)) as (
+        job,
+        jobs,
+    ):
+        for attempt in (1, 2):
+            await job.turn()
+            row = await recording(pool, recording_id)
+            assert (row["status"], row["finalize_attempts"]) == ("Stopped", attempt)
+            await make_due(pool)
+        await job.turn()
+    row = await recording(pool, recording_id)
+    assert (row["status"], row["failure_code"], row["finalize_attempts"]) == (
+        "Failed",
+        "FinalizeTimeout",
+        3,
+    )
+    assert [k for k, _, _ in await outcome_pushes(pool)] == ["RecordingFailed"] * 2
+    assert (
+        jobs.sample("messenger_realtime_recording_finalize_retried_total", result="unreachable")
+        == 3
+    )
+    assert jobs.sample("messenger_realtime_recording_finalized_total", outcome="timeout") == 1
+
+
+async def test_without_a_status_service_a_recording_times_out_after_the_timeout(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    old, caller, callee = await stopped_call_recording(pool)
+    fresh, _ = await stopped_conference_recording(pool)
+    await pool.execute(
+        "UPDATE messenger.call_recordings SET stopped_at = now() - interval '601 seconds'"
+        " WHERE id = $1",
+        old,
+    )
+    async with finalize_job(pool, database_url, finalize_options(None, timeout=600)) as (job, jobs):
+        run = await job.turn()
+        assert run is not None
+        assert run.counts == {"finalized_timeout": 1}
+        await job.turn()
+    assert (await recording(pool, old))["failure_code"] == "FinalizeTimeout"
+    assert (await recording(pool, fresh))["status"] == "Stopped"
+    assert sorted(await outcome_pushes(pool), key=str) == sorted(
+        [("RecordingFailed", old, caller), ("RecordingFailed", old, callee)], key=str
+    )
+    assert jobs.sample("messenger_realtime_recording_finalized_total", outcome="timeout") == 1
+
+
+async def test_a_callback_racing_an_ask_wins_once(pool: asyncpg.Pool, database_url: str) -> None:
+    """The pipeline's callback lands while the job's ask is in flight: the callback's outcome
+    stands, the job's answer changes nothing, and there is one push per party."""
+    recording_id, caller, _ = await stopped_call_recording(pool)
+    service = StatusService()
+    service.answer(recording_id, {"status": "failed", "code": "Late"})
+    service.hold = True
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (job, jobs),
+    ):
+        turn = asyncio.create_task(job.turn())
+        await wait_until(lambda: service.held == 1)  # the ask is in flight
+        async with pool.acquire() as conn:
+            await recordings.mark_recording_available(conn, recording_id=recording_id, actor=caller)
+        service.released.set()
+        run = await turn
+        assert run is not None
+        assert run.counts == {"answered_failed": 1}  # answered, but nothing was settled
+        # And the other way round: a callback after the job settled it is refused.
+        async with pool.acquire() as conn:
+            with pytest.raises(Conflict):
+                await recordings.mark_recording_failed(
+                    conn, recording_id=recording_id, actor=caller, code="X"
+                )
+    row = await recording(pool, recording_id)
+    assert (row["status"], row["failure_code"]) == ("Available", None)
+    assert [k for k, _, _ in await outcome_pushes(pool)] == ["RecordingAvailable"] * 2
+    assert jobs.sample("messenger_realtime_recording_finalized_total", outcome="failed") == 0
+
+
+async def test_a_callback_holding_the_row_makes_the_job_wait_then_change_nothing(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    """The callback's transaction holds the recording while the job writes its outcome: the
+    job's write waits for it, then finds the recording settled."""
+    recording_id, _, _ = await stopped_call_recording(pool)
+    service = StatusService()
+    service.answer(recording_id, {"status": "ready"})
+    service.hold = True
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (job, _),
+        pool.acquire() as conn,
+    ):
+        turn = asyncio.create_task(job.turn())
+        await wait_until(lambda: service.held == 1)  # claimed and asked
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(
+            "SELECT 1 FROM messenger.call_recordings WHERE id = $1 FOR UPDATE", recording_id
+        )
+        service.released.set()
+        await wait_until(
+            lambda: pool.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+            )
+        )
+        await conn.execute(
+            "UPDATE messenger.call_recordings SET status = 'Failed', failed_at = now(),"
+            " failure_code = 'FromCallback' WHERE id = $1",
+            recording_id,
+        )
+        await tx.commit()
+        run = await turn
+    assert run is not None
+    assert "finalized_available" not in run.counts
+    assert (await recording(pool, recording_id))["failure_code"] == "FromCallback"
+    assert await outcome_pushes(pool) == []  # the hand-made "callback" wrote none here
+
+
+async def test_two_replicas_settle_each_recording_once(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    ids = [(await stopped_call_recording(pool))[0] for _ in range(20)]
+    service = StatusService()
+    for recording_id in ids:
+        service.answer(recording_id, {"status": "ready"})
+    async with (
+        status_service(service) as url,
+        finalize_job(pool, database_url, finalize_options(url)) as (first, _),
+        finalize_job(pool, database_url, finalize_options(url)) as (second, _),
+    ):
+        # Through the lock: one replica runs, the other skips.
+        service.hold = True
+        runs = asyncio.gather(first.turn(), second.turn())
+        await wait_until(lambda: service.held >= 1)
+        service.released.set()
+        results = await runs
+        assert sorted(r is None for r in results) == [False, True]
+        # Past the lock (its defence in depth): both works at once, batches of 3.
+        service.hold = False
+        more = [(await stopped_call_recording(pool))[0] for _ in range(20)]
+        for recording_id in more:
+            service.answer(recording_id, {"status": "ready"})
+        works = [first.work, second.work]
+        for work in works:
+            assert isinstance(work, RecordingFinalizeRetry)
+            work._batch = 3
+        await asyncio.gather(
+            *(
+                w.run_once(JobRun(deadline=time.monotonic() + 30, stop=asyncio.Event()))
+                for w in works
+            )
+        )
+    assert set(service.asked) == set(ids + more)
+    assert set(service.asked.values()) == {1}  # each recording asked once
+    pushes = await outcome_pushes(pool)
+    assert len(pushes) == 2 * 40  # one per party, each recording once
+    assert {ref for _, ref, _ in pushes} == set(ids + more)
+
+
+async def test_a_stop_leaves_the_unasked_recordings_for_later(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
+    ids = [(await stopped_call_recording(pool))[0] for _ in range(40)]
+    service = StatusService()
+    for recording_id in ids:
+        service.answer(recording_id, {"status": "ready"})
+    service.hold = True
+    metrics = MediaJobMetrics(CollectorRegistry())
+    async with status_service(service) as url, RecordingStatusClient(url) as client:
+        work = RecordingFinalizeRetry(pool, finalize_options(url), metrics, client=client)
+        run = JobRun(deadline=time.monotonic() + 30, stop=asyncio.Event())
+        task = asyncio.create_task(work.run_once(run))
+        await wait_until(lambda: service.held == 16)  # the client's connections, all in flight
+        run.stop.set()
+        service.released.set()
+        await task
+    assert sum(service.asked.values()) == 16
+    statuses = dict(
+        await pool.fetch("SELECT status, count(*) FROM messenger.call_recordings GROUP BY 1")
+    )
+    assert statuses == {"Available": 16, "Stopped": 24}
