@@ -12,9 +12,11 @@ from prometheus_client.metrics_core import Metric
 
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.hub.metrics import HubMetrics
+from realtime_dispatch.messenger.jobs.metrics import JOB_NAMES, MediaJobMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "realtime-dispatch.json"
 METRIC = re.compile(r"\bmessenger_realtime_\w+")
 SUFFIXES = {
@@ -28,6 +30,7 @@ def exported_series() -> set[str]:
     registry = CollectorRegistry()
     DispatchMetrics(registry)
     HubMetrics(registry)
+    MediaJobMetrics(registry)
     families: list[Metric] = list(registry.collect())
     names = {f.name + suffix for f in families for suffix in SUFFIXES[f.type]}
     assert "messenger_realtime_lag_seconds_bucket" in names
@@ -44,6 +47,8 @@ def test_every_alert_expression_names_exported_metrics() -> None:
         "RealtimeDispatchLagSLO",
         "RealtimeDispatchQuarantined",
         "RealtimeDispatchNoPasses",
+        "RealtimeConferenceReaperNoRuns",
+        "RealtimeRecordingFinalizeNoRuns",
     }
     for name, rule in alerts.items():
         used = set(METRIC.findall(rule["expr"]))
@@ -60,6 +65,14 @@ def test_every_alert_expression_names_exported_metrics() -> None:
         assert anchor in headings, (name, anchor, headings)
     assert "> 1" in alerts["RealtimeDispatchLagSLO"]["expr"]
     assert "> 60" in alerts["RealtimeDispatchNoPasses"]["expr"]
+    # One "no runs for 1 min" alert per media job, on that job's own series.
+    for name, job in zip(
+        ("RealtimeConferenceReaperNoRuns", "RealtimeRecordingFinalizeNoRuns"),
+        JOB_NAMES,
+        strict=True,
+    ):
+        assert "> 60" in alerts[name]["expr"]
+        assert alerts[name]["expr"].count(f'{{job="{job}"}}') == 2, name
 
 
 def test_rules_pass_promtool_when_installed() -> None:
@@ -72,7 +85,20 @@ def test_rules_pass_promtool_when_installed() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
+
+
+def test_the_job_alerts_fire_after_a_minute_without_runs_when_promtool_is_installed() -> None:
+    promtool = shutil.which("promtool")
+    rules = yaml.safe_load(RULE_TESTS.read_text())
+    assert rules["rule_files"] == [RULES.name]
+    if promtool is None:
+        return  # CI installs Debian's prometheus package
+    result = subprocess.run(
+        [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 def test_dashboard_panels_name_exported_metrics() -> None:
