@@ -7,7 +7,7 @@ configured, development secrets are generated (and a line says so), so invites c
 
 With a projection manifest set (``REALTIME_PROJECTIONS``: the adopter's own schema) nothing of
 the reference messenger runs: the app is the hub's routes and ``/ops`` only, with no REST API,
-demo page or call reaper.
+demo page, call reaper or media lifecycle jobs.
 """
 
 from __future__ import annotations
