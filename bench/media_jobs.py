@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     DEFAULT_DSN,
     cpu_seconds,
     free_port,
@@ -44,17 +44,18 @@ from bench._common import (  # noqa: E402
     server_facts,
     write_json,
 )
-from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper  # noqa: E402
-from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics  # noqa: E402
-from realtime_dispatch.messenger.jobs.options import (  # noqa: E402
+
+from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper
+from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
+from realtime_dispatch.messenger.jobs.options import (
     ConferenceReaperOptions,
     RecordingFinalizeOptions,
 )
-from realtime_dispatch.messenger.jobs.recording_finalize import (  # noqa: E402
+from realtime_dispatch.messenger.jobs.recording_finalize import (
     RecordingFinalizeRetry,
 )
-from realtime_dispatch.messenger.jobs.scheduled import JobRun, JobWork  # noqa: E402
-from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient  # noqa: E402
+from realtime_dispatch.messenger.jobs.scheduled import JobRun, JobWork
+from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 
 SEED = """
 WITH c AS (
@@ -129,7 +130,11 @@ async def measure(url: str, size: int, status_url: str) -> dict[str, Any]:
                 before = sum(cpu_seconds(p) for p in pids)
                 wall = await one_run(work)
                 db_cpu = sum(cpu_seconds(p) for p in postgres_pids()) - before
-                result[name] = {"wall_s": wall, "db_cpu_s": db_cpu, "per_item_ms": wall / size * 1e3}
+                result[name] = {
+                    "wall_s": wall,
+                    "db_cpu_s": db_cpu,
+                    "per_item_ms": wall / size * 1e3,
+                }
         ended = await pool.fetchval(
             "SELECT count(*) FROM messenger.conference_sessions WHERE status = 'Ended'"
         )
@@ -137,7 +142,8 @@ async def measure(url: str, size: int, status_url: str) -> dict[str, Any]:
             "SELECT count(*) FROM messenger.call_recordings WHERE status = 'Available'"
         )
         pushes = await pool.fetchval("SELECT count(*) FROM messenger.realtime_outbox")
-        assert ended == size and available == size and pushes == size * 3, (ended, available)
+        if (ended, available, pushes) != (size, size, size * 3):
+            raise SystemExit(f"incomplete sweep: {ended=} {available=} {pushes=}")
     finally:
         await pool.close()
     return result
@@ -159,7 +165,9 @@ async def main() -> None:
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
     )
     serving = asyncio.create_task(server.serve())
-    while not server.started:
+    for _ in range(1000):
+        if server.started:
+            break
         await asyncio.sleep(0.01)
     runs: list[dict[str, Any]] = []
     try:

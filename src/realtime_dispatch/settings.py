@@ -203,7 +203,8 @@ class Settings(BaseSettings):
     @property
     def reference_messenger(self) -> bool:
         """Whether the reference messenger is this deployment's owner service (no manifest set):
-        its tables are migrated, its REST API, demo page, call reaper and media lifecycle jobs run."""
+        its tables are migrated, its REST API, demo page, call reaper and media lifecycle jobs
+        run."""
         return self.projections is None
 
     def projection_manifest(self) -> Manifest:
