@@ -2,7 +2,7 @@
 minutes (the conference-room reaper ends them all) and N stopped recordings (the
 recording-finalize retry asks a real status service on loopback about each, answered
 ``ready``). Reports the wall time of the run and the CPU the PostgreSQL server spent on it
-(all its processes, from /proc), per job.
+(its backends serving the job, from /proc), per job.
 
     .venv/bin/python bench/media_jobs.py --dsn postgresql://root@127.0.0.1:5432/postgres
     .venv/bin/python bench/media_jobs.py --smoke        # 200 of each, one run
@@ -37,7 +37,6 @@ from bench._common import (
     free_port,
     machine,
     median_spread,
-    postgres_pids,
     print_table,
     quiet_production_logging,
     scratch_database,
@@ -111,8 +110,14 @@ async def measure(url: str, size: int, status_url: str) -> dict[str, Any]:
         await conn.execute("CHECKPOINT")
     finally:
         await conn.close()
-    pool = await asyncpg.create_pool(url, min_size=2, max_size=4)
+    pool = await asyncpg.create_pool(url, min_size=4, max_size=4)
     assert pool is not None
+    # The jobs' own backends: the server is shared, so the CPU of all its processes would count
+    # other sessions' work (and drop the CPU of backends that exit meanwhile).
+    held = [await pool.acquire() for _ in range(4)]
+    backends = [int(await c.fetchval("SELECT pg_backend_pid()")) for c in held]
+    for c in held:
+        await pool.release(c)
     metrics = MediaJobMetrics(CollectorRegistry())
     result: dict[str, Any] = {}
     try:
@@ -126,10 +131,9 @@ async def measure(url: str, size: int, status_url: str) -> dict[str, Any]:
                 ),
             }
             for name, work in works.items():
-                pids = postgres_pids()
-                before = sum(cpu_seconds(p) for p in pids)
+                before = sum(cpu_seconds(p) for p in backends)
                 wall = await one_run(work)
-                db_cpu = sum(cpu_seconds(p) for p in postgres_pids()) - before
+                db_cpu = sum(cpu_seconds(p) for p in backends) - before
                 result[name] = {
                     "wall_s": wall,
                     "db_cpu_s": db_cpu,
