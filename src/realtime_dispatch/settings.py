@@ -27,6 +27,16 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
+from realtime_dispatch.messenger.jobs.options import (
+    CONFERENCE_EMPTY_TIMEOUT_SECONDS,
+    CONFERENCE_MAX_DURATION_SECONDS,
+    RECORDING_FINALIZE_MAX_ATTEMPTS,
+    RECORDING_FINALIZE_TIMEOUT_SECONDS,
+    ConferenceReaperOptions,
+    JobSchedule,
+    RecordingFinalizeOptions,
+    status_url_problem,
+)
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -119,6 +129,22 @@ class Settings(BaseSettings):
     call_ring_timeout: float = Field(default=45.0, gt=0)
     call_max_duration: float = Field(default=4 * 3600.0, gt=0)
 
+    # The media lifecycle jobs (beside the call-timeout reaper): the conference-room reaper and
+    # the recording-finalize retry (which also uses REALTIME_DISPATCH_BACKOFF_*, _LOCK_TTL,
+    # _MAX_RUN_DURATION and _BATCH_SIZE).
+    conference_empty_timeout: float = Field(
+        default=CONFERENCE_EMPTY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False
+    )
+    conference_max_duration: float = Field(
+        default=CONFERENCE_MAX_DURATION_SECONDS, gt=0, allow_inf_nan=False
+    )
+    media_recording_status_url: str | None = None
+    """The media pipeline's recording status service: ``GET {url}/{recordingId}``."""
+    recording_finalize_max_attempts: int = Field(default=RECORDING_FINALIZE_MAX_ATTEMPTS, ge=1)
+    recording_finalize_timeout: float = Field(
+        default=RECORDING_FINALIZE_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _csv_lists(cls, data: Any) -> Any:
@@ -126,6 +152,8 @@ class Settings(BaseSettings):
             data = {**data, "media_turn_urls": _split_csv(data["media_turn_urls"])}
         if isinstance(data, dict) and data.get("projections") == "":
             data = {**data, "projections": None}  # set but empty: unset
+        if isinstance(data, dict) and data.get("media_recording_status_url") == "":
+            data = {**data, "media_recording_status_url": None}
         return data
 
     @model_validator(mode="after")
@@ -134,6 +162,9 @@ class Settings(BaseSettings):
             raise ValueError("log_level: must be one of debug, info, warning, error")
         if self.call_max_duration <= self.call_ring_timeout:
             raise ValueError("call_max_duration: must be above REALTIME_CALL_RING_TIMEOUT")
+        url = self.media_recording_status_url
+        if url is not None and (problem := status_url_problem(url)) is not None:
+            raise ValueError(f"media_recording_status_url: {problem}")
         if self.backplane_enabled and self.backplane == "none":
             raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
         if self.backplane_mode != "none" and self.redis_url is None:
@@ -178,7 +209,8 @@ class Settings(BaseSettings):
     @property
     def reference_messenger(self) -> bool:
         """Whether the reference messenger is this deployment's owner service (no manifest set):
-        its tables are migrated, its REST API, demo page and call reaper run."""
+        its tables are migrated, its REST API, demo page, call reaper and media lifecycle jobs
+        run."""
         return self.projections is None
 
     def projection_manifest(self) -> Manifest:
@@ -188,6 +220,27 @@ class Settings(BaseSettings):
 
     def dispatch_options(self) -> RealtimeDispatchOptions:
         return RealtimeDispatchOptions(**self._prefixed("dispatch_", RealtimeDispatchOptions))
+
+    def job_schedule(self) -> JobSchedule:
+        """The media lifecycle jobs' lease, run length and batches: the dispatcher's."""
+        return JobSchedule(
+            lock_ttl=self.dispatch_lock_ttl,
+            max_run_duration=self.dispatch_max_run_duration,
+            batch_size=self.dispatch_batch_size,
+        )
+
+    def conference_reaper_options(self) -> ConferenceReaperOptions:
+        return ConferenceReaperOptions(
+            empty_timeout=self.conference_empty_timeout, max_duration=self.conference_max_duration
+        )
+
+    def recording_finalize_options(self) -> RecordingFinalizeOptions:
+        return RecordingFinalizeOptions(
+            status_url=self.media_recording_status_url,
+            max_attempts=self.recording_finalize_max_attempts,
+            timeout=self.recording_finalize_timeout,
+            backoff=self.dispatch_options().backoff,
+        )
 
     def api_options(self) -> ApiOptions:
         secret = self.hub_jwt_secret
@@ -259,5 +312,8 @@ def load_settings(**overrides: Any) -> Settings:
             detail = detail.split(":", 1)[1].strip()
         raise ConfigurationError(variable, detail) from None
     settings.dispatch_options()
+    settings.job_schedule()
+    settings.conference_reaper_options()
+    settings.recording_finalize_options()
     settings.projection_manifest()
     return settings

@@ -117,6 +117,9 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
                 # reference membership), no docs, no demo page.
                 for path in ("/api/chats", "/api/sync", "/docs", "/"):
                     assert (await http.get(path)).status_code == 404, path
+                # Nor its media lifecycle jobs (the conferences and recordings are the
+                # adopter's).
+                assert "messenger_realtime_job_" not in (await http.get("/metrics")).text
             events = ["message_received", "read_receipt_updated", "call_invited"]
             url_hub = f"http://127.0.0.1:{port}/hubs/messenger"
             alice_client = await NodeClient.start(url_hub, make_token(alice), targets=events)

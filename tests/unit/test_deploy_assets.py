@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.hub.metrics import HubMetrics
+from realtime_dispatch.messenger.jobs.metrics import JOB_NAMES, MediaJobMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -30,6 +31,7 @@ def exported_series() -> set[str]:
     registry = CollectorRegistry()
     DispatchMetrics(registry)
     HubMetrics(registry)
+    MediaJobMetrics(registry)
     families: list[Metric] = list(registry.collect())
     names = {f.name + suffix for f in families for suffix in SUFFIXES[f.type]}
     assert "messenger_realtime_lag_seconds_bucket" in names
@@ -46,6 +48,8 @@ def test_every_alert_expression_names_exported_metrics() -> None:
         "RealtimeDispatchLagSLO",
         "RealtimeDispatchQuarantined",
         "RealtimeDispatchNoPasses",
+        "RealtimeConferenceReaperNoRuns",
+        "RealtimeRecordingFinalizeNoRuns",
     }
     for name, rule in alerts.items():
         used = set(METRIC.findall(rule["expr"]))
@@ -62,6 +66,15 @@ def test_every_alert_expression_names_exported_metrics() -> None:
         assert anchor in headings, (name, anchor, headings)
     assert "> 1" in alerts["RealtimeDispatchLagSLO"]["expr"]
     assert "> 45" in alerts["RealtimeDispatchNoPasses"]["expr"]
+    # One "no runs for 1 min" alert per media job, on that job's own series.
+    for name, job in zip(
+        ("RealtimeConferenceReaperNoRuns", "RealtimeRecordingFinalizeNoRuns"),
+        JOB_NAMES,
+        strict=True,
+    ):
+        assert "> 45" in alerts[name]["expr"]
+        assert "for" not in alerts[name]
+        assert alerts[name]["expr"].count(f'{{job="{job}"}}') == 2, name
 
 
 def test_rules_pass_promtool_when_installed() -> None:
@@ -74,18 +87,20 @@ def test_rules_pass_promtool_when_installed() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_alerts_fire_on_time_under_promtool() -> None:
     """alerts_test.yml: the no-passes alert fires within a minute of the last pass (worker
     stuck, worker dead, never reported) and not across a restart; the error spike names the
-    signal its value is the rate of."""
+    signal its value is the rate of; each media job's no-runs alert fires within a minute of its
+    last run, or when it never reported one."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (CI installs Debian's prometheus package)")
     tests = yaml.safe_load(RULE_TESTS.read_text())
-    assert len(tests["tests"]) == 7
+    assert tests["rule_files"] == [RULES.name]
+    assert len(tests["tests"]) == 9
     result = subprocess.run(
         [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
     )

@@ -166,3 +166,34 @@ def test_dispatch_options_must_be_finite(name: str, value: float) -> None:
     with pytest.raises(ConfigurationError) as info:
         RealtimeDispatchOptions(**{name: value})  # type: ignore[arg-type]
     assert info.value.variable == f"REALTIME_DISPATCH_{name.upper()}"
+
+
+def test_media_job_options_default_and_validate() -> None:
+    s = load_settings(_env_file=None)
+    conferences = s.conference_reaper_options()
+    assert (conferences.empty_timeout, conferences.max_duration) == (300, 8 * 3600)
+    recordings = s.recording_finalize_options()
+    assert (recordings.status_url, recordings.max_attempts, recordings.timeout) == (None, 8, 600)
+    assert recordings.backoff == s.dispatch_options().backoff  # the dispatcher's backoff
+    schedule = s.job_schedule()
+    assert (schedule.lock_ttl, schedule.max_run_duration, schedule.batch_size) == (30, 5, 200)
+    assert load_settings(media_recording_status_url="").media_recording_status_url is None
+    url = "http://127.0.0.1:9000/recordings/status"
+    assert load_settings(media_recording_status_url=url).recording_finalize_options().status_url
+    bad: list[tuple[dict[str, object], str]] = [
+        ({"conference_empty_timeout": 0}, "REALTIME_CONFERENCE_EMPTY_TIMEOUT"),
+        ({"conference_empty_timeout": "nan"}, "REALTIME_CONFERENCE_EMPTY_TIMEOUT"),
+        ({"conference_max_duration": "inf"}, "REALTIME_CONFERENCE_MAX_DURATION"),
+        ({"conference_max_duration": -5}, "REALTIME_CONFERENCE_MAX_DURATION"),
+        ({"recording_finalize_max_attempts": 0}, "REALTIME_RECORDING_FINALIZE_MAX_ATTEMPTS"),
+        ({"recording_finalize_max_attempts": "x"}, "REALTIME_RECORDING_FINALIZE_MAX_ATTEMPTS"),
+        ({"recording_finalize_timeout": "inf"}, "REALTIME_RECORDING_FINALIZE_TIMEOUT"),
+        ({"recording_finalize_timeout": 0}, "REALTIME_RECORDING_FINALIZE_TIMEOUT"),
+        ({"media_recording_status_url": "ftp://m/s"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
+        ({"media_recording_status_url": "http://m/s?x=1"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
+        ({"media_recording_status_url": "not a url"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
+    ]
+    for overrides, variable in bad:
+        with pytest.raises(ConfigurationError) as info:
+            load_settings(**overrides)
+        assert info.value.variable == variable, overrides

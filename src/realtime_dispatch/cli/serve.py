@@ -7,7 +7,7 @@ configured, development secrets are generated (and a line says so), so invites c
 
 With a projection manifest set (``REALTIME_PROJECTIONS``: the adopter's own schema) nothing of
 the reference messenger runs: the app is the hub's routes and ``/ops`` only, with no REST API,
-demo page or call reaper.
+demo page, call reaper or media lifecycle jobs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from realtime_dispatch.cli.database import database_url, session_url, transactio
 from realtime_dispatch.cli.devsecrets import require_secret_unless_dev, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
-from realtime_dispatch.database import create_pool
+from realtime_dispatch.database import connect, create_pool, lock_connection_settings
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
@@ -39,6 +39,7 @@ from realtime_dispatch.hub.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES
+from realtime_dispatch.messenger.jobs.service import media_jobs
 from realtime_dispatch.messenger.reaper import CallTimeoutReaper
 from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService
@@ -139,6 +140,35 @@ async def call_reaper(
             await task
 
 
+@contextlib.asynccontextmanager
+async def lifecycle_jobs(
+    pool: asyncpg.Pool,
+    on_failure: Callable[[], None],
+    settings: Settings,
+    *,
+    url: str,
+    registry: CollectorRegistry,
+) -> AsyncIterator[None]:
+    """The conference-room reaper and the recording-finalize retry beside the call reaper;
+    none with a projection manifest set (the conferences and recordings are the adopter's)."""
+    if not settings.reference_messenger:
+        yield
+        return
+    dsn = session_url(settings, url)
+    schedule = settings.job_schedule()
+    lock_settings = lock_connection_settings(schedule.lock_ttl, schedule.interval)
+    async with media_jobs(
+        pool,
+        connect=lambda: connect(dsn, server_settings=lock_settings),
+        schedule=schedule,
+        conferences=settings.conference_reaper_options(),
+        recordings=settings.recording_finalize_options(),
+        registry=registry,
+        on_failure=on_failure,
+    ):
+        yield
+
+
 def _app(
     settings: Settings,
     pool: asyncpg.Pool,
@@ -219,7 +249,12 @@ async def serve(
                     reaper_failed = True
                     server.should_exit = True
 
-                async with call_reaper(pool, stop_on_reaper_failure, settings):
+                async with (
+                    call_reaper(pool, stop_on_reaper_failure, settings),
+                    lifecycle_jobs(
+                        pool, stop_on_reaper_failure, settings, url=url, registry=registry
+                    ),
+                ):
                     parts = "demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                     if not settings.reference_messenger:
                         parts = f"hub /hubs/messenger, ops /ops, projections {manifest.source}"

@@ -8,6 +8,7 @@ for ``ConferenceInvited`` / ``ConferenceParticipantJoined`` / ``ConferencePartic
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 import asyncpg
@@ -187,12 +188,24 @@ async def end_conference(conn: DbConnection, *, conference_id: UUID, actor: UUID
             conference_id,
             actor,
         )
-        await conn.execute(
-            "UPDATE messenger.conference_participants SET status = 'Left', left_at = now()"
-            " WHERE conference_id = $1 AND status = 'Joined'",
-            conference_id,
-        )
-        await enqueue(conn, _to_chat(K.CONFERENCE_ENDED, conference["chat_id"], conference_id))
+        await close_ended(conn, [(conference_id, conference["chat_id"])])
+
+
+async def close_ended(conn: DbConnection, ended: Sequence[tuple[UUID, UUID]]) -> None:
+    """For conferences just ended in the caller's transaction (``(conference, chat)`` pairs):
+    everyone still in the room is marked as left, and one ``ConferenceEnded`` goes to each
+    chat (the end by its starter and the conference-room reaper's alike)."""
+    if not ended:
+        return
+    await conn.execute(
+        "UPDATE messenger.conference_participants SET status = 'Left', left_at = now()"
+        " WHERE conference_id = ANY($1::uuid[]) AND status = 'Joined'",
+        [conference_id for conference_id, _ in ended],
+    )
+    await enqueue(
+        conn,
+        *(_to_chat(K.CONFERENCE_ENDED, chat_id, conference_id) for conference_id, chat_id in ended),
+    )
 
 
 _CONFERENCE_COLUMNS = "id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
