@@ -60,6 +60,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _common import parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
@@ -585,7 +586,7 @@ def main() -> None:
         metavar="PREFIX",
         help="record each server's runs with `perf record -g` into PREFIX.<server>.<members>",
     )
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"clients": 40, "pushes": 100, "runs": 1})
     if args.mode == "fanout":
         fanout_main(args)
     elif args.mode != "driver":

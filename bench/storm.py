@@ -49,6 +49,7 @@ from _common import (
     cpu_seconds,
     free_port,
     machine,
+    parse_with_smoke,
     print_table,
     scratch_database,
     write_json,
@@ -470,7 +471,8 @@ def main() -> None:
     parser.add_argument("--before", type=float, default=5.0, help="seconds of traffic first")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--processes", type=int, default=2, help="client processes")
-    args = parser.parse_args()
+    smoke = {"clients": 100, "before": 1.0, "down": 1.0, "timeout": 60.0}
+    args = parse_with_smoke(parser, smoke)
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
                "hub_cpu_s"]  # fmt: skip
