@@ -318,6 +318,11 @@ async def storm(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    # SIGTERM ends the run as Ctrl-C does (asyncio.run cancels this task): through the finally
+    # blocks that kill every process this run started.
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     logs = Path(tempfile.mkdtemp(prefix="bench-storm-"))
     async with scratch_database(args.dsn, "storm") as url:
         conn = await asyncpg.connect(url)
@@ -489,10 +494,6 @@ def analyse(
     }
 
 
-def interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=DEFAULT_DSN)
@@ -505,8 +506,6 @@ def main() -> None:
     parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
     smoke = {"clients": 100, "per_address": 40, "before": 1.0, "down": 1.0, "timeout": 60.0}
     args = parse_with_smoke(parser, smoke)
-    # SIGTERM ends the run like Ctrl-C: through the finally blocks that stop every process.
-    signal.signal(signal.SIGTERM, interrupt)
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
                "hub_cpu_s"]  # fmt: skip
