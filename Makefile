@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,embedded]'
+	$(BIN)/pip install --quiet -e '.[test,embedded,bench]'
 	touch $(STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json

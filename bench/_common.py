@@ -3,6 +3,7 @@ fast seeding with COPY, a no-op publisher, machine facts, CPU accounting, median
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -11,7 +12,7 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,23 @@ class NoopPublisher:
 
     async def aclose(self) -> None:
         return None
+
+
+def parse_with_smoke(
+    parser: argparse.ArgumentParser, smoke: Mapping[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse with a ``--smoke`` flag: a run of seconds with a few clients that goes through the
+    benchmark's real path end to end (``tests/e2e/test_bench_smoke.py`` runs each one in CI).
+    ``smoke`` holds the defaults it swaps in; an option given on the command line still wins."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a run of seconds with a few clients, the real path end to end (what CI runs)",
+    )
+    first, _ = parser.parse_known_args(argv)
+    if first.smoke:
+        parser.set_defaults(**smoke)
+    return parser.parse_args(argv)
 
 
 def with_database(dsn: str, name: str) -> str:

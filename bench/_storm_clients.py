@@ -3,7 +3,8 @@ speaking what the SDKs speak, cheaply.
 
 Run as ``python bench/_storm_clients.py SPEC_FILE``; the spec (JSON) holds ``ws`` (the hub's
 WebSocket URL), ``rest`` (the REST base URL), ``clients`` (``[user_id, token]`` each) and
-``out`` (a file for the results). Each client:
+``out`` (a file for the results), and ``addresses`` (the loopback source address of each client,
+by index: the hub caps connections per address). Each client:
 
 * holds one WebSocket (JSON hub protocol, token in the ``Authorization`` header, a ping every
   10 s; picows, no task per connection) and takes a sync cursor (``GET /api/sync``) once its
@@ -44,6 +45,7 @@ HANDSHAKE_ANSWER = b"{}" + RS
 PING = b'{"type":6}' + RS
 TEXT = WSMsgType.TEXT
 SYNC_LIMIT = 500
+HANDSHAKE_TIMEOUT = 15.0
 OVERLAP = 20
 
 
@@ -70,10 +72,11 @@ class Shared:
 
 
 class Client(WSListener):  # type: ignore[misc]
-    def __init__(self, shared: Shared, user: str, token: str) -> None:
+    def __init__(self, shared: Shared, user: str, token: str, address: str) -> None:
         super().__init__()
         self.shared = shared
         self.user = user
+        self.address = address
         self.auth = {"Authorization": f"Bearer {token}"}
         self.token = token
         self.loop = asyncio.get_running_loop()
@@ -100,6 +103,14 @@ class Client(WSListener):  # type: ignore[misc]
             return
         self.transport = transport
         transport.send(TEXT, HANDSHAKE)
+        # As SignalR clients do: a handshake that is never answered ends the attempt, so that
+        # a connection the server accepted and then forgot cannot hold a client forever.
+        self.keepalive = self.loop.call_later(HANDSHAKE_TIMEOUT, self.handshake_late)
+
+    def handshake_late(self) -> None:
+        if self.transport is not None and not self.handshaken:
+            self.shared.hub_refusals["HandshakeTimeout"] += 1
+            self.transport.disconnect()
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         if frame.msg_type is TEXT:
@@ -115,6 +126,8 @@ class Client(WSListener):  # type: ignore[misc]
             if record == b"{}":
                 self.handshaken = True
                 self.failures = 0
+                if self.keepalive is not None:
+                    self.keepalive.cancel()
                 self.keepalive = self.loop.call_later(10, self.ping)
                 self.shared.spawn(self.catch_up())
             return
@@ -148,6 +161,7 @@ class Client(WSListener):  # type: ignore[misc]
                 self.shared.ws,
                 extra_headers=self.auth,
                 websocket_handshake_timeout=10,
+                local_addr=(self.address, 0),
             )
         )
         done, _ = await asyncio.wait({attempt}, timeout=15)
@@ -293,7 +307,10 @@ def emit(event: dict[str, Any]) -> None:
 
 async def main(spec: dict[str, Any]) -> None:
     shared = Shared(spec)
-    clients = [Client(shared, user, token) for user, token in spec["clients"]]
+    clients = [
+        Client(shared, user, token, address)
+        for (user, token), address in zip(spec["clients"], spec["addresses"], strict=True)
+    ]
     gate = asyncio.Semaphore(100)
 
     async def first(client: Client) -> None:
@@ -328,6 +345,10 @@ async def main(spec: dict[str, Any]) -> None:
     reporter.cancel()
     for c in clients:
         c.stop()
+    # Catch-ups and reconnects still under way end here, so that stop works mid-catch-up.
+    for task in list(shared.tasks):
+        task.cancel()
+    await asyncio.gather(*shared.tasks, return_exceptions=True)
     await shared.http.aclose()
     results = {
         "clients": [

@@ -38,7 +38,15 @@ import nats
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from _common import cpu_seconds, free_port, machine, median_spread, print_table, write_json
+from _common import (
+    cpu_seconds,
+    free_port,
+    machine,
+    median_spread,
+    parse_with_smoke,
+    print_table,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLICAS = 3
@@ -316,7 +324,7 @@ async def main() -> None:
     parser.add_argument("--pushes", type=int, default=30000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="redis,redis-batch,redis-cluster,nats")
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"groups": 100, "pushes": 1000, "runs": 1})
     engines = args.engines.split(",")
     groups = groups_for(args.groups)
     servers = Servers()

@@ -44,6 +44,7 @@ from _common import (
     NoopPublisher,
     machine,
     median_spread,
+    parse_with_smoke,
     print_table,
     private_redis,
     quiet_production_logging,
@@ -304,7 +305,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--done", type=int, default=200_000, help="Done rows in done_pile runs")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--modes", default="dispatcher,raw", help="dispatcher, redis, raw")
-    args = parser.parse_args()
+    smoke = {"rows": 500, "done": 1000, "runs": 1, "modes": "dispatcher,redis,raw"}
+    args = parse_with_smoke(parser, smoke)
     for name in args.scenarios.split(","):
         if name not in SCENARIOS:
             parser.error(f"unknown scenario {name}")

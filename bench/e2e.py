@@ -54,6 +54,7 @@ from _common import (
     cpu_seconds,
     free_port,
     machine,
+    parse_with_smoke,
     postgres_pids,
     print_table,
     private_redis,
@@ -671,7 +672,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="install uvloop before the CLI starts (the CLI's own default now)",
     )
-    return parser.parse_args()
+    return parse_with_smoke(parser, {"scenario": "smoke", "runs": 1})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import jwt
 
+from _common import parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
@@ -126,7 +127,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
-    print(json.dumps(asyncio.run(driver(parser.parse_args())), indent=2))
+    args = parse_with_smoke(parser, {"requests": 200, "runs": 1})
+    print(json.dumps(asyncio.run(driver(args)), indent=2))
 
 
 if __name__ == "__main__":

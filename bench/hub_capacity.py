@@ -75,7 +75,7 @@ import httpx
 import orjson
 import uvloop
 
-from _common import DEFAULT_DSN, cpu_seconds, free_port, machine, scratch_database
+from _common import DEFAULT_DSN, cpu_seconds, free_port, machine, parse_with_smoke, scratch_database
 from hub_fanout import SECRET, SERVICE_KEY, rss_kib, user_id
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.ids import new_id
@@ -907,7 +907,10 @@ def parse_args() -> argparse.Namespace:
         metavar="PATH",
         help="run the hub under cProfile, its stats to PATH.<run> (slows it: not for figures)",
     )
-    return parser.parse_args()
+    # Three source addresses at the smoke size too, so that path is exercised.
+    smoke = {"clients": 300, "per_address": 100, "rate": 500, "seconds": 2.0, "idle": 1.0,
+             "settle": 0.5, "connect_timeout": 60.0}  # fmt: skip
+    return parse_with_smoke(parser, smoke)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _common import parse_with_smoke
+
 SECRET = "bench-secret-bench-secret-bench-secret!"
 SERVICE_KEY = "bench-service-key"
 NAMESPACE = uuid.UUID("6f1d7c1e-6d3a-4b7e-9a51-1f5c2b3d4e5f")
@@ -402,7 +404,8 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hold", type=float, default=5.0)
-    args = parser.parse_args()
+    smoke = {"clients": 40, "members": 10, "pushes": 100, "runs": 1, "hold": 0.5}
+    args = parse_with_smoke(parser, smoke)
     if args.mode == "hub":
         hub_main(args)
     elif args.mode == "clients":

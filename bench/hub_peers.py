@@ -60,6 +60,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _common import parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
@@ -449,13 +450,13 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         assert clients.stdin is not None
         line = await asyncio.wait_for(clients.stdout.readline(), 180)
         assert json.loads(line)["event"] == "connected", line
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(args.idle_seconds / 2)
         rss_connected = rss_kib(server.pid)
         # The server's CPU with every client connected and nothing pushed (pings, timers): a
         # server that receives pushes more slowly pays more of it per frame.
         idle0 = cpu_seconds(server.pid)
-        await asyncio.sleep(2.0)
-        idle_rate = (cpu_seconds(server.pid) - idle0) / 2.0
+        await asyncio.sleep(args.idle_seconds)
+        idle_rate = (cpu_seconds(server.pid) - idle0) / args.idle_seconds
         pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
         rates, cpu_us, net_us = [], [], []
         profiler = None
@@ -585,7 +586,11 @@ def main() -> None:
         metavar="PREFIX",
         help="record each server's runs with `perf record -g` into PREFIX.<server>.<members>",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--idle-seconds", type=float, default=2.0, help="of the idle CPU measured per server"
+    )
+    smoke = {"clients": 40, "layouts": "10", "pushes": 100, "runs": 1, "idle_seconds": 0.5}
+    args = parse_with_smoke(parser, smoke)
     if args.mode == "fanout":
         fanout_main(args)
     elif args.mode != "driver":

@@ -27,7 +27,7 @@ import orjson
 from starlette.applications import Starlette
 from websockets.asyncio.client import connect
 
-from _common import DEFAULT_DSN, scratch_database
+from _common import DEFAULT_DSN, parse_with_smoke, scratch_database
 from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
@@ -127,4 +127,5 @@ if __name__ == "__main__":
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
-    print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))
+    args = parse_with_smoke(parser, {"connections": 10, "runs": 1})
+    print(json.dumps(asyncio.run(main(args)), indent=2))

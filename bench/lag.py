@@ -30,10 +30,11 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from _common import (
     CpuMeter,
     machine,
     median_spread,
+    parse_with_smoke,
     print_table,
     quiet_production_logging,
     reset_domain,
@@ -89,6 +91,12 @@ BEGIN
     RETURN NULL;
 END
 $$
+"""
+# The ``raw`` floor's one statement per wake: take every pending row, say which messages.
+RAW_TAKE = """
+UPDATE messenger.realtime_outbox SET status = 'Done'
+WHERE status = 'Pending'
+RETURNING message_id::text
 """
 # Trigger bodies to compare (None: the one the migrations installed).
 TRIGGERS = {"idle_flag": None, "idle_flag_0001": TRIGGER_0001, "always_notify": ALWAYS_NOTIFY}
@@ -323,12 +331,66 @@ async def lag_run(
             await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
         meter.stop()
         passes = service.runner.passes_run
+    return lag_figures(commits, publisher.published, meter, passes)
+
+
+async def raw_run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The floor: the same owners and the shipped trigger (the idle flag left set, so every
+    commit notifies, as it wakes an idle dispatcher), and in place of the dispatcher one
+    connection that LISTENs and, per wake, takes the pending rows in one statement and stamps
+    them: no lock, no claim batches, no payloads, no publisher."""
+    rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
+    heard: dict[str, float] = {}
+    woken = asyncio.Event()
+    conn = await asyncpg.connect(url)
+    meter = CpuMeter()
+
+    async def take() -> None:
+        while True:
+            await woken.wait()
+            woken.clear()
+            rows = await conn.fetch(RAW_TAKE)
+            now = time.time()
+            for row in rows:
+                heard[row[0]] = now
+
+    def on_notify(*_: object) -> None:
+        woken.set()
+
+    taker = asyncio.create_task(take())
+    try:
+        await conn.add_listener("realtime_outbox", on_notify)
+        meter.start()
+        commits = await run_owners(
+            url,
+            rosters,
+            owners=args.owners,
+            processes=args.processes,
+            rate=args.rate,
+            seconds=args.seconds,
+            command=args.owner_command,
+        )
+        deadline = time.monotonic() + 5
+        while len(heard) < len(commits) and time.monotonic() < deadline:
+            woken.set()  # a row whose wake was folded into an earlier take
+            await asyncio.sleep(0.05)
+        meter.stop()
+    finally:
+        taker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await taker
+        await conn.close()
+    return lag_figures(commits, heard, meter, passes=0)
+
+
+def lag_figures(
+    commits: list[tuple[str, str, float]], published: dict[str, float], meter: CpuMeter, passes: int
+) -> dict[str, Any]:
+    """Lag percentiles of the commits after the warm-up, matched by message id."""
     first = min(ts for _, _, ts in commits)
     counted = [(m, ts) for _, m, ts in commits if ts >= first + WARMUP]
-    missing = sum(1 for m, _ in counted if m not in publisher.published)
-    lags = sorted(
-        (publisher.published[m] - ts) * 1000 for m, ts in counted if m in publisher.published
-    )
+    missing = sum(1 for m, _ in counted if m not in published)
+    lags = sorted((published[m] - ts) * 1000 for m, ts in counted if m in published)
     window = max(ts for _, ts in counted) - min(ts for _, ts in counted)
     return {
         "commits": len(commits),
@@ -376,9 +438,27 @@ def _lag_line(r: dict[str, Any]) -> str:
     )
 
 
+def floor_ratios(runs: list[dict[str, Any]], floor: list[dict[str, Any]]) -> dict[str, float]:
+    """The dispatcher's lag over the floor's: median of the per-run ratios (runs alternate, so
+    run i of each saw the same machine)."""
+    return {
+        key: round(statistics.median(r[key] / f[key] for r, f in zip(runs, floor, strict=True)), 2)
+        for key in ("p50_ms", "p95_ms", "p99_ms")
+        if all(f[key] > 0 for f in floor)
+    }
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = [k for k, v in runs[0].items() if isinstance(v, int | float)]
     return {k: median_spread([r[k] for r in runs]) for k in keys}
+
+
+LAG_SCENARIOS: dict[str, Callable[[str, argparse.Namespace], Awaitable[dict[str, Any]]]] = {
+    "raw": raw_run,
+    "notify": lambda url, args: lag_run(url, args, listen=True),
+    "notify_0001": lambda url, args: lag_run(url, args, listen=True, body=TRIGGER_0001),
+    "poll": lambda url, args: lag_run(url, args, listen=False),
+}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -388,40 +468,37 @@ async def main(args: argparse.Namespace) -> None:
     started = time.time()
     results: dict[str, Any] = {}
     scenarios = args.scenarios.split(",")
+    unknown = set(scenarios) - {*LAG_SCENARIOS, "ceiling"}
+    if unknown:
+        raise SystemExit(f"unknown scenario {', '.join(sorted(unknown))}")
     async with scratch_database(args.dsn, "lag") as url:
-        for name in scenarios:
-            if name in ("notify", "poll"):
+        # The lag scenarios alternate within each run, so a change in the machine's load falls
+        # on the dispatcher and on its floor alike; the ceiling runs after them.
+        lagging = [name for name in scenarios if name in LAG_SCENARIOS]
+        lag_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in lagging}
+        for run in range(args.runs):
+            for name in lagging:
+                r = await LAG_SCENARIOS[name](url, args)
+                lag_runs[name].append(r)
+                print(f"  {name} run {run + 1}: {_lag_line(r)}", flush=True)
+        for name, runs in lag_runs.items():
+            results[name] = {"runs": runs, "summary": summarize(runs)}
+        if "ceiling" in scenarios:
+            for variant, body in TRIGGERS.items():
                 runs = []
                 for run in range(args.runs):
-                    r = await lag_run(url, args, listen=name == "notify")
+                    r = await ceiling_run(url, args, body=body)
                     runs.append(r)
-                    print(f"  {name} run {run + 1}: {_lag_line(r)}", flush=True)
-                results[name] = {"runs": runs, "summary": summarize(runs)}
-            elif name == "ceiling":
-                for variant, body in TRIGGERS.items():
-                    runs = []
-                    for run in range(args.runs):
-                        r = await ceiling_run(url, args, body=body)
-                        runs.append(r)
-                        print(
-                            f"  ceiling {variant:<14} run {run + 1}: {r['commit_rate']:7,.0f}"
-                            f" commits/s, {r['passes']} passes",
-                            flush=True,
-                        )
-                    results[f"ceiling_{variant}"] = {"runs": runs, "summary": summarize(runs)}
-            elif name == "notify_0001":
-                runs = []
-                for run in range(args.runs):
-                    r = await lag_run(url, args, listen=True, body=TRIGGER_0001)
-                    runs.append(r)
-                    print(f"  {name} run {run + 1}: {_lag_line(r)}", flush=True)
-                results[name] = {"runs": runs, "summary": summarize(runs)}
-            else:
-                raise SystemExit(f"unknown scenario {name}")
+                    print(
+                        f"  ceiling {variant:<14} run {run + 1}: {r['commit_rate']:7,.0f}"
+                        f" commits/s, {r['passes']} passes",
+                        flush=True,
+                    )
+                results[f"ceiling_{variant}"] = {"runs": runs, "summary": summarize(runs)}
     print()
     print(f"lag at {args.rate:,.0f} commits/s target, medians of {args.runs} runs (ms)")
     table = []
-    for name in ("notify", "notify_0001", "poll"):
+    for name in ("raw", "notify", "notify_0001", "poll"):
         if name in results:
             s = results[name]["summary"]
             table.append(
@@ -437,6 +514,9 @@ async def main(args: argparse.Namespace) -> None:
             )
     if table:
         print_table(["wake", "commits/s", "p50", "p95", "p95 range", "p99", "max"], table)
+    if "raw" in results and "notify" in results:
+        results["notify_vs_raw"] = floor_ratios(results["notify"]["runs"], results["raw"]["runs"])
+        print(f"notify against the raw floor: {results['notify_vs_raw']}")
     for variant in TRIGGERS:
         key = f"ceiling_{variant}"
         if key in results:
@@ -468,7 +548,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--owners", type=int, default=8, help="owner connections")
     parser.add_argument("--processes", type=int, default=2, help="owner processes")
-    parser.add_argument("--scenarios", default="notify,poll,ceiling")
+    parser.add_argument(
+        "--scenarios", default="notify,poll,ceiling", help="notify, raw, poll, ceiling, notify_0001"
+    )
     parser.add_argument(
         "--owner-command",
         choices=("send_message", "send_idempotent", "enqueue"),
@@ -476,7 +558,9 @@ def parse_args() -> argparse.Namespace:
         help="owner transaction: the real send_message command, or message INSERT + enqueue",
     )
     parser.add_argument("--owner-process", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {"rate": 200.0, "seconds": 2.0, "ceiling_seconds": 1.5, "runs": 1, "owners": 2,
+             "processes": 1, "scenarios": "raw,notify,poll,ceiling"}  # fmt: skip
+    args = parse_with_smoke(parser, smoke)
     if args.rows:
         args.seconds = args.rows / args.rate
     return args

@@ -25,6 +25,7 @@ import asyncpg
 from _common import (
     DEFAULT_DSN,
     cpu_seconds,
+    parse_with_smoke,
     postgres_pids,
     print_table,
     scratch_database,
@@ -121,7 +122,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"rate": 200.0, "seconds": WARM_UP + 2, "runs": 1})
     if args.seconds <= WARM_UP + 1:
         parser.error(f"--seconds must be more than {WARM_UP + 1:g}")
     return args

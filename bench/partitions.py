@@ -31,6 +31,7 @@ from _common import (
     cpu_seconds,
     machine,
     median_spread,
+    parse_with_smoke,
     print_table,
     quiet_production_logging,
     reset_domain,
@@ -124,7 +125,8 @@ async def main() -> None:
     parser.add_argument("--layouts", default="1x1,2x1,4x1,1x2,2x2,4x2")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--partitions", type=int, default=1, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {"rows": 2000, "chats": 20, "runs": 1, "layouts": "1x1,2x2"}
+    args = parse_with_smoke(parser, smoke)
     if args.child:
         await child(args.dsn, args.partitions)
         return

@@ -1,6 +1,7 @@
 """Where a server's CPU went, from a ``perf record -g`` file (``hub_peers.py --perf PREFIX``):
 
     python bench/perf_split.py PREFIX.hub.10 [more files]
+    python bench/perf_split.py --smoke     # records a short Python loop first, then splits it
 
 Each sample is put in one bucket by its stack: kernel time under a write system call (the
 loopback TCP send, which also runs the receiving side's TCP processing), under epoll, under a
@@ -11,9 +12,12 @@ record --native`` splits it by Python function).
 
 from __future__ import annotations
 
+import argparse
 import collections
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 WRITE = (
     "vfs_write",
@@ -79,16 +83,40 @@ def bucket(sample: list[str]) -> str:
     return "user: other"
 
 
+def record_smoke(folder: str) -> str:
+    """A second of a busy Python loop under ``perf record -g``: a file to split in CI."""
+    path = str(Path(folder) / "smoke.perf")
+    loop = "import time\nend = time.time() + 1\nwhile time.time() < end: sum(range(1000))"
+    subprocess.run(
+        ["perf", "record", "-q", "-g", "-o", path, "--", sys.executable, "-c", loop],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return path
+
+
 def main() -> None:
-    for path in sys.argv[1:]:
-        found = samples(path)
-        counts = collections.Counter(bucket(sample) for sample in found)
-        total = len(found) or 1
-        print(f"{path}: {len(found)} samples")
-        for name, count in counts.most_common():
-            print(f"  {100 * count / total:5.1f}%  {name}")
-        kernel = sum(c for name, c in counts.items() if name.startswith("kernel"))
-        print(f"  kernel {100 * kernel / total:.1f}%, user {100 * (total - kernel) / total:.1f}%")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", help="perf record files")
+    parser.add_argument("--smoke", action="store_true", help="record a short loop and split it")
+    args = parser.parse_args()
+    if not args.paths and not args.smoke:
+        parser.error("give perf record files, or --smoke")
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [*args.paths, *([record_smoke(folder)] if args.smoke else [])]
+        for path in paths:
+            split(path)
+
+
+def split(path: str) -> None:
+    found = samples(path)
+    counts = collections.Counter(bucket(sample) for sample in found)
+    total = len(found) or 1
+    print(f"{path}: {len(found)} samples")
+    for name, count in counts.most_common():
+        print(f"  {100 * count / total:5.1f}%  {name}")
+    kernel = sum(c for name, c in counts.items() if name.startswith("kernel"))
+    print(f"  kernel {100 * kernel / total:.1f}%, user {100 * (total - kernel) / total:.1f}%")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from _common import (
     CpuMeter,
     NoopPublisher,
     machine,
+    parse_with_smoke,
     print_table,
     quiet_production_logging,
     scratch_database,
@@ -216,7 +217,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--retention", type=float, default=60.0, help="RETENTION_DONE, seconds")
     p.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--writers", type=int, default=8, help="committing connections")
-    return p.parse_args()
+    smoke = {"rate": 200.0, "duration": 4.0, "retention": 1.0, "sample": 1.0, "writers": 2}
+    return parse_with_smoke(p, smoke)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from _common import (
     cpu_seconds,
     free_port,
     machine,
+    parse_with_smoke,
     print_table,
     scratch_database,
     write_json,
@@ -160,6 +161,7 @@ class Owners:
         self._stop.set()
         if self._task is not None:
             await self._task
+            self._task = None
 
     async def _run(self) -> None:
         import random
@@ -217,6 +219,13 @@ class ClientsProc:
         self.process.stdin.write(json.dumps(command).encode() + b"\n")
         await self.process.stdin.drain()
 
+    def end(self) -> None:
+        """Kill the clients' process group if it is still there (every exit path)."""
+        self.reader.cancel()
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
 
 class ClientsGroup:
     """The client processes as one: commands to all, live clients summed."""
@@ -254,6 +263,15 @@ def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
     for output in outputs:
         merged["clients"] += output["clients"]
     return merged
+
+
+def source_address(index: int, per_address: int) -> str:
+    """127.0.0.2 for the first ``per_address`` clients, 127.0.0.3 for the next, … (the hub caps
+    the connections of one address, ``REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT``)."""
+    host = 2 + index // per_address
+    if host > 254:
+        raise SystemExit("--per-address is too small for --clients on 127.0.0.0/24")
+    return f"127.0.0.{host}"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -300,6 +318,11 @@ async def storm(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    # SIGTERM ends the run as Ctrl-C does (asyncio.run cancels this task): through the finally
+    # blocks that kill every process this run started.
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     logs = Path(tempfile.mkdtemp(prefix="bench-storm-"))
     async with scratch_database(args.dsn, "storm") as url:
         conn = await asyncpg.connect(url)
@@ -318,6 +341,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             logs,
         )
         procs = [hub, rest, worker]
+        parts: list[ClientsProc] = []
         owners = Owners(url, rosters, args.rate)
         spec_path, out = logs / "spec.json", logs / "clients-out.json"
         try:
@@ -331,9 +355,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "rest": f"http://127.0.0.1:{rest_port}",
             }
             tokens = [[str(u), mint_token(SECRET, u, ttl=7200)] for u in users]
-            parts = []
+            addresses = [source_address(i, args.per_address) for i in range(len(tokens))]
             for n in range(args.processes):
-                spec_n = {**spec, "clients": tokens[n :: args.processes], "out": f"{out}.{n}"}
+                spec_n = {
+                    **spec,
+                    "clients": tokens[n :: args.processes],
+                    "addresses": addresses[n :: args.processes],
+                    "out": f"{out}.{n}",
+                }
                 path_n = Path(f"{spec_path}.{n}")
                 await asyncio.to_thread(path_n.write_text, json.dumps(spec_n))
                 process = await asyncio.create_subprocess_exec(
@@ -342,6 +371,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     str(path_n),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
+                    start_new_session=True,  # a group of its own: killed whole on any exit
                 )
                 parts.append(ClientsProc(process, Path(f"{out}.{n}")))
             clients = ClientsGroup(parts)
@@ -385,6 +415,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for part in parts:
                 await part.process.wait()
         finally:
+            await owners.stop()
+            for part in parts:
+                part.end()
             for proc in procs:
                 await proc.kill(signal.SIGTERM)
         data = merge([orjson.loads(part.out.read_bytes()) for part in parts])
@@ -470,7 +503,9 @@ def main() -> None:
     parser.add_argument("--before", type=float, default=5.0, help="seconds of traffic first")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--processes", type=int, default=2, help="client processes")
-    args = parser.parse_args()
+    parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
+    smoke = {"clients": 100, "per_address": 40, "before": 1.0, "down": 1.0, "timeout": 60.0}
+    args = parse_with_smoke(parser, smoke)
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
                "hub_cpu_s"]  # fmt: skip
@@ -480,6 +515,9 @@ def main() -> None:
     summary = {k: result[k] for k in keys}
     print(json.dumps(summary))
     print(write_json("storm", result))
+    everyone = all(s["live"] == s.get("caught_up") == args.clients for s in result["storms"])
+    clean = result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0
+    sys.exit(0 if everyone and clean else 1)
 
 
 if __name__ == "__main__":

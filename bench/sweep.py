@@ -31,7 +31,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import DEFAULT_DSN, machine, print_table, private_redis, server_facts, write_json
+from _common import (
+    DEFAULT_DSN,
+    machine,
+    parse_with_smoke,
+    print_table,
+    private_redis,
+    server_facts,
+    write_json,
+)
 from e2e import SCENARIOS, one_run
 
 KNEE_P95_MS = 50.0
@@ -186,7 +194,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=15.0, help="owner load per run")
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="maintenance database URL")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE")
-    return parser.parse_args()
+    return parse_with_smoke(parser, {"scenarios": "A,D", "rates": "100", "seconds": 2.0})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,15 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from _common import DEFAULT_DSN, machine, print_table, scratch_database, server_facts, write_json
+from _common import (
+    DEFAULT_DSN,
+    machine,
+    parse_with_smoke,
+    print_table,
+    scratch_database,
+    server_facts,
+    write_json,
+)
 from realtime_dispatch.sync.store import QUERIES
 
 BATCHES = 200
@@ -136,7 +144,7 @@ async def main() -> None:
     parser.add_argument("--chats", type=int, default=10_000)
     parser.add_argument("--mine", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args()
+    args = parse_with_smoke(parser, {"rows": 20_000, "chats": 200, "mine": 20, "repeat": 3})
     async with scratch_database(args.dsn, "bench_sync") as url:
         conn = await asyncpg.connect(url)
         try:

@@ -1,8 +1,10 @@
-"""The end-to-end benchmark's smoke scenario: real ``serve``, real WebSocket clients, owners at
-a fixed rate. It reports; it asserts only that it ran, lost nothing and wrote its result (no
-timing is asserted: CI machines are shared and noisy)."""
+"""Every benchmark at its smoke size (``--smoke``: seconds, a few clients), through its real path
+end to end, so that a change that breaks a benchmark fails CI like any test. Each one reports;
+the test asserts that it ran to the end (exit 0) and, where a benchmark counts deliveries, that
+it lost nothing. No timing is asserted: CI machines are shared and noisy."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,30 +12,63 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench" / "results"
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# Every bench/*.py (helpers start with "_"), with its own smoke arguments past --smoke.
+SMOKES: dict[str, list[str]] = {
+    "backplane_engines": [],
+    "drain": [],
+    "e2e": [],
+    "http_limits": [],
+    "hub_capacity": [],
+    "hub_fanout": [],
+    "hub_peers": [],
+    "hub_revocation": [],
+    "lag": [],
+    "owner_cost": [],
+    "partitions": [],
+    "perf_split": [],
+    "retention": [],
+    "storm": [],
+    "sweep": [],
+    "sync_query": [],
+}
+
+
+def benchmarks() -> set[str]:
+    return {path.stem for path in BENCH.glob("*.py") if not path.name.startswith("_")}
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    assert benchmarks() == set(SMOKES), "add the new benchmark to SMOKES (and give it --smoke)"
+
+
+def run_smoke(name: str, dsn: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REALTIME_DATABASE_URL": dsn}
+    return subprocess.run(
+        [sys.executable, f"bench/{name}.py", "--smoke", *SMOKES[name]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", sorted(set(SMOKES) - {"e2e", "storm"}))
+def test_bench_smoke_runs(name: str, pg_server_url: str) -> None:
+    done = run_smoke(name, pg_server_url)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
 def test_bench_e2e_smoke_delivers_everything(pg_server_url: str) -> None:
     before = set(RESULTS.glob("e2e-smoke-*.json"))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "bench/e2e.py",
-            "--scenario",
-            "smoke",
-            "--runs",
-            "1",
-            "--dsn",
-            pg_server_url,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
+    done = run_smoke("e2e", pg_server_url)
     assert done.returncode == 0, done.stdout + done.stderr
     [written] = set(RESULTS.glob("e2e-smoke-*.json")) - before
     result = json.loads(written.read_text())
@@ -42,3 +77,16 @@ def test_bench_e2e_smoke_delivers_everything(pg_server_url: str) -> None:
     assert run["deliveries"] == run["expected_deliveries"] == run["commits"] * 5
     assert run["lost"] == 0
     assert "p95_ms" in result["summary"]
+
+
+@pytest.mark.timeout(180)
+def test_bench_storm_smoke_brings_everyone_back(pg_server_url: str) -> None:
+    before = set(RESULTS.glob("storm-*.json"))
+    done = run_smoke("storm", pg_server_url)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    [written] = set(RESULTS.glob("storm-*.json")) - before
+    result = json.loads(written.read_text())
+    assert result["messages_written"] > 0
+    assert result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0
+    for storm in result["storms"]:
+        assert storm["live"] == storm["caught_up"] == result["args"]["clients"], storm

@@ -7,6 +7,11 @@ protocol with what it lacks.
   previous response ending (keep-alive); otherwise 408 and the connection is closed.
 * **Body timeout.** A request's body must be complete within ``body_timeout`` of its headers;
   otherwise the connection is closed (the app sees a disconnect).
+* **A busy server is not a slow client.** When a timer fires while the client's bytes wait
+  unread in this server's own socket buffer (uvloop runs due timers before it reads, so a loop
+  that fell behind would cut the very requests it has not read yet), or while reading is paused
+  by the server's own flow control, the connection gets ``BACKLOG_GRACE`` more, up to the
+  timeout once over: a slow sender is still cut, an honest client of a busy server is not.
 * **Lingering close.** A response sent before its request's body was read (401, 413) ends the
   connection, but not with a bare close: that would reset it while the client is still
   writing, and the client would see the reset instead of the answer. The connection is
@@ -30,6 +35,9 @@ One timer per connection, armed and cancelled in the parser's callbacks: no task
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import sys
+import termios
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,6 +53,8 @@ from uvicorn.server import ServerState
 
 log = structlog.get_logger(__name__)
 
+BACKLOG_GRACE = 1.0
+"""Seconds more for a connection whose bytes wait in this server's own backlog at its timer."""
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
 REQUEST_TIMEOUT_RESPONSE = (
@@ -62,6 +72,18 @@ class HttpLimits:
     header_timeout: float = 10.0
     body_timeout: float = 15.0
     max_per_client: int = 1000
+
+
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """Bytes the kernel holds for this connection that the server has not read yet."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):  # closed meanwhile
+        return 0
+    return int.from_bytes(answer, sys.byteorder)
 
 
 class ClientConnections:
@@ -167,6 +189,8 @@ def guarded_http_protocol(
         _body_pending = False
         _lingering = -1
         """Bytes discarded since the half-close; -1 while not lingering."""
+        _deferred = 0.0
+        """Seconds of grace given to the current timer for bytes in the server's backlog."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -378,7 +402,20 @@ def guarded_http_protocol(
 
         def _arm(self, delay: float, callback: Callable[[], None]) -> None:
             self._disarm()
+            self._deferred = 0.0
             self._timer = self.loop.call_later(delay, callback)
+
+        def _server_behind(self, timeout: float, callback: Callable[[], None]) -> bool:
+            """True (and the timer re-armed for ``BACKLOG_GRACE``) when what is late is
+            waiting on this server, not on the client; at most ``timeout`` more in all."""
+            if self._deferred >= timeout:
+                return False
+            if not (self.flow.read_paused or unread_bytes(self.transport)):
+                return False
+            self._deferred += BACKLOG_GRACE
+            self._timer = self.loop.call_later(BACKLOG_GRACE, callback)
+            log.debug("http_timeout_deferred", deferred_s=self._deferred)
+            return True
 
         def _disarm(self) -> None:
             if self._timer is not None:
@@ -392,6 +429,8 @@ def guarded_http_protocol(
 
         def _headers_late(self) -> None:
             self._timer = None
+            if self._server_behind(limits.header_timeout, self._headers_late):
+                return
             if not self.transport.is_closing():
                 log.info("http_header_timeout", timeout=limits.header_timeout)
                 self.transport.write(REQUEST_TIMEOUT_RESPONSE)
@@ -399,6 +438,8 @@ def guarded_http_protocol(
 
         def _body_late(self) -> None:
             self._timer = None
+            if self._lingering < 0 and self._server_behind(limits.body_timeout, self._body_late):
+                return
             if not self.transport.is_closing() and self._lingering < 0:
                 log.info("http_body_timeout", timeout=limits.body_timeout)
                 self.transport.close()
