@@ -1,6 +1,6 @@
 """Outcome wait under a slow hub: how long a pushed slice waits for its status to be written.
 
-    python bench/slow_push.py [--dsn DSN] [--rows 200] [--push-seconds 0.6] [--runs 3]
+    python bench/slow_push.py [--dsn DSN] [--rows 200] [--push-seconds 0.6] [--runs 3] [--smoke]
 
 In a scratch database ``bench_slow_push_*`` (dropped at the end), each run seeds ``--rows``
 real ``MessageReceived`` rows (one batch: 200 rows are four slices of 50) and runs one pass of
@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from _common import (
     DEFAULT_DSN,
     machine,
+    parse_with_smoke,
     print_table,
     quiet_production_logging,
     reset_domain,
@@ -130,7 +131,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--push-seconds", type=float, default=0.6)
     parser.add_argument("--runs", type=int, default=3)
-    return parser.parse_args()
+    return parse_with_smoke(parser, {"rows": 100, "push_seconds": 0.2, "runs": 1})
 
 
 if __name__ == "__main__":
