@@ -14,10 +14,14 @@ import pytest
 from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.auth.tokens import AuthError
 from realtime_dispatch.demo.hosts import served_host
+from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.caps import Admission, ConnectionRefused
+from realtime_dispatch.hub.forwarded import TrustedProxies, parse_networks
+from realtime_dispatch.hub.http_refusals import RefusalLog, RefusalReason
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.registry import GroupRegistry
 from realtime_dispatch.observability import RedactSecrets, redact
+from realtime_dispatch.settings import load_settings
 
 
 def test_a_users_negotiations_push_out_their_oldest_and_the_total_is_bounded() -> None:
@@ -134,3 +138,56 @@ def test_the_demo_token_endpoint_answers_its_own_address_only() -> None:
         assert served_host(host, bound_host="myhost", port=8000), host
     for host in ("attacker.example:8000", "127.0.0.1:8001", "127.0.0.1", "", None, "[::1"):
         assert not served_host(host, bound_host="myhost", port=8000), host
+
+
+def test_the_client_behind_a_trusted_proxy_is_the_rightmost_untrusted_hop() -> None:
+    """H13: the forwarded address, from X-Forwarded-For or Forwarded (RFC 7239)."""
+    proxies = TrustedProxies(parse_networks(["10.0.0.0/8", "::1"]))
+    xff = [(b"x-forwarded-for", b"6.6.6.6, 198.51.100.7"), (b"x-forwarded-for", b"10.1.1.1")]
+    assert proxies.client("10.0.0.2", xff) == "198.51.100.7"  # spoofed left entry ignored
+    assert proxies.client("192.0.2.1", xff) == "192.0.2.1"  # an untrusted peer: itself
+    assert proxies.client("10.0.0.2", []) == "10.0.0.2"  # no header: the proxy
+    forwarded = [(b"forwarded", b'for="[2001:db8::7]:4711";proto=http, for=10.0.0.3')]
+    assert proxies.client("::1", [*forwarded, *xff]) == "2001:db8::7"  # Forwarded wins
+    assert proxies.client("10.0.0.2", [(b"forwarded", b"for=unknown")]) == "10.0.0.2"
+    assert proxies.client("10.0.0.2", [(b"x-forwarded-for", b"10.9.9.9")]) == "10.9.9.9"
+    assert not TrustedProxies(())
+    with pytest.raises(ValueError, match="'10.0.0.300'"):
+        parse_networks(["10.0.0.0/8", "10.0.0.300"])
+
+
+def test_invalid_trusted_proxies_name_the_variable() -> None:
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(http_trusted_proxies="127.0.0.1, not-an-address")
+    assert error.value.variable == "REALTIME_HTTP_TRUSTED_PROXIES"
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(http_max_header_bytes=10)
+    assert error.value.variable == "REALTIME_HTTP_MAX_HEADER_BYTES"
+    settings = load_settings(http_trusted_proxies="127.0.0.1, 10.0.0.0/8")
+    assert [str(n) for n in settings.trusted_proxy_networks()] == ["127.0.0.1/32", "10.0.0.0/8"]
+
+
+def test_refusals_are_logged_once_per_address_and_interval_with_their_count() -> None:
+    """H13: 5,000 refusals from one address are two lines in an interval, not 5,000."""
+    lines: list[tuple[str, str, int]] = []
+    refusals = RefusalLog(lambda r, a, n: lines.append((r.value, a, n)), interval=10, max_tracked=2)
+    for _ in range(5000):
+        refusals.refused(RefusalReason.CLIENT_CAP, "198.51.100.7", now=1)
+    refusals.refused(RefusalReason.HEADER_TIMEOUT, "198.51.100.7", now=2)
+    refusals.refused(RefusalReason.CLIENT_CAP, "198.51.100.8", now=2)  # past max_tracked
+    refusals.refused(RefusalReason.CLIENT_CAP, "198.51.100.9", now=2)
+    assert lines == [
+        ("client_cap", "198.51.100.7", 1),
+        ("header_timeout", "198.51.100.7", 1),
+        ("client_cap", "*", 1),
+    ]
+    refusals.flush(now=5)  # not an interval yet
+    assert len(lines) == 3
+    refusals.flush(now=11)
+    assert lines[3:] == [("client_cap", "198.51.100.7", 4999)]
+    refusals.flush(now=12.5)
+    assert lines[4:] == [("client_cap", "*", 1)]
+    refusals.flush(now=30)  # quiet: forgotten, the next refusal is logged at once
+    assert len(refusals) == 0
+    refusals.refused(RefusalReason.CLIENT_CAP, "198.51.100.7", now=31)
+    assert lines[-1] == ("client_cap", "198.51.100.7", 1)

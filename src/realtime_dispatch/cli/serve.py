@@ -73,11 +73,14 @@ def hub_options(
 
 
 def http_limits(settings: Settings) -> HttpLimits:
-    """The HTTP server's timeouts and per-address cap (``REALTIME_HTTP_*``)."""
+    """The HTTP server's timeouts, head cap, per-address cap and trusted proxies
+    (``REALTIME_HTTP_*``)."""
     return HttpLimits(
         header_timeout=settings.http_header_timeout,
         body_timeout=settings.http_body_timeout,
         max_per_client=settings.http_max_connections_per_client,
+        max_header_bytes=settings.http_max_header_bytes,
+        trusted_proxies=settings.trusted_proxy_networks(),
     )
 
 

@@ -48,6 +48,7 @@ from realtime_dispatch.hub.connection import (
 from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.http_connections import HttpTransports
+from realtime_dispatch.hub.http_refusals import HttpRefusals
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
@@ -134,6 +135,8 @@ class Hub:
         self.options = options
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
+        self.http_refusals = HttpRefusals(self.metrics_registry)
+        """What the HTTP server in front of this hub refuses (:mod:`.http_protocol`)."""
         self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
         """The pushes counter by source, its labelled children looked up once."""
         self._barriers_marked = self.metrics.membership_barriers.labels("marked")
