@@ -850,3 +850,49 @@ async def test_behind_a_trusted_proxy_the_forwarded_address_is_capped(
     assert len(lines) == 1, lines  # the other 19 wait for the interval's end, as one line
     assert (lines[0]["client"], lines[0]["count"]) == ("198.51.100.7", 1)
     report("behind a proxy", refused=20, log_lines=1)
+
+
+async def test_streams_before_their_handshake_hold_their_place(
+    database_url: str, tmp_path: Path
+) -> None:
+    """H11: one user, cap 3: three SSE streams and long polls opened without a handshake hold
+    the three places (the gauge shows them as ``handshake``); a fourth stream, poll or
+    negotiate is refused 429; once they are gone the places are free."""
+    token = make_token(uuid4(), ttl=3600)
+    auth = {"Authorization": f"Bearer {token}"}
+    env = {"REALTIME_HUB_MAX_CONNECTIONS_PER_USER": "3"}
+    async with (
+        serving(database_url, tmp_path, **env) as serve,
+        httpx.AsyncClient(timeout=10) as http,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        negotiate = f"{serve.http_url}/hubs/messenger/negotiate?negotiateVersion=1"
+        ids = [(await http.post(negotiate, headers=auth)).json()["connectionToken"] for _ in "123"]
+        hub = f"{serve.http_url}/hubs/messenger"
+        for id_ in ids[:2]:
+            stream = await stack.enter_async_context(
+                http.stream(
+                    "GET", f"{hub}?id={id_}", headers={**auth, "Accept": "text/event-stream"}
+                )
+            )
+            assert stream.status_code == 200
+        assert (await http.get(f"{hub}?id={ids[2]}", headers=auth)).status_code == 200  # a poll
+        metrics = (await http.get(f"{serve.http_url}/metrics")).text
+        assert 'messenger_realtime_hub_connections{state="handshake"} 3.0' in metrics
+        assert 'messenger_realtime_hub_connections{state="open"} 0.0' in metrics
+        fourth = await http.get(
+            f"{hub}?id={uuid4()}", headers={**auth, "Accept": "text/event-stream"}
+        )
+        assert fourth.status_code == 429
+        assert (await http.get(f"{hub}?id={uuid4()}", headers=auth)).status_code == 429
+        assert (await http.post(negotiate, headers=auth)).status_code == 429
+        await http.delete(f"{hub}?id={ids[2]}", headers=auth)  # the poll's connection ends
+        await stack.aclose()  # and the streams go away
+
+        async def freed() -> bool:
+            text = (await http.get(f"{serve.http_url}/metrics")).text
+            return 'messenger_realtime_hub_connections{state="handshake"} 0.0' in text
+
+        await wait_until(freed, within=10, interval=0.05)
+        assert (await http.post(negotiate, headers=auth)).status_code == 200
+    report("pre-handshake streams", cap=3, held=3, refused=3)

@@ -25,23 +25,34 @@ from realtime_dispatch.settings import load_settings
 
 
 def test_a_users_negotiations_push_out_their_oldest_and_the_total_is_bounded() -> None:
-    store = NegotiationStore(60, per_user=3, total=5)
+    """H4 and H10: a user's and an address's negotiations push out their own oldest; a full
+    store pushes out the oldest of all, and nobody's negotiate is refused."""
+    evicted: list[int] = []
+    store = NegotiationStore(60, per_user=3, per_address=4, total=10)
+    store.on_evicted = lambda: evicted.append(1)
     alice, bob, carol = uuid4(), uuid4(), uuid4()
-    first = store.create(alice, stateful=False, now=0)
+    first = store.create(alice, stateful=False, now=0, address="a")
     for _ in range(9):
-        store.create(alice, stateful=False, now=0)
+        store.create(alice, stateful=False, now=0, address="a")
     assert store.pending_for(alice) == 3
     assert store.claim(first.token, alice, now=1) is None  # pushed out by alice's own
-    store.create(bob, stateful=False, now=0)
-    store.create(bob, stateful=False, now=0)
-    with pytest.raises(ConnectionRefused) as full:
-        store.create(carol, stateful=False, now=0)
-    assert (full.value.status, full.value.code) == (503, "TooManyNegotiations")
-    assert len(store) == 5
-    assert store.pending_for(carol) == 0
-    again = store.create(carol, stateful=False, now=61)  # the others expired meanwhile
+    bobs = [store.create(bob, stateful=False, now=0, address="a") for _ in range(2)]
+    assert store.pending_for(alice) + store.pending_for(bob) == 4  # address "a": at most 4
+    assert store.claim(bobs[0].token, bob, now=1) == bobs[0]
+    mallory = [uuid4() for _ in range(200)]  # 200 accounts behind one address
+    for user in mallory:
+        store.create(user, stateful=False, now=2, address="m")
+    assert len(store) == 7  # alice 2, bob 1, mallory 4
+    assert not evicted  # that address only ever pushed out its own
+    victim = store.create(carol, stateful=False, now=3, address="c")
+    assert store.claim(victim.token, carol, now=3) == victim
+    for n, user in enumerate(mallory):  # 200 addresses: the oldest of all go, none refused
+        store.create(user, stateful=False, now=4, address=f"m{n}")
+    assert len(store) == 10
+    assert len(evicted) > 0
+    again = store.create(carol, stateful=False, now=70)  # the others expired meanwhile
     assert len(store) == 1
-    assert store.claim(again.connection_id, carol, now=62) == again
+    assert store.claim(again.connection_id, carol, now=71) == again
 
 
 def test_admission_counts_registered_and_opening_connections() -> None:
@@ -58,9 +69,11 @@ def test_admission_counts_registered_and_opening_connections() -> None:
     with pytest.raises(ConnectionRefused):
         admission.admit(user, "negotiate")
     admission.admit(uuid4(), "open")  # another user is not affected
+    assert admission.opening == 2  # the gauge's handshake state (H11)
     opening.release()
     opening.release()  # idempotent
     assert admission.held_by(user) == 1
+    assert admission.opening == 1
     admission.admit(user, "open")
 
 

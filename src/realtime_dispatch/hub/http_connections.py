@@ -18,6 +18,7 @@ from uuid import UUID
 
 import structlog
 
+from realtime_dispatch.hub.caps import Reservation
 from realtime_dispatch.hub.connection import HubConnection
 from realtime_dispatch.hub.session import InboundSession
 from realtime_dispatch.hub.wire import Transport
@@ -112,6 +113,9 @@ class HttpConnectionState:
     """Held while a ``POST`` is read, so records are taken in order."""
     poller: LongPollWriter | None = None
     ended_at: float | None = None
+    reservation: Reservation | None = None
+    """The connection's place under the per-user cap, held from the first ``GET`` until the
+    handshake registers it (or the connection ends without one)."""
 
     @property
     def ended(self) -> bool:
@@ -120,6 +124,8 @@ class HttpConnectionState:
     def end(self, now: float) -> None:
         if self.ended_at is None:
             self.ended_at = now
+        if self.reservation is not None:
+            self.reservation.release()
         self.answered.set()
         if self.poller is not None:
             self.poller.end()

@@ -108,7 +108,12 @@ class HubOptions:
     """One user's connections on this replica (``REALTIME_HUB_MAX_CONNECTIONS_PER_USER``); also
     how many of the user's negotiations wait for their connection."""
     max_pending_negotiations: int = 10_000
-    """Negotiations waiting for their connection, all users together."""
+    """Negotiations waiting for their connection, all users together (past it the oldest is
+    pushed out)."""
+    max_negotiations_per_client: int = 1000
+    """Negotiations waiting for their connection from one client address (past it that
+    address's oldest is pushed out); 0: no bound. ``REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT``:
+    an address cannot use more."""
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -152,11 +157,15 @@ class Hub:
         self.expiry = ExpiryTimer(self._expired)
         """Each connection's token expiry, and the one timer that closes them at ``exp``."""
         self.admission = Admission(self.registry, options.max_connections_per_user)
+        self._open_gauge = self.metrics.connections.labels("open")
+        self.metrics.connections.labels("handshake").set_function(lambda: self.admission.opening)
         self.negotiations = NegotiationStore(
             options.negotiate_ttl,
             per_user=options.max_connections_per_user,
+            per_address=options.max_negotiations_per_client,
             total=options.max_pending_negotiations,
         )
+        self.negotiations.on_evicted = self.metrics.negotiations_evicted.inc
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
         self._not_json = 0
@@ -452,7 +461,7 @@ class Hub:
         if connection.protocol is not JSON:
             self._not_json += 1
         self.expiry.track(connection.connection_id, connection.identity.expires_at)
-        self.metrics.connections.inc()
+        self._open_gauge.inc()
         self._ended.clear()
         if self.revocations.refuses(connection.identity):  # revoked while it was opening
             connection.close(TOKEN_REVOKED)
@@ -511,7 +520,7 @@ class Hub:
         if connection.protocol is not JSON:
             self._not_json -= 1
         self.expiry.forget(connection.connection_id)
-        self.metrics.connections.dec()
+        self._open_gauge.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
         if not self.connections:
