@@ -17,6 +17,7 @@ from realtime_dispatch.demo.hosts import served_host
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.caps import Admission, ConnectionRefused
 from realtime_dispatch.hub.forwarded import TrustedProxies, parse_networks
+from realtime_dispatch.hub.http_connections import LongPollWriter
 from realtime_dispatch.hub.http_refusals import RefusalLog, RefusalReason
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.registry import GroupRegistry
@@ -204,3 +205,19 @@ def test_refusals_are_logged_once_per_address_and_interval_with_their_count() ->
     assert len(refusals) == 0
     refusals.refused(RefusalReason.CLIENT_CAP, "198.51.100.7", now=31)
     assert lines[-1] == ("client_cap", "198.51.100.7", 1)
+
+
+async def test_a_long_polls_close_message_waits_for_the_next_poll() -> None:
+    """H12: no poll waiting when the connection closes: the close message is kept for the
+    next poll, which gets it before the 204 (None); with a poll waiting it goes at once."""
+    writer = LongPollWriter()
+    assert await writer.write_last([b"close", b"!"])
+    writer.end()
+    assert await writer.poll() == b"close!"
+    assert await writer.poll() is None
+    waiting = LongPollWriter()
+    poll = waiting.poll()
+    assert await waiting.write_last([b"close"])
+    assert await poll == b"close"
+    waiting.end()
+    assert await waiting.poll() is None

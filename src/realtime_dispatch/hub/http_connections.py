@@ -34,11 +34,13 @@ class LongPollWriter:
     waiting, one poll at a time; the writer waits (and so records queue, under the
     slow-consumer bound) while none is."""
 
-    __slots__ = ("_arrived", "_waiter", "gone")
+    __slots__ = ("_arrived", "_farewell", "_waiter", "gone")
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[bytes | None] | None = None
         self._arrived = asyncio.Event()
+        self._farewell: bytes | None = None
+        """The close message kept for the next poll, when none was waiting for it."""
         self.gone = False
         """The client ended the connection (``DELETE``), or the hub did."""
 
@@ -64,10 +66,14 @@ class LongPollWriter:
         waiter.set_result(records[0] if len(records) == 1 else b"".join(records))
 
     async def write_last(self, records: list[bytes]) -> bool:
-        """The close message goes to the next poll (or none comes within the close grace)."""
-        if not await self.writable():
+        """The close message goes to the poll waiting, or is kept for the next one: a client
+        closed for not polling (a slow consumer) still gets it before the 204."""
+        if self.waiting:
+            await self.write(records)
+        elif not self.gone:
+            self._farewell = b"".join(records)
+        else:
             return False
-        await self.write(records)
         return True
 
     def poll(self) -> asyncio.Future[bytes | None]:
@@ -77,12 +83,17 @@ class LongPollWriter:
         if waiter is not None and not waiter.done():
             waiter.set_result(b"")
         future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        if self.gone:
-            future.set_result(None)
+        if self.gone or self._farewell is not None:
+            future.set_result(self.take_farewell())
             return future
         self._waiter = future
         self._arrived.set()
         return future
+
+    def take_farewell(self) -> bytes | None:
+        """The close message no poll has had yet (once), or None."""
+        farewell, self._farewell = self._farewell, None
+        return farewell
 
     def end(self) -> None:
         self.gone = True
