@@ -63,6 +63,9 @@ log = structlog.get_logger(__name__)
 
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
+REFUSAL_LINGER_BYTES = 64 * 1024
+"""After a refused head (431, or 503 behind a proxy): enough for what a client has in flight
+to let it read the answer, not a budget a flood can spend the server's reads on."""
 
 
 def _plain_answer(status: bytes, text: bytes) -> bytes:
@@ -209,6 +212,8 @@ def guarded_http_protocol(
         """The peer is a trusted proxy: places are held per request, by forwarded address."""
         _body_pending = False
         _lingering = -1
+        _linger_bytes = LINGER_BYTES
+        """Discarded past the half-close before the connection is closed."""
         """Bytes discarded since the half-close; -1 while not lingering."""
         _head = 0
         """Bytes of the current request head fed to the parser; -1 past the head (body)."""
@@ -235,7 +240,7 @@ def guarded_http_protocol(
         def data_received(self, data: bytes) -> None:
             if self._lingering >= 0:
                 self._lingering += len(data)
-                if self._lingering > LINGER_BYTES:
+                if self._lingering > self._linger_bytes:
                     self.transport.close()
                 return
             head = self._head
@@ -291,6 +296,7 @@ def guarded_http_protocol(
             self._unset_keepalive_if_required()
             self.transport.write(response)
             self._lingering = 0
+            self._linger_bytes = REFUSAL_LINGER_BYTES  # a flood is not read for long
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self._arm(LINGER_SECONDS, self.transport.close)
