@@ -83,7 +83,7 @@ from realtime_dispatch.messenger.commands import create_chat
 from realtime_dispatch.push import BATCH_PATH, MAX_BATCH_PUSHES, JsonObject, Push
 
 CLIENTS_SCRIPT = Path(__file__).with_name("_capacity_clients.py")
-CONNECTIONS_GAUGE = "messenger_realtime_hub_connections "
+CONNECTIONS_GAUGE = 'messenger_realtime_hub_connections{state="open"} '
 KEEPALIVE_REUSE = 2.0
 """Seconds an idle keep-alive connection of the raw publisher is reused for (uvicorn closes one
 idle for 5 s, its ``timeout_keep_alive``)."""

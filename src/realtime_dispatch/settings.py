@@ -25,6 +25,7 @@ from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.hub.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.jobs.options import (
@@ -112,8 +113,12 @@ class Settings(BaseSettings):
     http_header_timeout: float = Field(default=10.0, gt=0)
     http_body_timeout: float = Field(default=15.0, gt=0)
     http_max_connections_per_client: int = Field(default=1000, ge=0)
-    """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
-    every client has the proxy's address)."""
+    """Open connections from one client address; 0 turns the cap off. Behind a proxy listed
+    in ``http_trusted_proxies`` the address is the one it forwards."""
+    http_max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    """The request line and headers of one request; past it 431 and the connection ends."""
+    http_trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
+    """Addresses or CIDRs of proxies whose ``Forwarded`` / ``X-Forwarded-For`` is believed."""
     message_fingerprint_secret: SecretStr | None = None
     """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
@@ -148,8 +153,9 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _csv_lists(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "media_turn_urls" in data:
-            data = {**data, "media_turn_urls": _split_csv(data["media_turn_urls"])}
+        for name in ("media_turn_urls", "http_trusted_proxies"):
+            if isinstance(data, dict) and name in data:
+                data = {**data, name: _split_csv(data[name])}
         if isinstance(data, dict) and data.get("projections") == "":
             data = {**data, "projections": None}  # set but empty: unset
         if isinstance(data, dict) and data.get("media_recording_status_url") == "":
@@ -170,7 +176,14 @@ class Settings(BaseSettings):
         if self.backplane_mode != "none" and self.redis_url is None:
             raise ValueError(f"redis_url: required by the {self.backplane_mode} backplane")
         self._check_token_settings()
+        try:
+            self.trusted_proxy_networks()
+        except ValueError as exc:
+            raise ValueError(f"http_trusted_proxies: {exc}") from None
         return self
+
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        return parse_networks(self.http_trusted_proxies)
 
     def _check_token_settings(self) -> None:
         claim = self.hub_jwt_user_claim

@@ -28,6 +28,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from realtime_dispatch.messenger import commands
 from tests.chaos.harness import (
     RS,
+    SERVICE_KEY,
     Listener,
     base_env,
     hub_proc,
@@ -744,3 +745,154 @@ async def test_one_user_is_capped_at_negotiate_and_at_upgrade(
 
 async def _negotiates(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> bool:
     return (await http.post(url, headers=headers)).status_code == 200
+
+
+async def _endless_header(port: int, limit: int) -> tuple[bytes, int]:
+    """Stream one header value without end (1 KiB a write) until the server answers or
+    ``limit`` bytes went out; returns (what the server said, bytes sent)."""
+    reader, writer = await _http_open(port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Flood: ")
+    sent = 0
+    answer = asyncio.ensure_future(reader.read())
+    try:
+        with contextlib.suppress(ConnectionError):
+            while sent < limit and not answer.done():
+                writer.write(b"a" * 1024)
+                sent += 1024
+                await writer.drain()
+                await asyncio.sleep(0)
+        async with asyncio.timeout(10):
+            return await answer, sent
+    finally:
+        answer.cancel()
+        writer.close()
+
+
+async def test_request_heads_are_bounded(database_url: str, tmp_path: Path) -> None:
+    """H9: ten connections streaming a header without end, a head of 101 fields, a head just
+    under the cap: 431 and closed past 16 KiB or 100 fields (nothing more read), the server's
+    peak memory barely moved, ``/healthz`` answering meanwhile, the refusals counted."""
+    async with serving(database_url, tmp_path) as serve:
+        assert serve.process is not None
+        assert serve.port is not None
+        port, pid = serve.port, serve.process.pid
+        before = _peak_memory_kb(pid)
+        floods = await asyncio.gather(*(_endless_header(port, 20 << 20) for _ in range(10)))
+        assert all(answer.startswith(b"HTTP/1.1 431") for answer, _ in floods), floods[0]
+        assert max(sent for _, sent in floods) < 4 << 20  # refused long before 20 MB went out
+        reader, writer = await _http_open(port)
+        writer.write(_head("GET", "/healthz", {f"X-F{i}": "1" for i in range(100)}))
+        assert (await reader.read()).startswith(b"HTTP/1.1 431")
+        writer.close()
+        async with httpx.AsyncClient() as http:
+            near = {"X-Near": "a" * (15 * 1024)}  # the head just under the cap: served
+            assert (await http.get(f"{serve.http_url}/healthz", headers=near)).status_code == 200
+            metrics = (await http.get(f"{serve.http_url}/metrics")).text
+        assert 'messenger_realtime_http_refusals_total{reason="headers_too_large"} 11.0' in metrics
+        growth_mb = (_peak_memory_kb(pid) - before) / 1024
+        assert growth_mb < 20, f"peak memory grew {growth_mb:.0f} MB"
+    report(
+        "endless headers",
+        connections=10,
+        max_sent_kb=max(sent for _, sent in floods) // 1024,
+        peak_memory_growth_mb=round(growth_mb, 1),
+    )
+
+
+async def _held_post(port: int, client: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A push whose body never comes, through the "proxy" for ``client``: it holds a place."""
+    reader, writer = await _http_open(port)
+    headers = {
+        "X-Forwarded-For": f"203.0.113.9, {client}",
+        "Authorization": f"Bearer {SERVICE_KEY}",
+        "Content-Length": "100",
+    }
+    writer.write(_head("POST", "/api/v1/hubs/messenger/groups/user:x", headers))
+    await writer.drain()
+    return reader, writer
+
+
+async def test_behind_a_trusted_proxy_the_forwarded_address_is_capped(
+    database_url: str, tmp_path: Path
+) -> None:
+    """H13: 127.0.0.1 is a trusted proxy; two requests held for client 198.51.100.7, a third
+    for it refused 503, one for another client served; refusals counted by reason and logged
+    once per address per interval with their count."""
+    env = {
+        "REALTIME_HTTP_TRUSTED_PROXIES": "127.0.0.0/8, ::1",
+        "REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT": "2",
+    }
+    async with serving(database_url, tmp_path, **env) as serve, httpx.AsyncClient() as http:
+        assert serve.port is not None
+        port = serve.port
+        held = [await _held_post(port, "198.51.100.7") for _ in range(2)]
+        await asyncio.sleep(0.2)
+        statuses = []
+        for _ in range(20):
+            reader, writer = await _held_post(port, "198.51.100.7")
+            statuses.append(await _status(reader))
+            writer.close()
+        assert statuses == [503] * 20
+        other = {"X-Forwarded-For": "198.51.100.8"}
+        for _ in range(5):  # far more than 2 connections from 127.0.0.1: not capped
+            assert (await http.get(f"{serve.http_url}/healthz", headers=other)).status_code == 200
+        forwarded = {"Forwarded": 'for="[2001:db8::7]:4711";proto=http'}
+        assert (await http.get(f"{serve.http_url}/healthz", headers=forwarded)).status_code == 200
+        metrics = (await http.get(f"{serve.http_url}/metrics")).text
+        assert 'messenger_realtime_http_refusals_total{reason="client_cap"} 20.0' in metrics
+        for _, writer in held:
+            writer.close()
+        lines = [
+            orjson.loads(line)
+            for line in serve.log_text().splitlines()
+            if '"http_client_connection_cap"' in line
+        ]
+    assert len(lines) == 1, lines  # the other 19 wait for the interval's end, as one line
+    assert (lines[0]["client"], lines[0]["count"]) == ("198.51.100.7", 1)
+    report("behind a proxy", refused=20, log_lines=1)
+
+
+async def test_streams_before_their_handshake_hold_their_place(
+    database_url: str, tmp_path: Path
+) -> None:
+    """H11: one user, cap 3: three SSE streams and long polls opened without a handshake hold
+    the three places (the gauge shows them as ``handshake``); a fourth stream, poll or
+    negotiate is refused 429; once they are gone the places are free."""
+    token = make_token(uuid4(), ttl=3600)
+    auth = {"Authorization": f"Bearer {token}"}
+    env = {"REALTIME_HUB_MAX_CONNECTIONS_PER_USER": "3"}
+    async with (
+        serving(database_url, tmp_path, **env) as serve,
+        httpx.AsyncClient(timeout=10) as http,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        negotiate = f"{serve.http_url}/hubs/messenger/negotiate?negotiateVersion=1"
+        ids = [(await http.post(negotiate, headers=auth)).json()["connectionToken"] for _ in "123"]
+        hub = f"{serve.http_url}/hubs/messenger"
+        for id_ in ids[:2]:
+            stream = await stack.enter_async_context(
+                http.stream(
+                    "GET", f"{hub}?id={id_}", headers={**auth, "Accept": "text/event-stream"}
+                )
+            )
+            assert stream.status_code == 200
+        assert (await http.get(f"{hub}?id={ids[2]}", headers=auth)).status_code == 200  # a poll
+        metrics = (await http.get(f"{serve.http_url}/metrics")).text
+        assert 'messenger_realtime_hub_connections{state="handshake"} 3.0' in metrics
+        assert 'messenger_realtime_hub_connections{state="open"} 0.0' in metrics
+        fourth = await http.get(
+            f"{hub}?id={uuid4()}", headers={**auth, "Accept": "text/event-stream"}
+        )
+        assert fourth.status_code == 429
+        assert (await http.get(f"{hub}?id={uuid4()}", headers=auth)).status_code == 429
+        assert (await http.post(negotiate, headers=auth)).status_code == 429
+        await http.delete(f"{hub}?id={ids[2]}", headers=auth)  # the poll's connection ends
+        await stack.aclose()  # and the streams go away
+
+        async def freed() -> bool:
+            text = (await http.get(f"{serve.http_url}/metrics")).text
+            return 'messenger_realtime_hub_connections{state="handshake"} 0.0' in text
+
+        await wait_until(freed, within=10, interval=0.05)
+        assert (await http.post(negotiate, headers=auth)).status_code == 200
+    report("pre-handshake streams", cap=3, held=3, refused=3)

@@ -287,6 +287,32 @@ async def test_long_polling_slow_consumer_is_closed(database_url, pool):
         assert value == 1
 
 
+async def test_long_polling_slow_consumer_gets_its_close_message_after_the_grace(
+    database_url, pool
+):
+    """H12: the client polls again only well after the close grace: its close message still
+    comes before the 204 (it used to be dropped when no poll came within the grace)."""
+    settings = hub_settings()
+    options = options_for(settings)
+    options = dataclasses.replace(
+        options, limits=dataclasses.replace(options.limits, max_pending=20, close_grace=0.2)
+    )
+    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
+        user = uuid.uuid4()
+        token = make_token(user)
+        async with http_client(running) as http:
+            client = LongPoller(http, token)
+            await client.open(running, token, JSON_HANDSHAKE)
+            for n in range(25):
+                await push(running, user_group(user), "t", {"n": n})
+            await wait_until(lambda: not running.hub.connections, within=5)
+            await asyncio.sleep(1.0)  # five close graces
+            [close] = _records((await client.get()).content)
+            assert close["type"] == 7
+            assert "not reading fast enough" in close["error"]
+            assert (await client.get()).status_code == 204
+
+
 async def test_group_of_json_and_messagepack_members_is_encoded_once_per_protocol(
     hub, pool, monkeypatch
 ):

@@ -243,7 +243,7 @@ async def test_health_ready_metrics(hub):
         assert ready.json()["status"] == "ready"
         async with raw_client(hub, make_token(uuid.uuid4())):
             text = (await http.get("/metrics")).text
-            assert "messenger_realtime_hub_connections 1.0" in text
+            assert 'messenger_realtime_hub_connections{state="open"} 1.0' in text
         assert "messenger_realtime_hub_sent_frames_total" in text
         assert "messenger_realtime_hub_disconnects_total" in text
 

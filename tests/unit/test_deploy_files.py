@@ -108,6 +108,24 @@ def test_compose_runs_migrate_once_then_two_hubs_and_a_worker_with_probes() -> N
         assert services[name]["healthcheck"]["test"]
 
 
+def test_the_compose_proxy_is_the_hubs_only_trusted_proxy() -> None:
+    """The nginx in front passes X-Forwarded-For; the hubs trust exactly its fixed address."""
+    services = compose()["services"]
+    proxy = services["proxy"]
+    address = proxy["networks"]["default"]["ipv4_address"]
+    conf = (ROOT / "deploy" / "nginx" / "nginx.conf").read_text()
+    assert "X-Forwarded-For $proxy_add_x_forwarded_for" in conf
+    assert 'proxy_set_header Forwarded "";' in conf
+    hubs = [s for s in our_services().values() if parse_command(s["command"]).command == "hub"]
+    assert hubs
+    for hub in hubs:
+        trusted = hub["environment"]["REALTIME_HTTP_TRUSTED_PROXIES"]
+        settings = Settings(http_trusted_proxies=trusted)
+        assert [str(n) for n in settings.trusted_proxy_networks()] == [f"{address}/32"]
+    upstreams = set(re.findall(r"server (hub\d):8000;", conf))
+    assert upstreams == {n for n, s in our_services().items() if s in hubs}
+
+
 def unit(path: Path) -> dict[str, dict[str, str]]:
     sections: dict[str, dict[str, str]] = {}
     current: dict[str, str] = {}

@@ -70,15 +70,19 @@ def hub_options(
         idle_timeout=settings.hub_idle_timeout,
         member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
         max_connections_per_user=settings.hub_max_connections_per_user,
+        max_negotiations_per_client=settings.http_max_connections_per_client,
     )
 
 
 def http_limits(settings: Settings) -> HttpLimits:
-    """The HTTP server's timeouts and per-address cap (``REALTIME_HTTP_*``)."""
+    """The HTTP server's timeouts, head cap, per-address cap and trusted proxies
+    (``REALTIME_HTTP_*``)."""
     return HttpLimits(
         header_timeout=settings.http_header_timeout,
         body_timeout=settings.http_body_timeout,
         max_per_client=settings.http_max_connections_per_client,
+        max_header_bytes=settings.http_max_header_bytes,
+        trusted_proxies=settings.trusted_proxy_networks(),
     )
 
 

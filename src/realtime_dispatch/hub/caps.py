@@ -48,12 +48,15 @@ class Reservation:
 
 
 class Admission:
-    __slots__ = ("_opening", "_registry", "max_per_user")
+    __slots__ = ("_opening", "_registry", "max_per_user", "opening")
 
     def __init__(self, registry: GroupRegistry, max_per_user: int) -> None:
         self._registry = registry
         self.max_per_user = max_per_user
         self._opening: dict[UUID, int] = {}
+        self.opening = 0
+        """Places reserved, all users together: connections whose handshake has not finished
+        (a WebSocket from its upgrade, an SSE stream or long poll from its first ``GET``)."""
 
     def held_by(self, user_id: UUID) -> int:
         return self._registry.connection_count(user_id) + self._opening.get(user_id, 0)
@@ -70,9 +73,11 @@ class Admission:
         if stage == "negotiate":
             return Reservation(self, user_id, held=False)
         self._opening[user_id] = self._opening.get(user_id, 0) + 1
+        self.opening += 1
         return Reservation(self, user_id, held=True)
 
     def unreserve(self, user_id: UUID) -> None:
+        self.opening -= 1
         count = self._opening.get(user_id, 0) - 1
         if count > 0:
             self._opening[user_id] = count

@@ -18,6 +18,7 @@ from uuid import UUID
 
 import structlog
 
+from realtime_dispatch.hub.caps import Reservation
 from realtime_dispatch.hub.connection import HubConnection
 from realtime_dispatch.hub.session import InboundSession
 from realtime_dispatch.hub.wire import Transport
@@ -33,11 +34,13 @@ class LongPollWriter:
     waiting, one poll at a time; the writer waits (and so records queue, under the
     slow-consumer bound) while none is."""
 
-    __slots__ = ("_arrived", "_waiter", "gone")
+    __slots__ = ("_arrived", "_farewell", "_waiter", "gone")
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[bytes | None] | None = None
         self._arrived = asyncio.Event()
+        self._farewell: bytes | None = None
+        """The close message kept for the next poll, when none was waiting for it."""
         self.gone = False
         """The client ended the connection (``DELETE``), or the hub did."""
 
@@ -63,10 +66,14 @@ class LongPollWriter:
         waiter.set_result(records[0] if len(records) == 1 else b"".join(records))
 
     async def write_last(self, records: list[bytes]) -> bool:
-        """The close message goes to the next poll (or none comes within the close grace)."""
-        if not await self.writable():
+        """The close message goes to the poll waiting, or is kept for the next one: a client
+        closed for not polling (a slow consumer) still gets it before the 204."""
+        if self.waiting:
+            await self.write(records)
+        elif not self.gone:
+            self._farewell = b"".join(records)
+        else:
             return False
-        await self.write(records)
         return True
 
     def poll(self) -> asyncio.Future[bytes | None]:
@@ -76,12 +83,17 @@ class LongPollWriter:
         if waiter is not None and not waiter.done():
             waiter.set_result(b"")
         future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        if self.gone:
-            future.set_result(None)
+        if self.gone or self._farewell is not None:
+            future.set_result(self.take_farewell())
             return future
         self._waiter = future
         self._arrived.set()
         return future
+
+    def take_farewell(self) -> bytes | None:
+        """The close message no poll has had yet (once), or None."""
+        farewell, self._farewell = self._farewell, None
+        return farewell
 
     def end(self) -> None:
         self.gone = True
@@ -112,6 +124,9 @@ class HttpConnectionState:
     """Held while a ``POST`` is read, so records are taken in order."""
     poller: LongPollWriter | None = None
     ended_at: float | None = None
+    reservation: Reservation | None = None
+    """The connection's place under the per-user cap, held from the first ``GET`` until the
+    handshake registers it (or the connection ends without one)."""
 
     @property
     def ended(self) -> bool:
@@ -120,6 +135,8 @@ class HttpConnectionState:
     def end(self, now: float) -> None:
         if self.ended_at is None:
             self.ended_at = now
+        if self.reservation is not None:
+            self.reservation.release()
         self.answered.set()
         if self.poller is not None:
             self.poller.end()

@@ -25,9 +25,21 @@ protocol with what it lacks.
   parser's callbacks, without a request cycle, a task or the ASGI app; only the endpoint's
   own wait (the publish) runs in a task. It falls back to the app when another request is
   still being answered on the connection (pipelining), and for ``Expect: 100-continue``.
+* **Bounded request heads.** The request line and headers together may take
+  ``max_header_bytes`` (and at most ``max_header_fields`` fields); past either the request is
+  answered 431 and the connection ends (lingering close), and nothing more of it reaches the
+  parser. httptools grows the URL and each header by concatenation, so the cap also keeps
+  parsing linear in what is accepted. Bytes are counted per read: a request pipelined behind
+  another in the same read is counted from the next read on, so a head is bounded by the cap
+  plus one read.
 * **Connections per client address.** A connection past ``max_per_client`` open ones from the
   same address gets 503 and is closed before anything is read; a connection upgraded to a
-  WebSocket keeps its place until the WebSocket closes. 0 turns the cap off.
+  WebSocket keeps its place until the WebSocket closes. 0 turns the cap off. From a peer in
+  ``trusted_proxies`` the address is the client's (:mod:`.forwarded`), known once a
+  request's headers are in: each request holds a place under it until its response ends (a
+  WebSocket until it closes), and the ASGI scope's ``client`` is that address.
+* **Refusals counted and logged** by :class:`~.http_refusals.HttpRefusals` (a metric with a
+  reason, at most a log line per reason and address per interval).
 
 One timer per connection, armed and cancelled in the parser's callbacks: no task, no polling.
 """
@@ -42,6 +54,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import httptools
 import structlog
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import (
@@ -51,20 +64,36 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.server import ServerState
 
+from realtime_dispatch.hub.forwarded import IPNetwork, TrustedProxies
+from realtime_dispatch.hub.http_refusals import HttpRefusals, RefusalReason
+
 log = structlog.get_logger(__name__)
 
 BACKLOG_GRACE = 1.0
 """Seconds more for a connection whose bytes wait in this server's own backlog at its timer."""
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
-REQUEST_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 16\r\nconnection: close\r\n\r\nRequest Timeout."
+REFUSAL_LINGER_BYTES = 64 * 1024
+"""After a refused head (431, or 503 behind a proxy): enough for what a client has in flight
+to let it read the answer, not a budget a flood can spend the server's reads on."""
+
+
+def _plain_answer(status: bytes, text: bytes) -> bytes:
+    """A whole ``text/plain`` response that ends the connection."""
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (status, len(text), text)
+    )
+
+
+REQUEST_TIMEOUT_RESPONSE = _plain_answer(b"408 Request Timeout", b"Request Timeout.")
+TOO_MANY_RESPONSE = _plain_answer(
+    b"503 Service Unavailable", b"Too many connections from this address."
 )
-TOO_MANY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 38\r\nconnection: close\r\n\r\nToo many connections from this address."
+HEAD_TOO_LARGE_RESPONSE = _plain_answer(
+    b"431 Request Header Fields Too Large", b"Request header fields too large."
 )
+MAX_HEADER_FIELDS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +101,15 @@ class HttpLimits:
     header_timeout: float = 10.0
     body_timeout: float = 15.0
     max_per_client: int = 1000
+    max_header_bytes: int = 16 * 1024
+    """The request line and headers of one request, in bytes."""
+    max_header_fields: int = MAX_HEADER_FIELDS
+    trusted_proxies: tuple[IPNetwork, ...] = ()
+    """Peers whose ``Forwarded`` / ``X-Forwarded-For`` give the client address."""
+
+
+class HeadTooLarge(Exception):
+    """Raised in a parser callback past the field cap (httptools then stops parsing)."""
 
 
 def unread_bytes(transport: asyncio.BaseTransport) -> int:
@@ -175,29 +213,43 @@ def guarded_http_protocol(
     clients: ClientConnections | None = None,
     direct: Mapping[str, DirectUpgrade] | None = None,
     posts: Mapping[str, DirectPost] | None = None,
+    refusals: HttpRefusals | None = None,
 ) -> type[HttpToolsProtocol]:
     """A subclass of uvicorn's httptools protocol bound to ``limits``, one shared
-    :class:`ClientConnections`, the ``direct`` WebSocket paths and the ``posts`` it answers
-    itself (give it to ``uvicorn.Config(http=...)``)."""
+    :class:`ClientConnections`, the ``direct`` WebSocket paths, the ``posts`` it answers
+    itself and where its refusals are counted (give it to ``uvicorn.Config(http=...)``)."""
     counter = clients if clients is not None else ClientConnections(limits.max_per_client)
     direct_paths = dict(direct or {})
     direct_posts = {path.encode("latin-1"): endpoint for path, endpoint in (posts or {}).items()}
+    refused = (refusals if refusals is not None else HttpRefusals()).refused
+    proxies = TrustedProxies(limits.trusted_proxies)
+    max_head = limits.max_header_bytes
+    max_fields = limits.max_header_fields
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         _timer: asyncio.TimerHandle | None = None
         _address: str | None = None
+        """The client address whose place this connection (or its request) holds."""
+        _proxied = False
+        """The peer is a trusted proxy: places are held per request, by forwarded address."""
         _body_pending = False
         _lingering = -1
+        _linger_bytes = LINGER_BYTES
+        """Discarded past the half-close before the connection is closed."""
         """Bytes discarded since the half-close; -1 while not lingering."""
         _deferred = 0.0
         """Seconds of grace given to the current timer for bytes in the server's backlog."""
+        _head = 0
+        """Bytes of the current request head fed to the parser; -1 past the head (body)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             address = self.client[0] if self.client else None
-            if address is not None:
+            if address is not None and proxies and proxies.trusts(address):
+                self._proxied = True
+            elif address is not None:
                 if not counter.acquire(address):
-                    log.warning("http_client_connection_cap", cap=limits.max_per_client)
+                    refused(RefusalReason.CLIENT_CAP, address)
                     transport.write(TOO_MANY_RESPONSE)
                     transport.close()
                     return
@@ -210,19 +262,83 @@ def guarded_http_protocol(
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._lingering < 0:
-                super().data_received(data)
+            if self._lingering >= 0:
+                self._lingering += len(data)
+                if self._lingering > self._linger_bytes:
+                    self.transport.close()
                 return
-            self._lingering += len(data)
-            if self._lingering > LINGER_BYTES:
-                self.transport.close()
+            head = self._head
+            if head < 0 or head + len(data) <= max_head:  # a body, or a head within its cap
+                if head >= 0:
+                    self._head = head + len(data)
+                self._feed(data)
+                return
+            room = max_head - head  # the cap is reached in this read
+            self._head = max_head
+            self._feed(data[:room])
+            if self._head == max_head:  # still in that head: refused, the rest never parsed
+                if self._lingering < 0 and self.transport.get_protocol() is self:
+                    self._head_too_large()
+            elif room < len(data):  # the head ended within the cap: go on with the rest
+                self.data_received(data[room:])
+
+        def _feed(self, data: bytes) -> None:
+            """uvicorn's ``data_received``, with the refusal of a head over the field cap."""
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                if self._lingering < 0 and not self.transport.is_closing():
+                    if self._should_upgrade():
+                        self.handle_websocket_upgrade()
+                    else:
+                        self._unsupported_upgrade_warning()
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, HeadTooLarge):
+                    self._head_too_large()
+                elif self._lingering < 0 and not self.transport.is_closing():
+                    msg = "Invalid HTTP request received."
+                    self.logger.warning(msg)
+                    self.send_400_response(msg)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            headers = self.headers
+            if len(headers) >= max_fields:
+                raise HeadTooLarge
+            name = name.lower()  # as uvicorn's
+            if name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            headers.append((name, value))
+
+        def _head_too_large(self) -> None:
+            self._disarm()
+            refused(RefusalReason.HEADERS_TOO_LARGE, self._client_address())
+            self._refuse(HEAD_TOO_LARGE_RESPONSE)
+
+        def _refuse(self, response: bytes) -> None:
+            """Answer ``response`` and end the connection, reading nothing more of it."""
+            self._unset_keepalive_if_required()
+            self.transport.write(response)
+            self._lingering = 0
+            self._linger_bytes = REFUSAL_LINGER_BYTES  # a flood is not read for long
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._arm(LINGER_SECONDS, self.transport.close)
+
+        def _client_address(self) -> str | None:
+            if self._address is not None:
+                return self._address
+            return self.client[0] if self.client else None
 
         _direct: _DirectRequest | None = None
         """The request to a direct POST being read or answered."""
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            self._head = -1
             if self._lingering >= 0:  # ending: what is left of this read is dropped
+                return
+            if self._proxied and not self._hold_forwarded():
                 return
             endpoint = self._direct_post()
             if endpoint is None:
@@ -243,6 +359,7 @@ def guarded_http_protocol(
                 self._direct_body(request, body)
 
         def on_message_complete(self) -> None:
+            self._head = 0  # what follows is the next request's head
             if self._lingering >= 0:
                 return
             request = self._direct
@@ -257,6 +374,8 @@ def guarded_http_protocol(
             self._response_complete(body_unread=self._body_pending)
 
         def _response_complete(self, *, body_unread: bool) -> None:
+            if self._proxied:
+                self._release()  # the request's place under its client's address
             super().on_response_complete()
             if self.transport.is_closing():
                 return
@@ -427,12 +546,26 @@ def guarded_http_protocol(
                 counter.release(self._address)
                 self._address = None
 
+        def _hold_forwarded(self) -> bool:
+            """A request through a trusted proxy: its client's address, from the forwarding
+            headers, goes in the scope and holds a place (False: refused, 503)."""
+            peer = self.client[0] if self.client else ""
+            address = proxies.client(peer, self.headers)
+            self._release()  # a request pipelined behind another: one place per connection
+            self.scope["client"] = (address, 0)
+            if not counter.acquire(address):
+                refused(RefusalReason.CLIENT_CAP, address)
+                self._refuse(TOO_MANY_RESPONSE)
+                return False
+            self._address = address
+            return True
+
         def _headers_late(self) -> None:
             self._timer = None
             if self._server_behind(limits.header_timeout, self._headers_late):
                 return
             if not self.transport.is_closing():
-                log.info("http_header_timeout", timeout=limits.header_timeout)
+                refused(RefusalReason.HEADER_TIMEOUT, self._client_address())
                 self.transport.write(REQUEST_TIMEOUT_RESPONSE)
                 self.transport.close()
 
@@ -441,7 +574,7 @@ def guarded_http_protocol(
             if self._lingering < 0 and self._server_behind(limits.body_timeout, self._body_late):
                 return
             if not self.transport.is_closing() and self._lingering < 0:
-                log.info("http_body_timeout", timeout=limits.body_timeout)
+                refused(RefusalReason.BODY_TIMEOUT, self._client_address())
                 self.transport.close()
 
     return GuardedHttpProtocol

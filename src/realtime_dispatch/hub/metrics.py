@@ -13,6 +13,7 @@ class HubMetrics:
         "connections",
         "disconnects",
         "membership_barriers",
+        "negotiations_evicted",
         "pushes",
         "refused",
         "sent_frames",
@@ -21,7 +22,10 @@ class HubMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.connections = Gauge(
             "messenger_realtime_hub_connections",
-            "Hub connections currently open (including ones waiting to resume).",
+            "Hub connections, by state: open (handshake done, including ones waiting to resume)"
+            " or handshake (transport opened, handshake not finished: a place held under the"
+            " per-user cap).",
+            ["state"],
             registry=registry,
         )
         self.disconnects = Counter(
@@ -44,7 +48,8 @@ class HubMetrics:
         self.refused = Counter(
             "messenger_realtime_hub_refused_connections",
             "Connections and negotiations refused by the per-user cap or a full negotiation"
-            " store, by code (TooManyConnections, TooManyNegotiations).",
+            " store, by code (TooManyConnections; TooManyNegotiations is no longer counted: a"
+            " full store pushes out its oldest negotiation instead).",
             ["code"],
             registry=registry,
         )
@@ -54,6 +59,11 @@ class HubMetrics:
             " round_trip (a query on the membership feed) or marked (the feed had applied one of"
             " the worker's membership marks the batch carried).",
             ["kind"],
+            registry=registry,
+        )
+        self.negotiations_evicted = Counter(
+            "messenger_realtime_hub_negotiations_evicted",
+            "Pending negotiations pushed out because the store was full (the oldest first).",
             registry=registry,
         )
         for kind in ("round_trip", "marked"):

@@ -2,17 +2,21 @@
 (with the user and whether stateful reconnect was asked for) until the transport arrives: a
 WebSocket, a Server-Sent Events stream or a first long poll (all three are listed).
 
-The store is bounded: a user's negotiations past ``per_user`` push out that user's oldest (a
-client that negotiates and never connects only pushes out its own), and past ``total`` a new
-one is refused (503) until some are used or expire."""
+The store is bounded, and no one can fill it for others: a user's negotiations past
+``per_user`` push out that user's oldest, an address's past ``per_address`` push out that
+address's oldest (a client that negotiates and never connects only pushes out its own), and
+past ``total`` the oldest of all is pushed out. Negotiate itself never fails for lack of room;
+the worst a flood from many addresses can do is shorten how long an unused negotiation waits
+(a client connects within milliseconds of its negotiate)."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
-from realtime_dispatch.hub.caps import ConnectionRefused
 from realtime_dispatch.hub.wire import Transport
 from realtime_dispatch.push import JsonObject, JsonValue
 
@@ -29,6 +33,8 @@ class Negotiation:
     user_id: UUID
     stateful: bool
     expires_at: float
+    address: str | None = None
+    """The client address it was made from (None: not bounded per address)."""
 
 
 def new_connection_id() -> str:
@@ -39,16 +45,34 @@ class NegotiationStore:
     """Negotiations not yet used by a WebSocket; each lives ``ttl`` seconds. Dicts keep
     insertion order, which is expiry order (one ``ttl`` for all, a monotonic clock)."""
 
-    __slots__ = ("_by_id", "_by_token", "_by_user", "_per_user", "_total", "_ttl")
+    __slots__ = (
+        "_by_address",
+        "_by_id",
+        "_by_token",
+        "_by_user",
+        "_per_address",
+        "_per_user",
+        "_total",
+        "_ttl",
+        "on_evicted",
+    )
 
-    def __init__(self, ttl: float, *, per_user: int = 50, total: int = 10_000) -> None:
+    def __init__(
+        self, ttl: float, *, per_user: int = 50, per_address: int = 1000, total: int = 10_000
+    ) -> None:
         self._ttl = ttl
         self._per_user = per_user
+        self._per_address = per_address
+        """0: no bound per address."""
         self._total = total
         self._by_token: dict[str, Negotiation] = {}
         self._by_id: dict[str, str] = {}
         self._by_user: dict[UUID, dict[str, None]] = {}
         """Each user's tokens, oldest first."""
+        self._by_address: dict[str, dict[str, None]] = {}
+        """Each address's tokens, oldest first."""
+        self.on_evicted: Callable[[], None] | None = None
+        """Told of each negotiation pushed out by the total bound (by someone else's)."""
 
     def __len__(self) -> int:
         return len(self._by_token)
@@ -56,31 +80,37 @@ class NegotiationStore:
     def pending_for(self, user_id: UUID) -> int:
         return len(self._by_user.get(user_id, ()))
 
-    def create(self, user_id: UUID, *, stateful: bool, now: float) -> Negotiation:
-        """A new negotiation; :class:`ConnectionRefused` (503) when the store is full."""
+    def create(
+        self, user_id: UUID, *, stateful: bool, now: float, address: str | None = None
+    ) -> Negotiation:
+        """A new negotiation, making room by the bounds (never refused)."""
         self.sweep(now)
-        mine = self._by_user.setdefault(user_id, {})
-        while len(mine) >= self._per_user:
-            self._forget(self._by_token[next(iter(mine))])
-        if len(self._by_token) >= self._total:
-            if not mine:
-                del self._by_user[user_id]
-            raise ConnectionRefused(
-                "Too many pending negotiations, try again later.",
-                code="TooManyNegotiations",
-                status=503,
-            )
+        self._make_room(self._by_user.get(user_id), self._per_user)
+        if address is not None and self._per_address:
+            self._make_room(self._by_address.get(address), self._per_address)
+        while len(self._by_token) >= self._total:
+            self._forget(next(iter(self._by_token.values())))
+            if self.on_evicted is not None:
+                self.on_evicted()
         negotiation = Negotiation(
             connection_id=new_connection_id(),
             token=secrets.token_urlsafe(24),
             user_id=user_id,
             stateful=stateful,
             expires_at=now + self._ttl,
+            address=address if self._per_address else None,
         )
         self._by_token[negotiation.token] = negotiation
         self._by_id[negotiation.connection_id] = negotiation.token
-        mine[negotiation.token] = None
+        self._by_user.setdefault(user_id, {})[negotiation.token] = None
+        if negotiation.address is not None:
+            self._by_address.setdefault(negotiation.address, {})[negotiation.token] = None
         return negotiation
+
+    def _make_room(self, tokens: dict[str, None] | None, bound: int) -> None:
+        """Push out the oldest of ``tokens`` (one user's or one address's) down to ``bound - 1``."""
+        while tokens and len(tokens) >= bound:
+            self._forget(self._by_token[next(iter(tokens))])
 
     def claim(self, id_param: str | None, user_id: UUID, *, now: float) -> Negotiation | None:
         """Take the negotiation named by ``id`` (its token, or its connection id as some
@@ -107,10 +137,16 @@ class NegotiationStore:
     def _forget(self, negotiation: Negotiation) -> None:
         del self._by_token[negotiation.token]
         del self._by_id[negotiation.connection_id]
-        mine = self._by_user[negotiation.user_id]
-        del mine[negotiation.token]
-        if not mine:
-            del self._by_user[negotiation.user_id]
+        _discard(self._by_user, negotiation.user_id, negotiation.token)
+        if negotiation.address is not None:
+            _discard(self._by_address, negotiation.address, negotiation.token)
+
+
+def _discard(index: dict[Any, dict[str, None]], key: object, token: str) -> None:
+    tokens = index[key]
+    del tokens[token]
+    if not tokens:
+        del index[key]
 
 
 def negotiate_body(negotiation: Negotiation, *, version: int) -> JsonObject:

@@ -70,12 +70,11 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
         stateful = request.query_params.get("useStatefulReconnect") == "true"
         now = asyncio.get_running_loop().time()
         try:
-            hub.admit_connection(user_id, "negotiate")
-            negotiation = hub.negotiations.create(user_id, stateful=stateful, now=now)
+            hub.admit_connection(user_id, "negotiate")  # counts its refusals
         except ConnectionRefused as exc:
-            if exc.code != "TooManyConnections":  # admit_connection counted its own
-                hub.metrics.refused.labels(exc.code).inc()
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        address = request.client.host if request.client else None  # behind a proxy: its client
+        negotiation = hub.negotiations.create(user_id, stateful=stateful, now=now, address=address)
         return JSONResponse(negotiate_body(negotiation, version=version))
 
     async def websocket(ws: WebSocket) -> None:

@@ -48,6 +48,7 @@ from realtime_dispatch.hub.connection import (
 from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.http_connections import HttpTransports
+from realtime_dispatch.hub.http_refusals import HttpRefusals
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
@@ -107,7 +108,12 @@ class HubOptions:
     """One user's connections on this replica (``REALTIME_HUB_MAX_CONNECTIONS_PER_USER``); also
     how many of the user's negotiations wait for their connection."""
     max_pending_negotiations: int = 10_000
-    """Negotiations waiting for their connection, all users together."""
+    """Negotiations waiting for their connection, all users together (past it the oldest is
+    pushed out)."""
+    max_negotiations_per_client: int = 1000
+    """Negotiations waiting for their connection from one client address (past it that
+    address's oldest is pushed out); 0: no bound. ``REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT``:
+    an address cannot use more."""
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -134,6 +140,8 @@ class Hub:
         self.options = options
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
+        self.http_refusals = HttpRefusals(self.metrics_registry)
+        """What the HTTP server in front of this hub refuses (:mod:`.http_protocol`)."""
         self._pushes = {source: self.metrics.pushes.labels(source) for source in (LOCAL, BACKPLANE)}
         """The pushes counter by source, its labelled children looked up once."""
         self._barriers_marked = self.metrics.membership_barriers.labels("marked")
@@ -149,11 +157,15 @@ class Hub:
         self.expiry = ExpiryTimer(self._expired)
         """Each connection's token expiry, and the one timer that closes them at ``exp``."""
         self.admission = Admission(self.registry, options.max_connections_per_user)
+        self._open_gauge = self.metrics.connections.labels("open")
+        self.metrics.connections.labels("handshake").set_function(lambda: self.admission.opening)
         self.negotiations = NegotiationStore(
             options.negotiate_ttl,
             per_user=options.max_connections_per_user,
+            per_address=options.max_negotiations_per_client,
             total=options.max_pending_negotiations,
         )
+        self.negotiations.on_evicted = self.metrics.negotiations_evicted.inc
         self.connections: dict[str, HubConnection] = {}
         self._by_token: dict[str, HubConnection] = {}
         self._not_json = 0
@@ -449,7 +461,7 @@ class Hub:
         if connection.protocol is not JSON:
             self._not_json += 1
         self.expiry.track(connection.connection_id, connection.identity.expires_at)
-        self.metrics.connections.inc()
+        self._open_gauge.inc()
         self._ended.clear()
         if self.revocations.refuses(connection.identity):  # revoked while it was opening
             connection.close(TOKEN_REVOKED)
@@ -508,7 +520,7 @@ class Hub:
         if connection.protocol is not JSON:
             self._not_json -= 1
         self.expiry.forget(connection.connection_id)
-        self.metrics.connections.dec()
+        self._open_gauge.dec()
         self.metrics.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
         if not self.connections:

@@ -129,19 +129,25 @@ def uvicorn_config(
     hub: Hub | None = None,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
-    header and body timeouts and the per-address connection cap (``http_limits``). With the
-    ``hub``, its WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
+    header and body timeouts, the head cap, the per-address connection cap and the trusted
+    proxies (``http_limits``). With the ``hub``, its refusals count on its ``/metrics``, and its
+    WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
     (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``."""
     direct: dict[str, DirectUpgrade] = {}
     posts: dict[str, DirectPost] = {}
+    refusals = None
     if hub is not None:
         direct[HUB_PATH] = lambda state: DirectWebSocket(hub, state.connections)
         posts[BATCH_PATH] = DirectBatch(hub)
+        refusals = hub.http_refusals
+    protocol = guarded_http_protocol(
+        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals
+    )
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_http_protocol(http_limits or HttpLimits(), direct=direct, posts=posts),
+        http=protocol,
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
         ws_ping_timeout=None,

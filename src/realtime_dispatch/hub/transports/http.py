@@ -88,13 +88,14 @@ class HttpTransportEndpoint:
         if existing is not None:
             status = 409 if existing.user_id == user_id else 403
             raise Refused(PlainTextResponse("Connection already in use", status_code=status))
-        try:  # the per-user cap, as at a WebSocket upgrade (the place is held at the handshake)
-            hub.admit_connection(user_id, "negotiate")
+        try:  # the per-user cap, as at a WebSocket upgrade: the place is held from now on
+            reservation = hub.admit_connection(user_id, "open")
         except ConnectionRefused as exc:
             raise Refused(PlainTextResponse(str(exc), status_code=exc.status)) from exc
         now = asyncio.get_running_loop().time()
         negotiation = hub.negotiations.claim(token, user_id, now=now)
         if negotiation is None:
+            reservation.release()
             raise Refused(PlainTextResponse(NO_CONNECTION, status_code=404))
         state = HttpConnectionState(
             key=token,
@@ -109,6 +110,7 @@ class HttpTransportEndpoint:
             ),
             created_at=now,
             poller=LongPollWriter() if transport is Transport.LONG_POLLING else None,
+            reservation=reservation,
         )
         hub.http_transports.add(state)
         return state
@@ -157,12 +159,8 @@ class HttpTransportEndpoint:
             return
         if inbound.handshake is None:
             return  # incomplete: the rest comes in the next POST
-        try:
-            reservation = hub.admit_connection(identity.user_id, "open")
-        except ConnectionRefused as exc:
-            state.refusal = handshake_error(str(exc)).encode()
-            state.end(loop.time())
-            return
+        reservation = state.reservation  # held since the first GET
+        assert reservation is not None
         try:
             connection = await admit(
                 hub,

@@ -61,6 +61,10 @@ async def poll(hub: Hub, state: HttpConnectionState, receive: Receive) -> Respon
         return _body(state, b"")
     poller = state.poller
     connection = state.connection
+    if state.ended and poller is not None:
+        farewell = poller.take_farewell()
+        if farewell is not None:  # the close message first, the 204 on the next poll
+            return _body(state, farewell)
     if state.ended or poller is None or connection is None:
         hub.http_transports.remove(state)
         return Response(status_code=204)
