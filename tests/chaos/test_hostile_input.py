@@ -353,6 +353,20 @@ def forged_tokens(victim: UUID) -> dict[str, str]:
         ),
         "garbage": "not.a.jwt",
         "tampered": make_token(victim)[:-4] + "AAAA",
+        # H19: claims read strictly (RFC 7519 NumericDate; the user key in canonical form).
+        **{
+            f"{claim} as a string": jwt.encode(
+                {"sub": str(victim), "exp": now + 300, claim: str(value)}, SECRET, "HS256"
+            )
+            for claim, value in (("exp", now + 300), ("nbf", now - 60), ("iat", now))
+        },
+        "exp as true": jwt.encode({"sub": str(victim), "exp": True}, SECRET, algorithm="HS256"),
+        **{
+            f"sub as {form}": make_token(victim, sub=form.format(victim))
+            for form in ("{{{}}}", "urn:uuid:{}", "{}\n")
+        },
+        "sub in upper case": make_token(victim, sub=str(victim).upper()),
+        "sub without hyphens": make_token(victim, sub=victim.hex),
     }
 
 

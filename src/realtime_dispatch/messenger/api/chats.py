@@ -53,7 +53,11 @@ def _invalid_query(name: str, message: str) -> RequestValidationError:
 
 
 def _encode_cursor(chat: chats.ChatSummary) -> str:
-    raw = f"{chat.updated_at.isoformat()}|{chat.chat_id}".encode()
+    return _cursor_text(chat.updated_at, chat.chat_id)
+
+
+def _cursor_text(updated_at: datetime, chat_id: UUID) -> str:
+    raw = f"{updated_at.isoformat()}|{chat_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -64,9 +68,14 @@ def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         parsed = datetime.fromisoformat(at)
         if parsed.tzinfo is None:
             raise ValueError("naive time")
-        return parsed, UUID(chat_id)
+        key = UUID(chat_id)
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
         raise _invalid_query("cursor", "not a cursor from a previous page") from exc
+    # Only what this server writes: no other spelling of the same time or id (another digit
+    # set, another uuid form) passes for a cursor.
+    if _cursor_text(parsed, key) != cursor:
+        raise _invalid_query("cursor", "not a cursor from a previous page")
+    return parsed, key
 
 
 @router.get("", summary="The caller's active chats, most recently active first")
