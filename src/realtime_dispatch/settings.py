@@ -27,6 +27,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
+from realtime_dispatch.messenger.api.send_rate import SendRate
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -98,6 +99,9 @@ class Settings(BaseSettings):
     http_max_connections_per_client: int = Field(default=1000, ge=0)
     """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
     every client has the proxy's address)."""
+    # Message sends and edits per user (REST), per replica: a token bucket.
+    api_send_rate: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    api_send_burst: int = Field(default=30, ge=1)
     message_fingerprint_secret: SecretStr | None = None
     """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
@@ -189,6 +193,7 @@ class Settings(BaseSettings):
             jwt_secret=secret.get_secret_value() if secret is not None else None,
             media=self.media_options(),
             fingerprint_key=self.fingerprint_key(),
+            send_rate=SendRate(self.api_send_rate, self.api_send_burst),
         )
 
     def fingerprint_key(self) -> bytes | None:

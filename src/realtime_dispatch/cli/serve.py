@@ -171,6 +171,7 @@ def _app(
             *demo,
         ],
         verifier=hub.verifier,
+        metrics_registry=hub.metrics_registry,
     )
 
 

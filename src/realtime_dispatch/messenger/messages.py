@@ -203,6 +203,12 @@ async def send_message(
     return SentMessage(message_id, chat_id, int(row["seq"]), row["sent_at"], row["outbox_id"])
 
 
+async def was_sent(conn: DbConnection, chat_id: UUID, sender: UUID, client_message_id: str) -> bool:
+    """Whether ``sender`` has sent ``client_message_id`` in the chat (a send with it now is a
+    repeat, or a Conflict: it writes nothing)."""
+    return await conn.fetchrow(_FIRST_SEND_SQL, chat_id, sender, client_message_id) is not None
+
+
 async def _first_send(
     conn: DbConnection, chat_id: UUID, sender: UUID, client_message_id: str, fingerprint: bytes
 ) -> SentMessage:
