@@ -28,6 +28,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.api.send_rate import SendRate
+from realtime_dispatch.sync.service import SyncOptions
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -99,6 +100,12 @@ class Settings(BaseSettings):
     http_max_connections_per_client: int = Field(default=1000, ge=0)
     """Open TCP connections from one client address; 0 turns the cap off (behind a proxy
     every client has the proxy's address)."""
+    # GET /api/sync: rows examined per page, the page's statement timeout, pages of one user at
+    # once, and the connections of its own pool (so that it never takes the others').
+    sync_scan_limit: int = Field(default=10_000, ge=1000)
+    sync_statement_timeout: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    sync_max_per_user: int = Field(default=2, ge=1)
+    sync_pool_size: int = Field(default=2, ge=1)
     # Message sends and edits per user (REST), per replica: a token bucket.
     api_send_rate: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     api_send_burst: int = Field(default=30, ge=1)
@@ -194,6 +201,13 @@ class Settings(BaseSettings):
             media=self.media_options(),
             fingerprint_key=self.fingerprint_key(),
             send_rate=SendRate(self.api_send_rate, self.api_send_burst),
+        )
+
+    def sync_options(self) -> SyncOptions:
+        return SyncOptions(
+            scan_limit=self.sync_scan_limit,
+            statement_timeout=self.sync_statement_timeout,
+            max_per_user=self.sync_max_per_user,
         )
 
     def fingerprint_key(self) -> bytes | None:

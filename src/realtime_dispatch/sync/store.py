@@ -24,6 +24,10 @@ class PageRows:
     limited: bool
     rows: list[tuple[int, ClaimedRow]]
     held_back: bool
+    examined: int = 0
+    """Outbox rows the scan walked (at most the scan bound), the caller's or not."""
+    last_examined: tuple[int, UUID] | None = None
+    """The (xid, id) of the last of them."""
 
 
 async def source(conn: DbConnection) -> str:
@@ -36,10 +40,11 @@ async def horizon(conn: DbConnection) -> int:
     return int(await conn.fetchval(QUERIES["horizon"]))
 
 
-async def page(
-    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int
+async def page(  # noqa: PLR0917 (the statement's parameters, in order)
+    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int, scan: int
 ) -> PageRows:
-    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1)
+    """At most ``limit`` of the caller's rows, out of the ``scan`` rows after the cursor."""
+    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1, scan)
     first = records[0]
     horizon = int(first["horizon"])
     rows = [
@@ -64,4 +69,12 @@ async def page(
         if r["id"] is not None and int(r["xid"]) < horizon
     ][:limit]
     above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
-    return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)
+    last = None if first["last_xid"] is None else (int(first["last_xid"]), first["last_id"])
+    return PageRows(
+        horizon,
+        bool(first["limited"]),
+        rows,
+        above and len(rows) < limit,
+        examined=int(first["examined"]),
+        last_examined=last,
+    )
