@@ -184,8 +184,8 @@ class SyncService:
         if len(found.rows) == limit:
             xid, last = found.rows[-1]
             return SyncPage(events, SyncCursor(xid, last.id, source).encode(), False, more=True)
-        edge = found.last_examined
-        if found.examined == self.options.scan_limit and edge and edge[0] < found.horizon:
+        edge = await store.edge(conn, cursor.xid, cursor.after_id, self.options.scan_limit)
+        if edge is not None and edge[0] < found.horizon:
             # Stopped at the scan bound below the horizon: continue after what was examined.
             return SyncPage(events, SyncCursor(*edge, source).encode(), False, more=True)
         # The end for now: continue from the horizon next time.

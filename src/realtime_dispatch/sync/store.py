@@ -24,10 +24,6 @@ class PageRows:
     limited: bool
     rows: list[tuple[int, ClaimedRow]]
     held_back: bool
-    examined: int = 0
-    """Outbox rows the scan walked (at most the scan bound), the caller's or not."""
-    last_examined: tuple[int, UUID] | None = None
-    """The (xid, id) of the last of them."""
 
 
 async def source(conn: DbConnection) -> str:
@@ -69,12 +65,12 @@ async def page(  # noqa: PLR0917 (the statement's parameters, in order)
         if r["id"] is not None and int(r["xid"]) < horizon
     ][:limit]
     above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
-    last = None if first["last_xid"] is None else (int(first["last_xid"]), first["last_id"])
-    return PageRows(
-        horizon,
-        bool(first["limited"]),
-        rows,
-        above and len(rows) < limit,
-        examined=int(first["examined"]),
-        last_examined=last,
-    )
+    return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)
+
+
+async def edge(
+    conn: DbConnection, after_xid: int, after_id: UUID, scan: int
+) -> tuple[int, UUID] | None:
+    """The (xid, id) of the ``scan``-th row after the cursor; None when there are fewer."""
+    record = await conn.fetchrow(QUERIES["edge"], after_xid, after_id, scan)
+    return None if record is None else (int(record["xid"]), record["id"])
