@@ -758,3 +758,41 @@ async def test_one_user_is_capped_at_negotiate_and_at_upgrade(
 
 async def _negotiates(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> bool:
     return (await http.post(url, headers=headers)).status_code == 200
+
+
+async def test_one_user_is_held_to_the_send_rate(database_url: str, tmp_path: Path) -> None:
+    """H18 against ``serve``: a burst of 3 at one per 10 s; the fourth send and an edit get 429
+    with Retry-After, the repeat of an accepted send 200; another user is not held; the
+    refusals show in ``/metrics``."""
+    env = {"REALTIME_API_SEND_RATE": "0.1", "REALTIME_API_SEND_BURST": "3"}
+    alice, bob = uuid4(), uuid4()
+    async with (
+        serving(database_url, tmp_path, **env) as serve,
+        httpx.AsyncClient(base_url=serve.http_url) as http,
+    ):
+        auth = {"Authorization": f"Bearer {make_token(alice, ttl=3600)}"}
+        created = await http.post(
+            "/api/chats", json={"title": "rate", "memberUserIds": [str(bob)]}, headers=auth
+        )
+        path = f"/api/chats/{created.json()['chatId']}/messages"
+        first = await http.post(path, json={"body": "0", "clientMessageId": "c"}, headers=auth)
+        statuses = [first.status_code]
+        for n in range(1, 4):
+            posted = await http.post(path, json={"body": str(n)}, headers=auth)
+            statuses.append(posted.status_code)
+        assert statuses[:3] == [201, 201, 201]
+        assert statuses[3] == 429
+        refused = await http.post(path, json={"body": "x"}, headers=auth)
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        edit = await http.patch(
+            f"{path}/{first.json()['messageId']}", json={"body": "e"}, headers=auth
+        )
+        assert edit.status_code == 429
+        repeat = await http.post(path, json={"body": "0", "clientMessageId": "c"}, headers=auth)
+        assert (repeat.status_code, repeat.json()) == (200, first.json())
+        other = {"Authorization": f"Bearer {make_token(bob, ttl=3600)}"}
+        assert (await http.post(path, json={"body": "b"}, headers=other)).status_code == 201
+        metrics = (await http.get("/metrics")).text
+        assert 'messenger_realtime_api_throttled_total{action="edit"} 1.0' in metrics
+    report("send rate", rate=0.1, burst=3, refused=statuses.count(429) + 2, repeat_answered=1)
