@@ -38,37 +38,17 @@ SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answer
 FROM messenger.call_sessions WHERE id = ANY($1::uuid[]);
 
 -- name: conferences
--- media_withheld (optional; the blacklist of messenger/access.py): a member of the chat is
--- blocked in it by another, so chat-wide pushes carry no join credentials.
+-- media_withheld (optional; migration 0025, the blacklist of messenger/access.py): a member of
+-- the chat is blocked in it by another, so chat-wide pushes carry no join credentials.
 SELECT c.id, c.chat_id, c.room_name, c.status, c.started_by_user_id, c.started_at, c.ended_at,
        c.ended_by_user_id,
-       EXISTS (
-           SELECT 1 FROM messenger.blacklist b
-           JOIN messenger.participants o
-             ON o.chat_id = c.chat_id AND o.user_id = b.owner_user_id AND o.active
-           JOIN messenger.participants t
-             ON t.chat_id = c.chat_id AND t.user_id = b.blocked_user_id AND t.active
-           WHERE b.removed_at IS NULL
-             AND (EXISTS (SELECT 1 FROM messenger.blacklist_chats m
-                          WHERE m.chat_id = c.chat_id AND m.blacklist_id = b.id)
-                  OR (SELECT count(*) FROM messenger.participants a
-                      WHERE a.chat_id = c.chat_id AND a.active) = 2)) AS media_withheld
+       messenger.media_withheld(c.chat_id) AS media_withheld
 FROM messenger.conference_sessions c WHERE c.id = ANY($1::uuid[]);
 
 -- name: conference_participants
 SELECT p.id, p.conference_id, p.user_id, p.invited_by_user_id, p.invited_at, p.joined_at,
        p.left_at, c.chat_id, c.room_name, c.status AS conference_status,
-       EXISTS (
-           SELECT 1 FROM messenger.blacklist b
-           JOIN messenger.participants o
-             ON o.chat_id = c.chat_id AND o.user_id = b.owner_user_id AND o.active
-           JOIN messenger.participants t
-             ON t.chat_id = c.chat_id AND t.user_id = b.blocked_user_id AND t.active
-           WHERE b.removed_at IS NULL
-             AND (EXISTS (SELECT 1 FROM messenger.blacklist_chats m
-                          WHERE m.chat_id = c.chat_id AND m.blacklist_id = b.id)
-                  OR (SELECT count(*) FROM messenger.participants a
-                      WHERE a.chat_id = c.chat_id AND a.active) = 2)) AS media_withheld
+       messenger.media_withheld(c.chat_id) AS media_withheld
 FROM messenger.conference_participants p
 JOIN messenger.conference_sessions c ON c.id = p.conference_id
 WHERE p.id = ANY($1::uuid[]);
