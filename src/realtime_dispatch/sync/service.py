@@ -40,6 +40,7 @@ from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +152,8 @@ class SyncService:
                     self._pool.acquire(timeout=timeout) as conn,
                     conn.transaction(readonly=True),
                 ):
-                    # SET LOCAL: gone with the transaction, so it also holds through a pooler.
-                    await conn.execute(f"SET LOCAL statement_timeout = {int(timeout * 1000)}")
+                    # Local to the transaction (SET LOCAL), so it also holds through a pooler.
+                    await conn.execute(_TIMEOUT_SQL, f"{int(timeout * 1000)}ms")
                     return await self._read(conn, user_id, cursor, limit)
             except asyncpg.QueryCanceledError as exc:
                 raise SyncTimeout("the sync page ran past its statement timeout") from exc
@@ -188,9 +189,11 @@ class SyncService:
         if edge is not None and edge[0] < found.horizon:
             # Stopped at the scan bound below the horizon: continue after what was examined.
             return SyncPage(events, SyncCursor(*edge, source).encode(), False, more=True)
-        # The end for now: continue from the horizon next time.
+        # The end for now: continue from the horizon next time. Held back, too, when rows the
+        # scan bound left unexamined wait above the horizon (some may be the caller's).
         end = max(cursor, at_horizon).encode()
-        return SyncPage(events, end, False, found.held_back)
+        held = found.held_back or (edge is not None and edge[0] >= found.horizon)
+        return SyncPage(events, end, False, held)
 
     async def _build(self, conn: DbConnection, rows: list[ClaimedRow]) -> list[SyncEvent]:
         built = await self._builder.build(conn, rows) if rows else {}
