@@ -2,7 +2,7 @@
 outbox rows.
 
     python bench/sync_query.py [--dsn DSN] [--rows 1000000] [--chats 10000] [--mine 1000]
-                               [--repeat 15]
+                               [--repeat 15] [--scan 10000]
 
 In a scratch database ``bench_sync_*`` (dropped at the end): ``--chats`` chats, the caller an
 active member of ``--mine`` of them (joined before any row), and ``--rows`` Done
@@ -16,9 +16,9 @@ the way asyncpg runs them, for a cursor
 * in the middle (half the log behind), and at the start (the whole 1M behind),
 
 with pages of 100 and 1,000 events, and for a caller in no chat at all (every row is scanned
-and refused: the worst case, bounded by the rows after the cursor). It reports the median and
-p95 of ``--repeat`` runs and, from one ``EXPLAIN (ANALYZE, BUFFERS)``, the rows the index scan
-walked and the buffers it touched. Writes JSON to ``bench/results/``.
+and refused: the worst case, bounded by ``--scan``, the page's scan bound). It reports the
+median and p95 of ``--repeat`` runs and, from one ``EXPLAIN (ANALYZE, BUFFERS)``, the rows the
+index scan walked and the buffers it touched. Writes JSON to ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -96,15 +96,20 @@ async def cursor_at(conn: asyncpg.Connection, share_behind: float) -> tuple[int,
     return int(row["xid"]), row["id"]
 
 
-async def time_page(
-    conn: asyncpg.Connection, user: UUID, position: tuple[int, UUID], limit: int, repeat: int
+async def time_page(  # noqa: PLR0917 (one cell of the table)
+    conn: asyncpg.Connection,
+    user: UUID,
+    position: tuple[int, UUID],
+    limit: int,
+    repeat: int,
+    scan: int,
 ) -> dict[str, Any]:
     statement = await conn.prepare(QUERIES["page"])
     times = []
     found = 0
     for _ in range(repeat):
         started = time.perf_counter()
-        records = await statement.fetch(user, position[0], position[1], limit + 1)
+        records = await statement.fetch(user, position[0], position[1], limit + 1, scan)
         times.append((time.perf_counter() - started) * 1000)
         found = sum(1 for r in records if r["id"] is not None)
     plan = await conn.fetchval(
@@ -113,16 +118,17 @@ async def time_page(
         position[0],
         position[1],
         limit + 1,
+        scan,
     )
-    scan = _node((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+    walked = _node((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
     times.sort()
     return {
         "median_ms": round(statistics.median(times), 2),
         "p95_ms": round(times[max(0, int(len(times) * 0.95) - 1)], 2),
         "events": found,
-        "index_rows_walked": scan.get("Actual Rows", 0) + scan.get("Rows Removed by Filter", 0),
-        "buffers": scan.get("Shared Hit Blocks", 0) + scan.get("Shared Read Blocks", 0),
-        "index": scan.get("Index Name"),
+        "index_rows_walked": walked.get("Actual Rows", 0) + walked.get("Rows Removed by Filter", 0),
+        "buffers": walked.get("Shared Hit Blocks", 0) + walked.get("Shared Read Blocks", 0),
+        "index": walked.get("Index Name"),
     }
 
 
@@ -144,6 +150,9 @@ async def main() -> None:
     parser.add_argument("--chats", type=int, default=10_000)
     parser.add_argument("--mine", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--scan", type=int, default=10_000, help="rows a page examines (REALTIME_SYNC_SCAN_LIMIT)"
+    )
     args = parse_with_smoke(parser, {"rows": 20_000, "chats": 200, "mine": 20, "repeat": 3})
     async with scratch_database(args.dsn, "bench_sync") as url:
         conn = await asyncpg.connect(url)
@@ -160,7 +169,9 @@ async def main() -> None:
                     for limit in (100, 1000):
                         if who == "in no chat" and limit == 1000:
                             continue  # the same walk as with 100: nothing matches
-                        measured = await time_page(conn, user, position, limit, args.repeat)
+                        measured = await time_page(
+                            conn, user, position, limit, args.repeat, args.scan
+                        )
                         results.append({"cursor": where, "caller": who, "limit": limit, **measured})
             size = await conn.fetchval(
                 "SELECT pg_size_pretty(pg_relation_size('messenger.ix_rto_sync'))"

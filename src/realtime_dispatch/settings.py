@@ -28,6 +28,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
+from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.messenger.jobs.options import (
     CONFERENCE_EMPTY_TIMEOUT_SECONDS,
     CONFERENCE_MAX_DURATION_SECONDS,
@@ -38,6 +39,7 @@ from realtime_dispatch.messenger.jobs.options import (
     RecordingFinalizeOptions,
     status_url_problem,
 )
+from realtime_dispatch.sync.service import SyncOptions
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -119,6 +121,15 @@ class Settings(BaseSettings):
     """The request line and headers of one request; past it 431 and the connection ends."""
     http_trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
     """Addresses or CIDRs of proxies whose ``Forwarded`` / ``X-Forwarded-For`` is believed."""
+    # GET /api/sync: rows examined per page, the page's statement timeout, pages of one user at
+    # once, and the connections of its own pool (so that it never takes the others').
+    sync_scan_limit: int = Field(default=10_000, ge=1000)
+    sync_statement_timeout: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    sync_max_per_user: int = Field(default=2, ge=1)
+    sync_pool_size: int = Field(default=2, ge=1)
+    # Message sends and edits per user (REST), per replica: a token bucket.
+    api_send_rate: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    api_send_burst: int = Field(default=30, ge=1)
     message_fingerprint_secret: SecretStr | None = None
     """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
@@ -261,6 +272,14 @@ class Settings(BaseSettings):
             jwt_secret=secret.get_secret_value() if secret is not None else None,
             media=self.media_options(),
             fingerprint_key=self.fingerprint_key(),
+            send_rate=SendRate(self.api_send_rate, self.api_send_burst),
+        )
+
+    def sync_options(self) -> SyncOptions:
+        return SyncOptions(
+            scan_limit=self.sync_scan_limit,
+            statement_timeout=self.sync_statement_timeout,
+            max_per_user=self.sync_max_per_user,
         )
 
     def fingerprint_key(self) -> bytes | None:

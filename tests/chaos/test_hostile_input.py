@@ -354,6 +354,20 @@ def forged_tokens(victim: UUID) -> dict[str, str]:
         ),
         "garbage": "not.a.jwt",
         "tampered": make_token(victim)[:-4] + "AAAA",
+        # H19: claims read strictly (RFC 7519 NumericDate; the user key in canonical form).
+        **{
+            f"{claim} as a string": jwt.encode(
+                {"sub": str(victim), "exp": now + 300, claim: str(value)}, SECRET, "HS256"
+            )
+            for claim, value in (("exp", now + 300), ("nbf", now - 60), ("iat", now))
+        },
+        "exp as true": jwt.encode({"sub": str(victim), "exp": True}, SECRET, algorithm="HS256"),
+        **{
+            f"sub as {form}": make_token(victim, sub=form.format(victim))
+            for form in ("{{{}}}", "urn:uuid:{}", "{}\n")
+        },
+        "sub in upper case": make_token(victim, sub=str(victim).upper()),
+        "sub without hyphens": make_token(victim, sub=victim.hex),
     }
 
 
@@ -898,3 +912,41 @@ async def test_streams_before_their_handshake_hold_their_place(
         await wait_until(freed, within=10, interval=0.05)
         assert (await http.post(negotiate, headers=auth)).status_code == 200
     report("pre-handshake streams", cap=3, held=3, refused=3)
+
+
+async def test_one_user_is_held_to_the_send_rate(database_url: str, tmp_path: Path) -> None:
+    """H18 against ``serve``: a burst of 3 at one per 10 s; the fourth send and an edit get 429
+    with Retry-After, the repeat of an accepted send 200; another user is not held; the
+    refusals show in ``/metrics``."""
+    env = {"REALTIME_API_SEND_RATE": "0.1", "REALTIME_API_SEND_BURST": "3"}
+    alice, bob = uuid4(), uuid4()
+    async with (
+        serving(database_url, tmp_path, **env) as serve,
+        httpx.AsyncClient(base_url=serve.http_url) as http,
+    ):
+        auth = {"Authorization": f"Bearer {make_token(alice, ttl=3600)}"}
+        created = await http.post(
+            "/api/chats", json={"title": "rate", "memberUserIds": [str(bob)]}, headers=auth
+        )
+        path = f"/api/chats/{created.json()['chatId']}/messages"
+        first = await http.post(path, json={"body": "0", "clientMessageId": "c"}, headers=auth)
+        statuses = [first.status_code]
+        for n in range(1, 4):
+            posted = await http.post(path, json={"body": str(n)}, headers=auth)
+            statuses.append(posted.status_code)
+        assert statuses[:3] == [201, 201, 201]
+        assert statuses[3] == 429
+        refused = await http.post(path, json={"body": "x"}, headers=auth)
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        edit = await http.patch(
+            f"{path}/{first.json()['messageId']}", json={"body": "e"}, headers=auth
+        )
+        assert edit.status_code == 429
+        repeat = await http.post(path, json={"body": "0", "clientMessageId": "c"}, headers=auth)
+        assert (repeat.status_code, repeat.json()) == (200, first.json())
+        other = {"Authorization": f"Bearer {make_token(bob, ttl=3600)}"}
+        assert (await http.post(path, json={"body": "b"}, headers=other)).status_code == 201
+        metrics = (await http.get("/metrics")).text
+        assert 'messenger_realtime_api_throttled_total{action="edit"} 1.0' in metrics
+    report("send rate", rate=0.1, burst=3, refused=statuses.count(429) + 2, repeat_answered=1)

@@ -39,6 +39,7 @@ SMOKES: dict[str, list[str]] = {
     "storm": [],
     "sweep": [],
     "sync_query": [],
+    "sync_replay": [],
 }
 
 

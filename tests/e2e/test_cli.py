@@ -41,6 +41,12 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_DISPATCH_BACKOFF_CAP", "Infinity", "serve"),
         ("REALTIME_HUB_PING_INTERVAL", "inf", "hub"),
         ("REALTIME_MEDIA_TOKEN_TTL", "inf", "serve"),
+        ("REALTIME_API_SEND_RATE", "0", "serve"),
+        ("REALTIME_API_SEND_BURST", "many", "serve"),
+        ("REALTIME_SYNC_SCAN_LIMIT", "10", "hub"),
+        ("REALTIME_SYNC_STATEMENT_TIMEOUT", "-1", "serve"),
+        ("REALTIME_SYNC_MAX_PER_USER", "0", "serve"),
+        ("REALTIME_SYNC_POOL_SIZE", "0", "serve"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:

@@ -79,7 +79,8 @@ async def messenger_stack(
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
     async with Hub(hub_options(settings), pool=pool, dsn=database_url) as hub:
-        resume = SyncService(pool, default_payload_builder(settings.media_options()))
+        builder = default_payload_builder(settings.media_options())
+        resume = SyncService(pool, builder, settings.sync_options())
         routes = [*hub_routes(hub), *sync_routes(resume, hub.verifier)]
         app = create_api(pool=pool, options=settings.api_options(), routes=routes)
         port = free_port()

@@ -12,6 +12,7 @@ from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger import contacts
 from tests.conftest import wait_until
+from tests.hub_fixtures import hub_settings
 from tests.integration.client_stack import messenger_stack
 
 
@@ -73,3 +74,47 @@ async def test_a_reconnect_resumes_every_missed_event_once(
             await bob.settled()
             assert [m.body for m in bob.timeline(chat).messages()][-2:] == ["purged", "after"]
             assert bob.stats.duplicates_dropped >= 1
+
+
+async def test_a_resume_pages_on_through_empty_pages_that_say_more(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """H15, the SDK's side: 2,500 rows of someone else's chat between Bob's cursor and what he
+    missed; with a scan bound of 1,000 the first pages are empty with ``more``, and the client
+    pages on to the message instead of stopping at the first empty page."""
+    settings = hub_settings(sync_scan_limit=1000)
+    async with (
+        messenger_stack(database_url, pool, settings=settings) as stack,
+        stack.client(stack.bob) as bob,
+    ):
+        live: list[MessageReceived] = []
+        resumed: list[int] = []
+        bob.on(MessageReceived, live.append)
+        bob.on_resumed(resumed.append)
+        async with stack.client(stack.alice) as alice:
+            chat = await alice.rest.create_chat("t", [stack.bob])
+            await bob.wait_connected()
+            await bob.settled()
+            await bob.track(chat)
+            await stack.stop_dispatcher()
+            await pool.execute(
+                """
+                INSERT INTO messenger.chats (id, title, created_by)
+                VALUES (gen_random_uuid(), 'other', gen_random_uuid());
+                INSERT INTO messenger.realtime_outbox
+                    (kind, target_kind, chat_id, message_id, seq, status)
+                SELECT 'MessageReceived', 'ChatGroup',
+                       (SELECT id FROM messenger.chats WHERE title = 'other'),
+                       gen_random_uuid(), g, 'Done'
+                FROM generate_series(1, 2500) g
+                """
+            )
+            await alice.rest.send_message(chat, "missed")
+            await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+            refetches = bob.stats.refetches
+            drop_everyone(stack.hub)
+            await wait_until(lambda: resumed)
+            await bob.settled()
+            assert resumed == [1]
+            assert [m.body for m in live] == ["missed"]
+            assert bob.stats.refetches == refetches  # from the sync pages, not REST history

@@ -5,14 +5,17 @@ nothing written."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.messenger.api import create_api
+from realtime_dispatch.messenger.api.send_rate import SendLimiter, SendRate
 from tests.hub_fixtures import SECRET, hub_settings, make_token
 from tests.integration.messenger_scenario import domain_snapshot
 
@@ -296,3 +299,60 @@ async def test_openapi_and_docs(api: Api) -> None:
     body = spec["components"]["schemas"][schema_ref.rsplit("/", 1)[1]]
     assert set(body["properties"]) == {"title", "memberUserIds"}
     assert (await api.http.get("/docs")).status_code == 200
+
+
+async def test_sends_and_edits_past_the_send_rate_get_429_and_a_repeat_is_free(
+    pool: asyncpg.Pool,
+) -> None:
+    """H18: a burst of 3 at 1 a second: the fourth send (or edit) gets 429 with Retry-After and
+    writes nothing; a retry of an accepted send (same clientMessageId) is answered 200 over the
+    limit and costs nothing; another user's sends are not affected; the refusals are counted."""
+    registry = CollectorRegistry()
+    options = replace(hub_settings().api_options(), send_rate=SendRate(rate=1.0, burst=3))
+    app = create_api(pool=pool, options=options, metrics_registry=registry)
+    now = [0.0]  # the limiter's clock, moved by the test (a slow machine must not refill it)
+    app.state.send_limiter = SendLimiter(options.send_rate, clock=lambda: now[0])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
+        api = Api(http)
+        alice, bob = uuid4(), uuid4()
+        body = {"title": "t", "memberUserIds": [str(bob)]}
+        chat = (await api.call("POST", "/api/chats", alice, body)).json()
+        path = f"/api/chats/{chat['chatId']}/messages"
+        first = await api.call("POST", path, alice, {"body": "m0", "clientMessageId": "c0"})
+        assert first.status_code == 201
+        again = await api.call("POST", path, alice, {"body": "m0", "clientMessageId": "c0"})
+        assert (again.status_code, again.json()) == (200, first.json())  # given back
+        for n in (1, 2):
+            assert (await api.call("POST", path, alice, {"body": f"m{n}"})).status_code == 201
+        before = await written(pool)
+        refused = await api.call("POST", path, alice, {"body": "m3"})
+        assert refused.status_code == 429
+        assert refused.json()["error"] == "TooManyRequests"
+        assert "1 a second" in refused.json()["message"]
+        assert refused.headers["retry-after"] == "1"
+        message_id = first.json()["messageId"]
+        edit = await api.call("PATCH", f"{path}/{message_id}", alice, {"body": "edited"})
+        assert (edit.status_code, edit.headers["retry-after"]) == (429, "1")
+        fresh = await api.call("POST", path, alice, {"body": "new", "clientMessageId": "c9"})
+        assert fresh.status_code == 429  # a new clientMessageId is a new send
+        assert await written(pool) == before  # nothing of the refused ones
+        # Over the limit, the retry of an accepted send is still answered as a repeat, and a
+        # clientMessageId reused for other content still a conflict.
+        again = await api.call("POST", path, alice, {"body": "m0", "clientMessageId": "c0"})
+        assert (again.status_code, again.json()) == (200, first.json())
+        other = await api.call("POST", path, alice, {"body": "other", "clientMessageId": "c0"})
+        assert other.status_code == 409
+        assert (await api.call("POST", path, bob, {"body": "bob"})).status_code == 201
+        assert (
+            registry.get_sample_value("messenger_realtime_api_throttled_total", {"action": "send"})
+            == 2
+        )
+        assert (
+            registry.get_sample_value("messenger_realtime_api_throttled_total", {"action": "edit"})
+            == 1
+        )
+        now[0] += 1.0  # one token back
+        assert (await api.call("POST", path, alice, {"body": "m4"})).status_code == 201
+        assert (await api.call("POST", path, alice, {"body": "m5"})).status_code == 429

@@ -12,15 +12,19 @@ import asyncpg
 import orjson
 import pytest
 
+from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import (
     blacklist,
     calls,
     chats,
     conferences,
     contacts,
+    media_join,
     messages,
     reads,
     recordings,
+    screenshare,
 )
 from realtime_dispatch.messenger.reaper import (
     CallTimeoutReaper,
@@ -28,8 +32,11 @@ from realtime_dispatch.messenger.reaper import (
     reap_unanswered_calls,
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.outbox.model import ClaimedRow
+from realtime_dispatch.push import Push
 from tests.chaos.test_data_at_rest import table_texts
 from tests.integration.messenger_scenario import domain_snapshot
+from tests.integration.messenger_world import MEDIA
 from tests.integration.support import make_stack
 
 
@@ -607,3 +614,102 @@ async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
             fingerprint_key=key,
         )
         assert (again.repeated, again.message_id) == (True, sent.message_id)
+
+
+async def test_the_block_reaches_media_recordings_contacts_receipts_and_deletes(
+    pool: asyncpg.Pool,
+) -> None:
+    """H16, H17: Bob blocks Alice. In their 1:1 chat and their call, Alice gets no media
+    credentials (over REST, in a push, in a sync event), cannot start a recording or a screen
+    share, nor report a recording as failed (a 64-character text channel); she may still stop
+    one. The pending contact requests between them, both ways, end; her read receipts and
+    deletes there are recorded and not pushed; Bob's still are."""
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    minter = MediaMinter(MEDIA)
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="a+b", members=[bob])
+        sent = await messages.send_message(conn, chat_id=chat, sender=alice, body="hi")
+        await messages.send_message(conn, chat_id=chat, sender=bob, body="hello")
+        to_alice = await contacts.request_contact(conn, requester=bob, addressee=alice)
+        await contacts.request_contact(conn, requester=alice, addressee=carol)
+        call = await calls.start_call(conn, caller=bob, callee=alice)
+        await calls.answer_call(conn, call_id=call, actor=alice)
+        running = await recordings.start_recording(conn, actor=bob, call_id=call)
+        await blacklist.block_user(conn, owner=bob, blocked=alice)
+        await blacklist.block_user(conn, owner=carol, blocked=alice)
+        conference = await conferences.start_conference(conn, chat_id=chat, actor=bob)
+        rows = await outbox_count(pool)
+        refused = {
+            "conference media": media_join.conference_media(
+                conn, minter, conference_id=conference, user=alice
+            ),
+            "call media": media_join.call_media(conn, minter, call_id=call, user=alice),
+            "record the call": recordings.start_recording(conn, actor=alice, call_id=call),
+            "record the conference": recordings.start_recording(
+                conn, actor=alice, conference_id=conference
+            ),
+            "share in the call": screenshare.start_screen_share(conn, actor=alice, call_id=call),
+            "share in the conference": screenshare.start_screen_share(
+                conn, actor=alice, conference_id=conference
+            ),
+            "report a failure": recordings.mark_recording_failed(
+                conn, recording_id=running, actor=alice, code="x" * 64
+            ),
+            "accept the blocker's request": contacts.accept_contact(
+                conn, request_id=to_alice, actor=alice
+            ),
+        }
+        for name, attempt in refused.items():
+            with pytest.raises(Forbidden if name != "accept the blocker's request" else Conflict):
+                await attempt
+            assert not conn.is_in_transaction(), name
+        assert await outbox_count(pool) == rows
+        assert await contacts.list_requests(conn, user=alice) == []  # both ways
+        assert await contacts.list_requests(conn, user=carol) == []
+        # The blocker keeps everything; the blocked user may still stop a recording.
+        assert (
+            await media_join.conference_media(conn, minter, conference_id=conference, user=bob)
+        ).access_token
+        await recordings.stop_recording(conn, recording_id=running, actor=alice)
+        # Read and delete: recorded, not pushed.
+        await reads.mark_read(conn, chat_id=chat, user_id=alice, seq=2)
+        await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=alice)
+        assert await conn.fetchval(
+            "SELECT deleted_at IS NOT NULL FROM messenger.messages WHERE id = $1", sent.message_id
+        )
+        assert await outbox_count(pool) == rows + 2  # the stop alone (to both parties)
+        await reads.mark_read(conn, chat_id=chat, user_id=bob, seq=2)
+        assert await outbox_count(pool) == rows + 3
+
+    # The conference's push (and so its sync event) carries no media: the chat is theirs.
+    stack = make_stack(pool)
+    await stack.dispatcher.run_pass()
+    started = [p for p in stack.publisher.pushes if p.target == "conference_started"]
+    assert len(started) == 1
+    assert started[0].payload.get("media") is None
+    built = await default_payload_builder(MEDIA).build(
+        pool, await _outbox_rows(pool, "ConferenceStarted")
+    )
+    assert len(built) == 1
+    assert all(isinstance(b, Push) and b.payload.get("media") is None for b in built.values())
+    # After the unblock, media again.
+    async with pool.acquire() as conn:
+        await blacklist.unblock_user(conn, owner=bob, blocked=alice)
+        assert (
+            await media_join.conference_media(conn, minter, conference_id=conference, user=alice)
+        ).access_token
+    built = await default_payload_builder(MEDIA).build(
+        pool, await _outbox_rows(pool, "ConferenceStarted")
+    )
+    assert len(built) == 1
+    assert all(isinstance(b, Push) and b.payload.get("media") for b in built.values())
+
+
+async def _outbox_rows(pool: asyncpg.Pool, kind: str) -> list[ClaimedRow]:
+    records = await pool.fetch(
+        "SELECT id, kind, target_kind, chat_id, target_user_id, message_id, ref_id,"
+        " session_kind, seq, attempts, row_version, created_at"
+        " FROM messenger.realtime_outbox WHERE kind = $1",
+        kind,
+    )
+    return [ClaimedRow(**dict(r)) for r in records]

@@ -5,6 +5,7 @@ the caller's chats, contact requests, calls and conferences, and join credential
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,13 @@ async def test_my_chats_most_recent_first_with_a_cursor_and_read_seq(api: Api) -
     assert ([c["chatId"] for c in rest["items"]], rest["nextCursor"]) == ([chats[1]], None)
     bad = await api.call("GET", "/api/chats", alice, params={"cursor": "garbage!"})
     assert bad.status_code == 422
+    # H19: the same position spelled otherwise (a braced id, other digits) is no cursor.
+    at, chat_id = base64.urlsafe_b64decode(page["nextCursor"] + "==").decode().split("|")
+    arabic = at.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+    for spelled in (f"{at}|{{{chat_id}}}", f"{at}|{chat_id.upper()}", f"{arabic}|{chat_id}"):
+        cursor = base64.urlsafe_b64encode(spelled.encode()).decode().rstrip("=")
+        bad = await api.call("GET", "/api/chats", alice, params={"cursor": cursor})
+        assert bad.status_code == 422, spelled
     view = (await api.call("GET", f"/api/chats/{chats[0]}", bob)).json()
     assert {p["userId"]: p["readSeq"] for p in view["participants"]} == {
         str(alice): 1,

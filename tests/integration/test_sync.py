@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from realtime_dispatch.auth.tokens import TokenVerifier
@@ -20,7 +21,7 @@ from realtime_dispatch.messenger import chats, contacts, messages
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
-from realtime_dispatch.sync.service import SyncService
+from realtime_dispatch.sync.service import SyncOptions, SyncService
 from realtime_dispatch.sync.store import QUERIES
 from tests.conftest import wait_until
 from tests.hub_fixtures import SECRET, hub_settings, make_token
@@ -43,7 +44,8 @@ class Sync:
         return str(r.json()["nextCursor"])
 
     async def drain(self, user: UUID, since: str, limit: int = 100) -> tuple[list[Any], str]:
-        """Every page until a short one: the events and the cursor after them."""
+        """Every page until the last for now (no ``more``): the events and the cursor after
+        them. A page with ``more`` may be short: a row it could not build, or its scan bound."""
         events: list[Any] = []
         while True:
             r = await self.get(user, since=since, limit=limit)
@@ -54,7 +56,8 @@ class Sync:
             since = page["nextCursor"]
             if page["heldBack"]:  # a transaction (any, on this server) is still open
                 await asyncio.sleep(0.05)
-            elif len(page["events"]) < limit:
+            elif not page["more"]:
+                assert len(page["events"]) < limit
                 return events, since
 
 
@@ -88,7 +91,7 @@ async def test_pages_of_the_callers_groups_built_as_pushed(pool: asyncpg.Pool, s
         await contacts.request_contact(conn, requester=alice, addressee=bob)
         await chats.remove_participant(conn, chat_id=chat, actor=alice, user_id=carol)
         await messages.send_message(conn, chat_id=chat, sender=alice, body="after carol")
-        # A row whose message is gone cannot be built: skipped, and its page filled up.
+        # A row whose message is gone cannot be built: skipped (its page is short, with more).
         await conn.execute("DELETE FROM messenger.messages WHERE body = 'm1'")
 
     # bob: his chat's events and his own, oldest first, in pages of 3, each exactly the push.
@@ -286,8 +289,116 @@ async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asy
     await pool.execute("ANALYZE messenger.realtime_outbox; ANALYZE messenger.participants")
     async with pool.acquire() as conn:
         plan = "\n".join(
-            r[0] for r in await conn.fetch(f"EXPLAIN {QUERIES['page']}", user, 1, UUID(int=0), 100)
+            r[0]
+            for r in await conn.fetch(
+                f"EXPLAIN {QUERIES['page']}", user, 1, UUID(int=0), 100, 10_000
+            )
         )
     assert "ix_rto_sync" in plan, plan
     assert "Seq Scan on realtime_outbox" not in plan, plan
     assert "Seq Scan on participants" not in plan, plan
+
+
+@pytest.fixture
+async def bounded(pool: asyncpg.Pool) -> AsyncIterator[tuple[Sync, httpx.AsyncClient]]:
+    """Sync with a scan bound of 1,000 rows, a 0.5 s statement timeout, 2 pages per user."""
+    options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2)
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
+    routes = sync_routes(service, TokenVerifier(SECRET))
+    app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
+        yield Sync(http), http
+
+
+async def test_a_page_examines_a_bounded_number_of_rows_whatever_the_log_holds(
+    pool: asyncpg.Pool, bounded: tuple[Sync, httpx.AsyncClient]
+) -> None:
+    """H15: 20,000 rows of other users' chats after an old cursor, then one of the caller's.
+    Each page examines at most the scan bound (1,000 rows, seen in the plan), answers no event
+    with ``more`` and a cursor past what it examined; paging on reaches the caller's event."""
+    sync, _ = bounded
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        mine = await chats.create_chat(conn, creator=alice, title="mine", members=[bob])
+    since = await sync.cursor(bob)
+    await pool.execute(
+        """
+        INSERT INTO messenger.chats (id, title, created_by)
+        SELECT gen_random_uuid(), 'other', gen_random_uuid() FROM generate_series(1, 50);
+        INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq, status)
+        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g, 'Done'
+        FROM generate_series(1, 20000) g
+        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats
+              WHERE title = 'other') c ON c.n = g % 50;
+        ANALYZE messenger.realtime_outbox;
+        """
+    )
+    async with pool.acquire() as conn:
+        await messages.send_message(conn, chat_id=mine, sender=alice, body="at last")
+    cursor = parse_cursor(since)
+    async with pool.acquire() as conn:
+        plan = await conn.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['page']}",
+            bob,
+            cursor.xid,
+            cursor.after_id,
+            101,
+            1000,
+        )
+    scans = [n for n in _plan_nodes(orjson.loads(plan)[0]["Plan"]) if "Index Name" in n]
+    outbox = [n for n in scans if n.get("Relation Name") == "realtime_outbox"]
+    assert outbox, plan
+    assert all(n["Actual Rows"] * n["Actual Loops"] <= 1000 for n in outbox), plan
+
+    pages: list[dict[str, Any]] = []
+    # On while `more`, or while rows wait behind a transaction open elsewhere on the cluster.
+    while not pages or pages[-1]["more"] or pages[-1]["heldBack"]:
+        r = await sync.get(bob, since=since, limit=100)
+        assert r.status_code == 200, r.text
+        pages.append(r.json())
+        assert pages[-1]["nextCursor"] != since or not pages[-1]["more"]
+        since = pages[-1]["nextCursor"]
+        if pages[-1]["heldBack"]:
+            await asyncio.sleep(0.05)
+    bounded = [p for p in pages if p["more"]]
+    assert 20 <= len(bounded) <= 21  # ~20,000 rows / 1,000 a page
+    assert all(p["events"] == [] for p in bounded[:19])
+    assert [e["payload"]["body"] for p in pages for e in p["events"]] == ["at last"]
+
+
+async def test_a_users_pages_are_bounded_and_a_page_runs_under_a_statement_timeout(
+    pool: asyncpg.Pool, bounded: tuple[Sync, httpx.AsyncClient]
+) -> None:
+    """H15: with every page held up (the retention floor's table locked), a user's third
+    concurrent page is refused at once with 429 and Retry-After; the two held pages (and
+    another user's) end at the 0.5 s statement timeout with 503 and Retry-After."""
+    sync, _ = bounded
+    bob, carol = uuid4(), uuid4()
+    since = await sync.cursor(bob)
+    other = await sync.cursor(carol)
+    locker = await pool.acquire()
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK messenger.realtime_sync_floor IN ACCESS EXCLUSIVE MODE")
+            held = [asyncio.create_task(sync.get(bob, since=since)) for _ in range(2)]
+            held.append(asyncio.create_task(sync.get(carol, since=other)))
+            await asyncio.sleep(0.1)
+            third = await sync.get(bob, since=since)
+            assert third.status_code == 429, third.text
+            assert third.headers["retry-after"] == "1"
+            assert third.json()["error"] == "TooManyRequests"
+            answers = await asyncio.gather(*held)
+    finally:
+        await pool.release(locker)
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["retry-after"] == "1", answer.text
+        assert "timeout" in answer.json()["message"]
+    again = await sync.get(bob, since=since)  # free again once they ended
+    assert again.status_code == 200, again.text
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]

@@ -5,6 +5,7 @@ import pytest
 
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.settings import Settings, load_settings
 
 
@@ -197,3 +198,25 @@ def test_media_job_options_default_and_validate() -> None:
         with pytest.raises(ConfigurationError) as info:
             load_settings(**overrides)
         assert info.value.variable == variable, overrides
+
+
+@pytest.mark.parametrize(
+    ("values", "variable"),
+    [
+        ({"api_send_rate": 0}, "REALTIME_API_SEND_RATE"),
+        ({"api_send_rate": "fast"}, "REALTIME_API_SEND_RATE"),
+        ({"api_send_rate": "inf"}, "REALTIME_API_SEND_RATE"),
+        ({"api_send_burst": 0}, "REALTIME_API_SEND_BURST"),
+        ({"api_send_burst": 2.5}, "REALTIME_API_SEND_BURST"),
+    ],
+)
+def test_send_rate_settings_name_the_variable(values: dict[str, object], variable: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(**values)
+    assert info.value.variable == variable
+
+
+def test_send_rate_defaults_and_settings_become_api_options() -> None:
+    assert load_settings(_env_file=None).api_options().send_rate == SendRate(10.0, 30)
+    rate = load_settings(api_send_rate=2.5, api_send_burst=4).api_options().send_rate
+    assert (rate.rate, rate.burst) == (2.5, 4)

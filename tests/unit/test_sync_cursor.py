@@ -38,6 +38,11 @@ def test_sources_tell_databases_and_clusters_apart() -> None:
         "0123456789abcdef.99999999999999999999." + "0" * 32,  # above 2**64 - 1
         "0123456789abcdef.1." + "g" * 32,
         "0123456789abcdef.1." + "0" * 31,
+        # H19: ASCII digits and hex only; nothing after the cursor.
+        "0123456789abcdef.\u0661\u0662." + "0" * 32,  # Arabic-Indic 12
+        "0123456789abcdef.\uff11." + "0" * 32,  # a full-width 1
+        "0123456789abcdef.1." + "0" * 32 + "\n",
+        "0123456789abcdef.1." + "0" * 32 + " ",
     ],
 )
 def test_anything_else_is_refused(text: str) -> None:

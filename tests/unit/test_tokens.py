@@ -203,6 +203,39 @@ async def test_issuer_audience_and_user_claim_are_enforced():
     await oid_keys.aclose()
 
 
+async def test_dates_are_numbers_and_the_user_claim_is_canonical():
+    """H19: ``exp``, ``nbf`` and ``iat`` as JSON numbers only (PyJWT alone takes a numeric
+    string); the user claim exactly as ``str(UUID)`` writes it."""
+    secret = "s" * 40
+    verifier = TokenVerifier(secret)
+    now = int(time.time())
+
+    def token(**claims: Any) -> str:
+        return jwt.encode({"sub": str(USER), "exp": now + 300, **claims}, secret, "HS256")
+
+    assert (await verifier.verify(token(nbf=now - 5, iat=now))).user_id == USER
+    assert (await verifier.verify(token(exp=now + 300.5, iat=now + 0.25))).issued_at == now + 0.25
+    for claim, value in [
+        ("exp", str(now + 300)),
+        ("nbf", str(now - 5)),
+        ("iat", str(now)),
+        ("exp", f"{now + 300}.0"),
+    ]:
+        with pytest.raises(AuthError) as refused:
+            await verifier.verify(token(**{claim: value}))
+        assert refused.value.code == "InvalidToken", claim
+    for name in ("nbf", "iat"):  # a bool is an int to Python, not a number to JSON
+        with pytest.raises(AuthError) as refused:
+            await verifier.verify(token(**{name: False}))
+        assert refused.value.code == "InvalidToken", name
+    with pytest.raises(AuthError):
+        await verifier.verify(token(exp=True))
+    for sub in (f"{{{USER}}}", f"urn:uuid:{USER}", str(USER).upper(), USER.hex, f" {USER}"):
+        with pytest.raises(AuthError) as refused:
+            await verifier.verify(token(sub=sub))
+        assert refused.value.code == "InvalidSubject", sub
+
+
 async def test_algorithm_confusion_is_refused():
     """An HS256 token "signed" with the provider's public key, an RS256 token without a JWKS,
     and an HS256 token with no secret configured: all refused."""

@@ -289,7 +289,8 @@ export class MessengerClient {
     } while (this.resumeAgain && !this.stopped);
   }
 
-  /** Sync pages from the cursor until a short one; `limited` → the full resync. */
+  /** Sync pages from the cursor until the last for now (short, without `more`); `limited` → the
+   *  full resync. */
   private async readOn(): Promise<void> {
     const limit = this.options.syncPage ?? SYNC_LIMIT;
     let missed = 0;
@@ -308,7 +309,9 @@ export class MessengerClient {
       if (page.heldBack) {
         held += 1; // a transaction still open holds newer events back: ask again shortly
         await sleep(Math.min(2000, 100 * 2 ** (held - 1)));
-      } else if (page.events.length < limit) {
+      } else if (!page.more && page.events.length < limit) {
+        // The end for now. A page that stopped at the server's scan bound says `more`, however
+        // few events it holds (none, even); a full one from a server before `more` is followed.
         break;
       }
     }

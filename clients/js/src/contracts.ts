@@ -596,6 +596,10 @@ export interface SyncPageOut {
    * Newer events wait behind a transaction still open: ask again shortly (they are never skipped; the cursor stays before them).
    */
   heldBack?: boolean;
+  /**
+   * The page stopped at its page size or its scan bound: ask again at once from `nextCursor` (a page may hold fewer events than `limit`, or none, and still have more after it).
+   */
+  more?: boolean;
 }
 export interface UserRef {
   userId: string;

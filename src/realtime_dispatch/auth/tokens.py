@@ -8,10 +8,11 @@ Two kinds of token are accepted, told apart by their header's ``alg``:
 * ``RS256`` / ``ES256`` signed by a key of the identity provider's JWKS
   (``REALTIME_HUB_JWT_JWKS_URL``, :mod:`.jwks`), found by the header's ``kid``.
 
-Either way ``exp`` and the user claim (``REALTIME_HUB_JWT_USER_CLAIM``, default ``sub``, a UUID)
-are required, and ``iss`` / ``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` /
-``REALTIME_HUB_JWT_AUDIENCE`` when those are set. A token issued before its user's revocation
-(:mod:`.revocations`) is refused.
+Either way ``exp`` and the user claim (``REALTIME_HUB_JWT_USER_CLAIM``, default ``sub``, a UUID
+in its canonical form: lowercase, hyphenated) are required; ``exp``, ``nbf`` and ``iat`` must
+be JSON numbers (RFC 7519's NumericDate: PyJWT alone takes ``"exp": "1700000000"``); ``iss`` /
+``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` / ``REALTIME_HUB_JWT_AUDIENCE`` when those are
+set. A token issued before its user's revocation (:mod:`.revocations`) is refused.
 
 ::
 
@@ -22,6 +23,7 @@ are required, and ``iss`` / ``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` /
 from __future__ import annotations
 
 import hmac
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from realtime_dispatch.errors import RealtimeDispatchError
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0
 ADMIN_ROLE = "admin"
+NUMERIC_DATES = ("exp", "nbf", "iat")
 
 
 class AuthError(RealtimeDispatchError):
@@ -176,6 +179,9 @@ class TokenVerifier:
             raise AuthError("wrong token audience", code="InvalidAudience") from exc
         except jwt.InvalidTokenError as exc:
             raise AuthError("invalid token", code="InvalidToken") from exc
+        for name in NUMERIC_DATES:
+            if name in claims and not _numeric_date(claims[name]):
+                raise AuthError(f"{name} is not a NumericDate", code="InvalidToken")
         return claims
 
     def _identity(self, claims: dict[str, Any]) -> Identity:
@@ -184,6 +190,8 @@ class TokenVerifier:
             if not isinstance(subject, str):
                 raise ValueError(subject)
             user_id = UUID(subject)
+            if str(user_id) != subject:  # `{…}`, `urn:uuid:…`, upper case, no hyphens
+                raise ValueError(subject)
         except ValueError as exc:
             raise AuthError("user claim is not a user id", code="InvalidSubject") from exc
         issued_at = claims.get("iat")
@@ -197,6 +205,11 @@ class TokenVerifier:
     async def aclose(self) -> None:
         if self.keys is not None:
             await self.keys.aclose()
+
+
+def _numeric_date(value: object) -> bool:
+    """A JSON number (a bool is an int to Python, not to JSON), finite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def service_key_matches(headers: Mapping[str, str], expected: str | None) -> bool:

@@ -173,9 +173,10 @@ async def lifecycle_jobs(
         yield
 
 
-def _app(
+def _app(  # noqa: PLR0917 (the composition root's parts)
     settings: Settings,
     pool: asyncpg.Pool,
+    sync_pool: asyncpg.Pool,
     hub: Hub,
     demo_secret: str | None,
     manifest: Manifest,
@@ -193,18 +194,19 @@ def _app(
     # Sync builds its payloads with the dispatcher's own builders over the same manifest,
     # composed here: it stands beside the messenger's REST API, not inside it.
     builder = default_payload_builder(settings.media_options(), manifest=manifest)
-    resume = SyncService(pool, builder)
+    resume = SyncService(sync_pool, builder, settings.sync_options())
     demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret, host=host, port=port)
     return create_api(
         pool=pool,
         options=settings.api_options(),
         routes=[
             *hub_routes(hub),
-            *sync_routes(resume, hub.verifier),
+            *sync_routes(resume, hub.verifier, metrics_registry=hub.metrics_registry),
             *operator_routes,
             *demo,
         ],
         verifier=hub.verifier,
+        metrics_registry=hub.metrics_registry,
     )
 
 
@@ -222,7 +224,13 @@ async def serve(
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
         manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
-        pool = await create_pool(url, min_size=1, max_size=10, pooled=transaction_pooled(settings))
+        pooled = transaction_pooled(settings)
+        pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled)
+        # Sync's own few connections: a replay of old cursors waits for these, never for the
+        # ones REST, the hub's admission and the dispatcher work on.
+        sync_pool = await create_pool(
+            url, min_size=0, max_size=settings.sync_pool_size, pooled=pooled
+        )
         try:
             options = hub_options(settings, manifest=manifest)
             async with (
@@ -236,7 +244,9 @@ async def serve(
             ):
                 jwt_secret = settings.hub_jwt_secret
                 demo_secret = jwt_secret.get_secret_value() if dev_tokens and jwt_secret else None
-                app = _app(settings, pool, hub, demo_secret, manifest, host=host, port=port)
+                app = _app(
+                    settings, pool, sync_pool, hub, demo_secret, manifest, host=host, port=port
+                )
                 rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
                 config = uvicorn_config(
                     guarded(app, hub, rules),
@@ -276,5 +286,6 @@ async def serve(
                     await server.serve()
                 failed = hub.failed.is_set() or reaper_failed
         finally:
+            await sync_pool.close()
             await pool.close()
     return EXIT_FAILURE if failed else EXIT_OK

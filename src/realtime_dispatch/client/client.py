@@ -276,7 +276,8 @@ class MessengerClient:
             self._resumer = None
 
     async def _read_on(self) -> None:
-        """Sync pages from the cursor until a short one; ``limited`` → the full resync."""
+        """Sync pages from the cursor until the last for now (short, without ``more``);
+        ``limited`` → the full resync."""
         missed = 0
         held = 0
         memberships = False  # a chat event came: the chat list may have changed
@@ -295,7 +296,10 @@ class MessengerClient:
             if page.held_back:  # a transaction still open holds newer events: ask again
                 held += 1
                 await asyncio.sleep(reconnect_delay(held, base=0.1, cap=2.0, jitter=0.0))
-            elif len(page.events) < self.options.sync_page:
+            elif not page.more and len(page.events) < self.options.sync_page:
+                # The end for now. A page that stopped at the server's scan bound says `more`,
+                # however few events it holds (none, even); a full one from a server before
+                # `more` existed is followed as before.
                 break
         if memberships and self._group is not None and self._chat_lister is None:
             self._chat_lister = self._group.create_task(

@@ -252,6 +252,12 @@ class SyncPageOut(ApiModel):
         description="Newer events wait behind a transaction still open: ask again shortly"
         " (they are never skipped; the cursor stays before them).",
     )
+    more: bool = Field(
+        default=False,
+        description="The page stopped at its page size or its scan bound: ask again at once"
+        " from `nextCursor` (a page may hold fewer events than `limit`, or none, and still"
+        " have more after it).",
+    )
 
 
 class ContactRequestCreated(ApiModel):

@@ -38,13 +38,17 @@ SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answer
 FROM messenger.call_sessions WHERE id = ANY($1::uuid[]);
 
 -- name: conferences
-SELECT id, chat_id, room_name, status, started_by_user_id, started_at, ended_at,
-       ended_by_user_id
-FROM messenger.conference_sessions WHERE id = ANY($1::uuid[]);
+-- media_withheld (optional; migration 0026, the blacklist of messenger/access.py): a member of
+-- the chat is blocked in it by another, so chat-wide pushes carry no join credentials.
+SELECT c.id, c.chat_id, c.room_name, c.status, c.started_by_user_id, c.started_at, c.ended_at,
+       c.ended_by_user_id,
+       messenger.media_withheld(c.chat_id) AS media_withheld
+FROM messenger.conference_sessions c WHERE c.id = ANY($1::uuid[]);
 
 -- name: conference_participants
 SELECT p.id, p.conference_id, p.user_id, p.invited_by_user_id, p.invited_at, p.joined_at,
-       p.left_at, c.chat_id, c.room_name, c.status AS conference_status
+       p.left_at, c.chat_id, c.room_name, c.status AS conference_status,
+       messenger.media_withheld(c.chat_id) AS media_withheld
 FROM messenger.conference_participants p
 JOIN messenger.conference_sessions c ON c.id = p.conference_id
 WHERE p.id = ANY($1::uuid[]);

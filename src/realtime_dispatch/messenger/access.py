@@ -4,7 +4,8 @@ The blacklist in a chat (:func:`refuse_if_blocked_in_chat`): a user is blocked i
 user who blocked them is an active member of it and the chat has been a chat of just the two of
 them at some moment since the block was placed (``messenger.blacklist_chats``, kept by the
 triggers of migration 0015), or is one now. Adding members never lifts it; in a group chat that
-never came down to the two of them, the block does not silence anyone.
+never came down to the two of them, the block does not silence anyone. What the blocked user
+may still do there (read, delete their own messages) is done but not pushed to the chat.
 """
 
 from __future__ import annotations
@@ -59,7 +60,12 @@ async def refuse_if_blocked(conn: DbConnection, *, blocker: UUID, actor: UUID) -
         raise Forbidden("the user has blocked you")
 
 
+async def is_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> bool:
+    """Whether ``actor`` is blocked in the chat (the module's rule)."""
+    return bool(await conn.fetchval(f"SELECT {BLOCKED_IN_CHAT_SQL}", chat_id, actor))
+
+
 async def refuse_if_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> None:
     """Forbidden when ``actor`` is blocked in the chat (the module's rule)."""
-    if await conn.fetchval(f"SELECT {BLOCKED_IN_CHAT_SQL}", chat_id, actor):
+    if await is_blocked_in_chat(conn, chat_id=chat_id, actor=actor):
         raise Forbidden("the user has blocked you")

@@ -1,8 +1,10 @@
 """The blacklist: block / unblock. A blocked user cannot call, add to a chat, invite to a
 conference or send a contact request to the user who blocked them; and in a chat that is, or
 has been since the block, a chat of just the two of them, cannot post, edit, add members,
-rename, or start, join or invite to a conference (:mod:`.access`), however many members are
-added afterwards.
+rename, or start, join or invite to a conference, get its media credentials, start a
+recording or a screen share or report a recording's failure in it (:mod:`.access`,
+:mod:`.sessions`), however many members are added afterwards; their read receipts and deletes
+there are not pushed. A block ends the pending contact requests between the two, both ways.
 
 ``BlacklistChanged`` goes to the blocker's own ``user:`` group (their other devices), never to
 the blocked user, who is not told.
@@ -30,6 +32,14 @@ class BlockedView:
     since: datetime
 
 
+_CANCEL_REQUESTS_SQL = """
+UPDATE messenger.contact_requests SET status = 'Declined', responded_at = now()
+WHERE status = 'Pending'
+  AND ((requester_user_id = $1 AND addressee_user_id = $2)
+       OR (requester_user_id = $2 AND addressee_user_id = $1))
+"""
+
+
 def _changed(owner: UUID, entry_id: UUID) -> OutboxIntent:
     return OutboxIntent(
         kind=RealtimeDispatchKind.BLACKLIST_CHANGED,
@@ -54,6 +64,9 @@ async def block_user(conn: DbConnection, *, owner: UUID, blocked: UUID) -> UUID:
             )
         except asyncpg.UniqueViolationError as exc:
             raise Conflict("the user is already blocked") from exc
+        # Pending contact requests between the two, both ways, end as declined: the blocked
+        # user can no longer accept the blocker's, and is not told more than a decline says.
+        await conn.execute(_CANCEL_REQUESTS_SQL, owner, blocked)
         await enqueue(conn, _changed(owner, entry_id))
     return entry_id
 

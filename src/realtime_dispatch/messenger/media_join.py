@@ -1,7 +1,9 @@
 """Join credentials on request: a party of a ringing or active call, or an active member of
 the chat of a live conference, gets a :class:`~realtime_dispatch.contracts.media.MediaJoin`
 minted now for them alone, with the same minter the dispatcher uses at delivery. Nothing is
-stored: a lost push or an expired token is recovered by asking again."""
+stored: a lost push or an expired token is recovered by asking again. A user the other party
+of the call has blocked, or who is blocked in the conference's chat, gets none (403), as they
+could not join."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from uuid import UUID
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.media import MediaJoin
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.access import (
+    refuse_if_blocked,
+    refuse_if_blocked_in_chat,
+    require_active_member,
+)
 from realtime_dispatch.messenger.calls import LIVE_STATUSES
 from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable, NotFound
 
@@ -34,6 +40,8 @@ async def call_media(
         raise NotFound("call not found")
     if r["status"] not in LIVE_STATUSES:
         raise Conflict(f"the call is {r['status']}")
+    other = r["callee_user_id"] if user == r["caller_user_id"] else r["caller_user_id"]
+    await refuse_if_blocked(conn, blocker=other, actor=user)
     return _mint(minter, r["room_name"], user_id=user)
 
 
@@ -49,6 +57,7 @@ async def conference_media(
     if r is None:
         raise NotFound("conference not found")
     await require_active_member(conn, r["chat_id"], user)
+    await refuse_if_blocked_in_chat(conn, chat_id=r["chat_id"], actor=user)  # as join is
     if r["status"] != "Active":
         raise Conflict("the conference has ended")
     return _mint(minter, r["room_name"], user_id=user, chat_id=r["chat_id"])

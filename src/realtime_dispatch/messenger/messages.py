@@ -25,6 +25,7 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
     BLOCKED_IN_CHAT_SQL,
+    is_blocked_in_chat,
     refuse_if_blocked_in_chat,
     require_active_member,
 )
@@ -203,6 +204,12 @@ async def send_message(
     return SentMessage(message_id, chat_id, int(row["seq"]), row["sent_at"], row["outbox_id"])
 
 
+async def was_sent(conn: DbConnection, chat_id: UUID, sender: UUID, client_message_id: str) -> bool:
+    """Whether ``sender`` has sent ``client_message_id`` in the chat (a send with it now is a
+    repeat, or a Conflict: it writes nothing)."""
+    return await conn.fetchrow(_FIRST_SEND_SQL, chat_id, sender, client_message_id) is not None
+
+
 async def _first_send(
     conn: DbConnection, chat_id: UUID, sender: UUID, client_message_id: str, fingerprint: bytes
 ) -> SentMessage:
@@ -287,7 +294,7 @@ async def delete_message(
     conn: DbConnection, *, chat_id: UUID, message_id: UUID, actor: UUID
 ) -> None:
     """Only the sender; the content is cleared, and so is its idempotency fingerprint. Deleting
-    twice is a no-op (no second push)."""
+    twice is a no-op (no second push); a sender blocked in the chat is not pushed."""
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
         row = await _message_for_change(conn, chat_id, message_id)
@@ -308,6 +315,8 @@ async def delete_message(
             message_id,
             DELETED_FINGERPRINT,
         )
+        if await is_blocked_in_chat(conn, chat_id=chat_id, actor=actor):
+            return  # deleted, but not pushed to the blocker (REST history shows it deleted)
         await enqueue(
             conn,
             OutboxIntent(

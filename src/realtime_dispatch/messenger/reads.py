@@ -1,12 +1,13 @@
 """Read receipts: a participant's ``last_read_seq`` only moves forward; each move is pushed to
-the chat as ``ReadReceiptUpdated`` (``ref_id`` = the participant row)."""
+the chat as ``ReadReceiptUpdated`` (``ref_id`` = the participant row), unless the reader is
+blocked in the chat (:mod:`.access`)."""
 
 from __future__ import annotations
 
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.access import is_blocked_in_chat, require_active_member
 from realtime_dispatch.messenger.refusals import InvalidInput
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
@@ -34,6 +35,8 @@ async def mark_read(conn: DbConnection, *, chat_id: UUID, user_id: UUID, seq: in
         participant_id = await conn.fetchval(_READ_SQL, chat_id, user_id, seq)
         if participant_id is None:
             return False
+        if await is_blocked_in_chat(conn, chat_id=chat_id, actor=user_id):
+            return True  # recorded, but the blocker is not told what the blocked user read
         await enqueue(
             conn,
             OutboxIntent(

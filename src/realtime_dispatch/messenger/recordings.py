@@ -39,7 +39,12 @@ async def start_recording(
     recording_id = new_id()
     async with conn.transaction():
         session = await load_session(
-            conn, actor=actor, call_id=call_id, conference_id=conference_id, require_live=True
+            conn,
+            actor=actor,
+            call_id=call_id,
+            conference_id=conference_id,
+            require_live=True,
+            refuse_blocked=True,
         )
         try:
             await conn.execute(
@@ -59,7 +64,7 @@ async def start_recording(
 
 
 async def _recording(
-    conn: DbConnection, recording_id: UUID, actor: UUID
+    conn: DbConnection, recording_id: UUID, actor: UUID, *, refuse_blocked: bool
 ) -> tuple[MediaSession, str]:
     row = await conn.fetchrow(
         "SELECT call_id, conference_id, status FROM messenger.call_recordings"
@@ -69,7 +74,11 @@ async def _recording(
     if row is None:
         raise NotFound("recording not found")
     session = await load_session(
-        conn, actor=actor, call_id=row["call_id"], conference_id=row["conference_id"]
+        conn,
+        actor=actor,
+        call_id=row["call_id"],
+        conference_id=row["conference_id"],
+        refuse_blocked=refuse_blocked,
     )
     return session, str(row["status"])
 
@@ -85,7 +94,10 @@ async def _advance(
     args: tuple[object, ...] = (),
 ) -> None:
     async with conn.transaction():
-        session, status = await _recording(conn, recording_id, actor)
+        # A blocked user may still stop a recording (nothing of theirs reaches the blocker, and
+        # nobody is left unable to stop it), never report it available or failed (a code).
+        stopping = kind is K.RECORDING_STOPPED
+        session, status = await _recording(conn, recording_id, actor, refuse_blocked=not stopping)
         if status not in from_statuses:
             raise Conflict(f"the recording is {status}")
         await conn.execute(sql, recording_id, *args)

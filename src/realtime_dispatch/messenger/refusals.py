@@ -10,6 +10,7 @@ bodies.
         ├── Forbidden        403  the actor may not do this (not a member, blocked, not the sender)
         ├── NotFound         404  no such record, or not visible to the actor
         ├── Conflict         409  the record is not in a state that allows it (window passed, …)
+        ├── RateLimited      429  past the sender's rate; ``retry_after`` says when to come back
         └── MediaUnavailable 503  join credentials asked for, but no media secret is configured
 """
 
@@ -38,6 +39,14 @@ class Forbidden(DomainError):
 
 class Conflict(DomainError):
     code = "Conflict"
+
+
+class RateLimited(DomainError):
+    code = "TooManyRequests"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class MediaUnavailable(DomainError):

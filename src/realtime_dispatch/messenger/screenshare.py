@@ -26,7 +26,12 @@ async def start_screen_share(
     share_id = new_id()
     async with conn.transaction():
         session = await load_session(
-            conn, actor=actor, call_id=call_id, conference_id=conference_id, require_live=True
+            conn,
+            actor=actor,
+            call_id=call_id,
+            conference_id=conference_id,
+            require_live=True,
+            refuse_blocked=True,
         )
         try:
             await conn.execute(

@@ -11,7 +11,11 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.access import require_active_member
+from realtime_dispatch.messenger.access import (
+    refuse_if_blocked,
+    refuse_if_blocked_in_chat,
+    require_active_member,
+)
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
@@ -75,11 +79,15 @@ async def load_session(
     call_id: UUID | None = None,
     conference_id: UUID | None = None,
     require_live: bool = False,
+    refuse_blocked: bool = False,
 ) -> MediaSession:
     """The call or conference ``actor`` acts on, locked for the rest of the transaction.
 
     A call is visible to its two parties only (NotFound for anyone else); a conference to the
     active members of its chat. ``require_live``: the call is Active / the conference Active.
+    ``refuse_blocked``: Forbidden when the other party of the call has blocked ``actor``, or
+    ``actor`` is blocked in the conference's chat (:mod:`.access`): what reaches the other
+    side (a recording, a screen share, a failure code) is refused as a message would be.
     """
     if (call_id is None) == (conference_id is None):
         raise InvalidInput("give exactly one of callId and conferenceId")
@@ -91,6 +99,11 @@ async def load_session(
         )
         if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
             raise NotFound("call not found")
+        if refuse_blocked:
+            caller, callee = call["caller_user_id"], call["callee_user_id"]
+            await refuse_if_blocked(
+                conn, blocker=callee if actor == caller else caller, actor=actor
+            )
         session = MediaSession(
             SessionKind.DIRECT,
             call_id,
@@ -107,6 +120,8 @@ async def load_session(
         if conference is None:
             raise NotFound("conference not found")
         await require_active_member(conn, conference["chat_id"], actor)
+        if refuse_blocked:
+            await refuse_if_blocked_in_chat(conn, chat_id=conference["chat_id"], actor=actor)
         session = MediaSession(
             SessionKind.CONFERENCE,
             None,

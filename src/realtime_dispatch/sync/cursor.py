@@ -15,7 +15,8 @@ from uuid import UUID
 from realtime_dispatch.errors import RealtimeDispatchError
 
 NIL = UUID(int=0)
-_CURSOR = re.compile(r"^([0-9a-f]{16})\.(\d{1,20})\.([0-9a-f]{32})$")
+# ASCII only: ``\d`` would take Arabic-Indic or other Unicode digits, and ``$`` a final newline.
+_CURSOR = re.compile(r"([0-9a-f]{16})\.([0-9]{1,20})\.([0-9a-f]{32})", re.ASCII)
 _MAX_XID = 2**64 - 1
 
 
@@ -43,7 +44,7 @@ class SyncCursor:
 
 
 def parse_cursor(text: str) -> SyncCursor:
-    match = _CURSOR.match(text)
+    match = _CURSOR.fullmatch(text)
     if match is None or int(match[2]) > _MAX_XID:
         raise CursorError("since: not a sync cursor (pass nextCursor as it came)")
     return SyncCursor(int(match[2]), UUID(hex=match[3]), match[1])

@@ -11,11 +11,14 @@ SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon
 
 -- name: page
 -- One page of the caller's events after the cursor, in (xid, id) order; one statement whatever
--- the number of chats: an index range scan of ix_rto_sync, each row's chat checked against the
--- caller's participant row (its unique key). The first output row always exists and carries
--- the horizon and whether the cursor is past what is retained. Only rows below the horizon are
--- served; one row more than asked for tells whether a visible row waits above it (held back).
---   $1 caller, $2 cursor xid, $3 cursor id, $4 page size + 1
+-- the number of chats or of rows that are not the caller's: an index range scan of ix_rto_sync
+-- from the cursor that stops after $5 rows (the scan bound), each row checked against the
+-- caller's participant row (one probe of its unique key), read lazily: a page that fills up
+-- early stops there. The first output row always exists and carries the horizon and whether
+-- the cursor is past what is retained. Only rows below the horizon are served; one row more
+-- than asked for tells whether a visible row waits above it (held back). A short page asks
+-- `edge` whether the scan stopped at its bound.
+--   $1 caller, $2 cursor xid, $3 cursor id, $4 page size + 1, $5 scan bound
 WITH h AS (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon,
            pg_snapshot_xmax(pg_current_snapshot()) AS xmax,
@@ -27,15 +30,32 @@ WITH h AS (
 SELECT state.horizon, state.limited, r.*
 FROM state
 LEFT JOIN LATERAL (
-    SELECT o.xid, o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id,
-           o.message_id, o.ref_id, o.session_kind, o.seq, o.attempts, o.row_version, o.created_at
-    FROM messenger.realtime_outbox o
-    LEFT JOIN messenger.participants p
-        ON p.chat_id = o.chat_id AND p.user_id = $1::uuid AND p.active
-    WHERE NOT state.limited
-      AND (o.xid, o.id) > ($2::xid8, $3::uuid)
-      AND ((o.target_kind = 'User' AND o.target_user_id = $1::uuid)
-           OR (o.target_kind = 'ChatGroup' AND p.joined_at <= o.created_at))
-    ORDER BY o.xid, o.id
+    SELECT s.*
+    FROM (
+        SELECT o.xid, o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+               o.ref_id, o.session_kind, o.seq, o.attempts, o.row_version, o.created_at
+        FROM messenger.realtime_outbox o
+        WHERE NOT state.limited AND (o.xid, o.id) > ($2::xid8, $3::uuid)
+        ORDER BY o.xid, o.id
+        LIMIT $5
+    ) s
+    WHERE (s.target_kind = 'User' AND s.target_user_id = $1::uuid)
+       OR (s.target_kind = 'ChatGroup' AND EXISTS (
+               SELECT 1 FROM messenger.participants p
+               WHERE p.chat_id = s.chat_id AND p.user_id = $1::uuid AND p.active
+                 AND p.joined_at <= s.created_at))
+    ORDER BY s.xid, s.id
     LIMIT $4
 ) r ON true
+
+-- name: edge
+-- The position of the $3-th row after the cursor (none: fewer rows than that), by the index
+-- alone: where a page that examined $3 rows stopped. Rows below a page's horizon never change,
+-- so a later snapshot answers for them too.
+--   $1 cursor xid, $2 cursor id, $3 scan bound
+SELECT o.xid, o.id
+FROM messenger.realtime_outbox o
+WHERE (o.xid, o.id) > ($1::xid8, $2::uuid)
+ORDER BY o.xid, o.id
+OFFSET $3 - 1
+LIMIT 1

@@ -1,10 +1,19 @@
 """One page of ``GET /api/sync``: the caller's events after a cursor, built by the same payload
 builders the dispatcher pushes with (injected: this package never imports ``dispatch``).
 
-Paging: a full page continues from its last row; a page shorter than ``limit`` is the last one
-for now, and moves the cursor to the horizon, so an idle caller's cursor keeps up with the log.
-Past what is retained (or a cursor from another database) the answer is empty, ``limited``,
-with a cursor at the horizon to continue from after the client's full resync.
+Paging: one page examines at most ``scan_limit`` outbox rows, the caller's or not, so that a
+cursor far behind (or a log of other users' rows) costs a bounded statement. A full page
+continues from its last row; a page that stopped at the scan bound continues from the last row
+examined; both say ``more`` (the client asks again at once: such a page may hold fewer events
+than ``limit``, or none). Otherwise the page is the last one for now, and moves the cursor to
+the horizon, so an idle caller's cursor keeps up with the log. Past what is retained (or a
+cursor from another database) the answer is empty, ``limited``, with a cursor at the horizon to
+continue from after the client's full resync.
+
+Starving nothing: the page runs in a transaction under ``statement_timeout``
+(:class:`SyncTimeout` past it), on the pool it is given (``serve`` gives it its own small one,
+so REST, the hub's admission and the dispatcher keep theirs), and at most ``max_per_user``
+pages of one user run at once (:class:`SyncBusy` past it, answered 429).
 
 Held back: a row is served only below the snapshot's xmin horizon, where no transaction can
 still commit, so that a late commit never falls behind a cursor. A transaction that stays
@@ -31,6 +40,37 @@ from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    """``REALTIME_SYNC_*``: rows examined per page, the page's statement timeout (seconds),
+    pages of one user at once."""
+
+    scan_limit: int = 10_000
+    statement_timeout: float = 2.0
+    max_per_user: int = 2
+
+    def __post_init__(self) -> None:
+        if self.scan_limit < MAX_LIMIT:
+            raise ValueError(f"scan_limit: at least {MAX_LIMIT} (a page's limit)")
+        if not self.statement_timeout > 0:
+            raise ValueError("statement_timeout: must be positive")
+        if self.max_per_user < 1:
+            raise ValueError("max_per_user: at least 1")
+
+
+class SyncBusy(RealtimeDispatchError):
+    """The caller has ``max_per_user`` pages running already (answered 429)."""
+
+    code = "TooManyRequests"
+
+
+class SyncTimeout(RealtimeDispatchError):
+    """The page's statement ran past ``statement_timeout`` (answered 503)."""
+
+    code = "Timeout"
 
 
 class PayloadSource(Protocol):
@@ -54,6 +94,7 @@ class SyncPage:
     next_cursor: str
     limited: bool
     held_back: bool = False
+    more: bool = False
 
     def json(self) -> bytes:
         """The response body; each payload's JSON goes in as it was built."""
@@ -70,49 +111,89 @@ class SyncPage:
                 "nextCursor": self.next_cursor,
                 "limited": self.limited,
                 "heldBack": self.held_back,
+                "more": self.more,
             }
         )
 
 
 class SyncService:
-    def __init__(self, pool: asyncpg.Pool, builder: PayloadSource) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, builder: PayloadSource, options: SyncOptions | None = None
+    ) -> None:
         self._pool = pool
         self._builder = builder
+        self.options = options or SyncOptions()
+        self._running: dict[UUID, int] = {}  # user → pages running now
         self._source: str | None = None
 
     async def page(self, user_id: UUID, since: str | None, limit: int = DEFAULT_LIMIT) -> SyncPage:
         """Raises :class:`~realtime_dispatch.sync.cursor.CursorError` for a malformed ``since``
-        (before touching the database), ``ValueError`` for a limit outside 1..1000."""
+        (before touching the database), ``ValueError`` for a limit outside 1..1000,
+        :class:`SyncBusy` past the per-user bound, :class:`SyncTimeout` past the timeout."""
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit: 1 to {MAX_LIMIT}")
         cursor = parse_cursor(since) if since is not None else None
-        async with translate_errors(), self._pool.acquire() as conn:
-            source = self._source or await self._load_source(conn)
-            if cursor is None:
-                return SyncPage(
-                    (), SyncCursor.at_horizon(source, await store.horizon(conn)).encode(), False
-                )
-            if cursor.source != source:
-                horizon = await store.horizon(conn)
-                return SyncPage((), SyncCursor.at_horizon(source, horizon).encode(), True)
-            events: list[SyncEvent] = []
-            position = cursor
-            while True:
-                want = limit - len(events)
-                found = await store.page(conn, user_id, position.xid, position.after_id, want)
-                at_horizon = SyncCursor.at_horizon(source, found.horizon)
-                if found.limited:
-                    return SyncPage((), at_horizon.encode(), True)
-                events += await self._build(conn, [row for _, row in found.rows])
-                if len(found.rows) < want:  # the end: continue from the horizon next time
-                    end = max(position, at_horizon).encode()
-                    return SyncPage(events, end, False, found.held_back)
-                xid, last = found.rows[-1]
-                position = SyncCursor(xid, last.id, source)
-                if len(events) == limit:
-                    return SyncPage(events, position.encode(), False)
-                # Some rows could not be built (their entity is gone): fill the page, so that
-                # a page shorter than ``limit`` always means "nothing more for now".
+        running = self._running.get(user_id, 0)
+        if running >= self.options.max_per_user:
+            raise SyncBusy(f"at most {self.options.max_per_user} sync pages of a user at once")
+        self._running[user_id] = running + 1
+        try:
+            return await self._page(user_id, cursor, limit)
+        finally:
+            left = self._running.pop(user_id) - 1
+            if left:
+                self._running[user_id] = left
+
+    async def _page(self, user_id: UUID, cursor: SyncCursor | None, limit: int) -> SyncPage:
+        timeout = self.options.statement_timeout
+        async with translate_errors():  # what is left: the database unavailable
+            try:
+                async with (
+                    self._pool.acquire(timeout=timeout) as conn,
+                    conn.transaction(readonly=True),
+                ):
+                    # Local to the transaction (SET LOCAL), so it also holds through a pooler.
+                    await conn.execute(_TIMEOUT_SQL, f"{int(timeout * 1000)}ms")
+                    return await self._read(conn, user_id, cursor, limit)
+            except asyncpg.QueryCanceledError as exc:
+                raise SyncTimeout("the sync page ran past its statement timeout") from exc
+            except TimeoutError as exc:  # no connection of the sync pool came free in time
+                raise SyncTimeout(
+                    "the sync pool is busy: no connection within the timeout"
+                ) from exc
+
+    async def _read(
+        self, conn: DbConnection, user_id: UUID, cursor: SyncCursor | None, limit: int
+    ) -> SyncPage:
+        source = self._source or await self._load_source(conn)
+        if cursor is None:
+            return SyncPage(
+                (), SyncCursor.at_horizon(source, await store.horizon(conn)).encode(), False
+            )
+        if cursor.source != source:
+            horizon = await store.horizon(conn)
+            return SyncPage((), SyncCursor.at_horizon(source, horizon).encode(), True)
+        found = await store.page(
+            conn, user_id, cursor.xid, cursor.after_id, limit, self.options.scan_limit
+        )
+        at_horizon = SyncCursor.at_horizon(source, found.horizon)
+        if found.limited:
+            return SyncPage((), at_horizon.encode(), True)
+        # Rows that cannot be built (their entity is gone) are left out: a page may hold
+        # fewer events than it read rows; ``more`` says whether to ask again at once.
+        events = await self._build(conn, [row for _, row in found.rows])
+        if len(found.rows) == limit:
+            xid, last = found.rows[-1]
+            return SyncPage(events, SyncCursor(xid, last.id, source).encode(), False, more=True)
+        edge = await store.edge(conn, cursor.xid, cursor.after_id, self.options.scan_limit)
+        if edge is not None and edge[0] < found.horizon:
+            # Stopped at the scan bound below the horizon: continue after what was examined.
+            return SyncPage(events, SyncCursor(*edge, source).encode(), False, more=True)
+        # The end for now: continue from the horizon next time. Held back, too, when rows the
+        # scan bound left unexamined wait above the horizon (some may be the caller's).
+        end = max(cursor, at_horizon).encode()
+        held = found.held_back or (edge is not None and edge[0] >= found.horizon)
+        return SyncPage(events, end, False, held)
 
     async def _build(self, conn: DbConnection, rows: list[ClaimedRow]) -> list[SyncEvent]:
         built = await self._builder.build(conn, rows) if rows else {}

@@ -36,10 +36,11 @@ async def horizon(conn: DbConnection) -> int:
     return int(await conn.fetchval(QUERIES["horizon"]))
 
 
-async def page(
-    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int
+async def page(  # noqa: PLR0917 (the statement's parameters, in order)
+    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int, scan: int
 ) -> PageRows:
-    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1)
+    """At most ``limit`` of the caller's rows, out of the ``scan`` rows after the cursor."""
+    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1, scan)
     first = records[0]
     horizon = int(first["horizon"])
     rows = [
@@ -65,3 +66,11 @@ async def page(
     ][:limit]
     above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
     return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)
+
+
+async def edge(
+    conn: DbConnection, after_xid: int, after_id: UUID, scan: int
+) -> tuple[int, UUID] | None:
+    """The (xid, id) of the ``scan``-th row after the cursor; None when there are fewer."""
+    record = await conn.fetchrow(QUERIES["edge"], after_xid, after_id, scan)
+    return None if record is None else (int(record["xid"]), record["id"])

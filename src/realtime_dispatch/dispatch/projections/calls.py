@@ -31,6 +31,7 @@ from realtime_dispatch.dispatch.projections.conferences import ConferencePayload
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
+    media_withheld,
     require,
     require_session,
 )
@@ -71,7 +72,7 @@ class GroupCallPayloadBuilder(RefProjectionBuilder):
         if intent.kind is K.CALL_INVITED:
             media = (
                 self.minter.mint(record["room_name"], chat_id=record["chat_id"])
-                if record["status"] == "Active"
+                if record["status"] == "Active" and not media_withheld(record)
                 else None
             )
             return GroupCallInvited, dict(

@@ -20,6 +20,7 @@ from realtime_dispatch.contracts.conferences import (
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
+    media_withheld,
     require,
     require_session,
     require_user,
@@ -53,7 +54,7 @@ class ConferencePayloadBuilder(RefProjectionBuilder):
                 "started_by_user_id": record["started_by_user_id"],
                 "started_at": record["started_at"],
                 "media": self.minter.mint(record["room_name"], chat_id=record["chat_id"])
-                if live
+                if live and not media_withheld(record)
                 else None,
             }
         require(record["status"] == "Ended", "conference has not ended", "NotEnded")
@@ -95,7 +96,7 @@ class RosterPayloadBuilder(RefProjectionBuilder):
             require(record["invited_at"] is not None, "user was not invited", "NotInvited")
             live = record["conference_status"] == "Active"
             media = None
-            if live:
+            if live and not media_withheld(record):
                 media = (
                     self.minter.mint(record["room_name"], user_id=record["user_id"])
                     if personal

@@ -98,3 +98,11 @@ def require_session(
         require_user(intent, record["caller_user_id"], record["callee_user_id"])
     else:
         require_chat(intent, record)
+
+
+def media_withheld(record: asyncpg.Record) -> bool:
+    """The optional ``media_withheld`` column of a conference's projection: true where the
+    blacklist holds in its chat (a member blocked there by another), so that a chat-wide push,
+    and its sync event, carries no join credentials for the blocked user (nor anyone: members
+    ask ``POST /api/conferences/{id}/media``, which refuses a blocked user)."""
+    return bool(record.get("media_withheld"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, NoReturn
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -30,8 +30,10 @@ from realtime_dispatch.contracts.rest import (
 )
 from realtime_dispatch.messenger import chats, messages, reads
 from realtime_dispatch.messenger.api.deps import Conn, User
+from realtime_dispatch.messenger.api.send_rate import SendLimiter
 from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
 from realtime_dispatch.messenger.messages import MessageContent
+from realtime_dispatch.messenger.refusals import RateLimited
 
 router = APIRouter(prefix="/api/chats", tags=["chats"], route_class=StrictJsonRoute)
 
@@ -53,7 +55,11 @@ def _invalid_query(name: str, message: str) -> RequestValidationError:
 
 
 def _encode_cursor(chat: chats.ChatSummary) -> str:
-    raw = f"{chat.updated_at.isoformat()}|{chat.chat_id}".encode()
+    return _cursor_text(chat.updated_at, chat.chat_id)
+
+
+def _cursor_text(updated_at: datetime, chat_id: UUID) -> str:
+    raw = f"{updated_at.isoformat()}|{chat_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -64,9 +70,14 @@ def _decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         parsed = datetime.fromisoformat(at)
         if parsed.tzinfo is None:
             raise ValueError("naive time")
-        return parsed, UUID(chat_id)
+        key = UUID(chat_id)
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
         raise _invalid_query("cursor", "not a cursor from a previous page") from exc
+    # Only what this server writes: no other spelling of the same time or id (another digit
+    # set, another uuid form) passes for a cursor.
+    if _cursor_text(parsed, key) != cursor:
+        raise _invalid_query("cursor", "not a cursor from a previous page")
+    return parsed, key
 
 
 @router.get("", summary="The caller's active chats, most recently active first")
@@ -144,6 +155,15 @@ async def remove_participant(chat_id: ChatId, user_id: UserId, user: User, conn:
 async def send_message(  # noqa: PLR0917 (FastAPI passes parameters by name)
     chat_id: ChatId, body: SendMessage, user: User, conn: Conn, request: Request, response: Response
 ) -> MessageSent:
+    limiter: SendLimiter = request.app.state.send_limiter
+    wait = limiter.take(user)
+    counted = not wait
+    if wait and not (
+        # An idempotent retry of an accepted send is answered whatever the rate.
+        body.client_message_id is not None
+        and await messages.was_sent(conn, chat_id, user, body.client_message_id)
+    ):
+        _throttled(request, "send", wait)
     sent = await messages.send_message(
         conn,
         chat_id=chat_id,
@@ -159,7 +179,18 @@ async def send_message(  # noqa: PLR0917 (FastAPI passes parameters by name)
     )
     if sent.repeated:
         response.status_code = 200
+        if counted:
+            limiter.give_back(user)
     return MessageSent(message_id=sent.message_id, seq=sent.seq, sent_at=sent.sent_at)
+
+
+def _throttled(request: Request, action: str, wait: float) -> NoReturn:
+    request.app.state.throttled.labels(action).inc()
+    rate = request.app.state.send_limiter.rate
+    raise RateLimited(
+        f"too many messages: at most {rate.rate:g} a second (bursts of {rate.burst})",
+        retry_after=wait,
+    )
 
 
 @router.get(
@@ -191,9 +222,17 @@ async def list_messages(  # noqa: PLR0917 (FastAPI passes parameters by name)
     "/{chatId}/messages/{messageId}",
     summary="Edit a Text (body) or Card (cardText) message: the sender, within 60 s",
 )
-async def edit_message(
-    chat_id: ChatId, message_id: MessageId, body: EditMessage, user: User, conn: Conn
+async def edit_message(  # noqa: PLR0917 (FastAPI passes parameters by name)
+    chat_id: ChatId,
+    message_id: MessageId,
+    body: EditMessage,
+    user: User,
+    conn: Conn,
+    request: Request,
 ) -> MessageEditedReply:
+    limiter: SendLimiter = request.app.state.send_limiter
+    if wait := limiter.take(user):
+        _throttled(request, "edit", wait)
     edited_at = await messages.edit_message(
         conn,
         chat_id=chat_id,

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable
 from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.messenger.api.send_rate import retry_after
 from realtime_dispatch.messenger.refusals import (
     Conflict,
     DomainError,
@@ -25,6 +26,7 @@ from realtime_dispatch.messenger.refusals import (
     InvalidInput,
     MediaUnavailable,
     NotFound,
+    RateLimited,
 )
 
 log = structlog.get_logger(__name__)
@@ -34,6 +36,7 @@ DOMAIN_STATUS: dict[type[DomainError], int] = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    RateLimited: 429,
     MediaUnavailable: 503,
 }
 
@@ -55,7 +58,10 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 async def _domain(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
-    return _body(exc.code, str(exc), status_of(exc))
+    response = _body(exc.code, str(exc), status_of(exc))
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = retry_after(exc.retry_after)
+    return response
 
 
 async def _auth(_request: Request, exc: Exception) -> JSONResponse:
