@@ -69,6 +69,7 @@ def hub_options(
         idle_timeout=settings.hub_idle_timeout,
         member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
         max_connections_per_user=settings.hub_max_connections_per_user,
+        typing_interval=settings.hub_typing_interval,
     )
 
 

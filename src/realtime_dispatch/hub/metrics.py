@@ -16,6 +16,7 @@ class HubMetrics:
         "pushes",
         "refused",
         "sent_frames",
+        "typing",
     )
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -56,6 +57,15 @@ class HubMetrics:
             ["kind"],
             registry=registry,
         )
+        self.typing = Counter(
+            "messenger_realtime_hub_typing",
+            "Typing invocations, by outcome: sent (fanned out), throttled (inside the typing"
+            " interval, dropped), refused (not a member, or a bad argument).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("sent", "throttled", "refused"):
+            self.typing.labels(outcome)
         for kind in ("round_trip", "marked"):
             self.membership_barriers.labels(kind)
         for code in ("TooManyConnections", "TooManyNegotiations"):
