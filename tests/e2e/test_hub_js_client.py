@@ -12,6 +12,7 @@ import pytest
 from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.hub_fixtures import (
+    NODE_TRANSPORTS,
     NodeClient,
     TcpProxy,
     hub_settings,
@@ -111,16 +112,7 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
             await client.stop()
 
 
-@pytest.mark.parametrize(
-    ("transport", "protocol"),
-    [
-        ("WebSockets", "json"),
-        ("WebSockets", "messagepack"),
-        ("ServerSentEvents", "json"),
-        ("LongPolling", "json"),
-        ("LongPolling", "messagepack"),
-    ],
-)
+@pytest.mark.parametrize(("transport", "protocol"), NODE_TRANSPORTS)
 async def test_typing_with_the_official_client(hub, pool, transport, protocol):
     """``connection.invoke("Typing", chatId)`` completes; the other member gets ``user_typing``
     on the same transport and protocol; a chat the caller is not in fails the invocation."""
