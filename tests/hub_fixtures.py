@@ -214,6 +214,17 @@ async def push(running: RunningHub, group: str, target: str, payload: dict[str, 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
+NODE_TRANSPORTS = [
+    ("WebSockets", "json"),
+    ("WebSockets", "messagepack"),
+    ("ServerSentEvents", "json"),
+    ("LongPolling", "json"),
+    ("LongPolling", "messagepack"),
+]
+"""Every (transport, hub protocol) pair the official client can use (MessagePack is binary:
+not over Server-Sent Events)."""
+
+
 def require_node_client() -> None:
     """The JS tests need ``npm ci`` to have run; a missing install is a failure, not a skip."""
     import shutil

@@ -110,6 +110,7 @@ class Settings(BaseSettings):
     hub_ping_interval: float = Field(default=15.0, gt=0)
     hub_idle_timeout: float = Field(default=30.0, gt=0)
     hub_max_connections_per_user: int = Field(default=50, ge=1)
+    hub_typing_interval: float = Field(default=2.0, gt=0, allow_inf_nan=False)
 
     # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
     http_header_timeout: float = Field(default=10.0, gt=0)

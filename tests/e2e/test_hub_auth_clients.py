@@ -19,7 +19,15 @@ from realtime_dispatch.hub.registry import user_group
 from realtime_dispatch.hub.wire import Transport
 from tests.e2e.processes import cli_env, start_cli
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
-from tests.hub_fixtures import REPO, SECRET, NodeClient, hub_settings, push, running_hub
+from tests.hub_fixtures import (
+    NODE_TRANSPORTS,
+    REPO,
+    SECRET,
+    NodeClient,
+    hub_settings,
+    push,
+    running_hub,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +47,7 @@ async def next_event(client: NodeClient, kinds: set[str]) -> dict[str, Any]:
             return event
 
 
-@pytest.mark.parametrize(
-    ("transport", "protocol"),
-    [
-        ("WebSockets", "json"),
-        ("WebSockets", "messagepack"),
-        ("ServerSentEvents", "json"),
-        ("LongPolling", "json"),
-        ("LongPolling", "messagepack"),
-    ],
-)
+@pytest.mark.parametrize(("transport", "protocol"), NODE_TRANSPORTS)
 async def test_node_client_reconnects_with_a_fresh_token_after_expiry(hub, transport, protocol):
     """On every transport and protocol: on long polling the close message at ``exp`` answers
     the client's waiting poll; a Server-Sent Events stream ends after it."""

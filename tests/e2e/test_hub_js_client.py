@@ -12,6 +12,7 @@ import pytest
 from realtime_dispatch.hub.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.hub_fixtures import (
+    NODE_TRANSPORTS,
     NodeClient,
     TcpProxy,
     hub_settings,
@@ -109,3 +110,33 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
             assert (await client.event())["args"] == [{"seq": 6}]
         finally:
             await client.stop()
+
+
+@pytest.mark.parametrize(("transport", "protocol"), NODE_TRANSPORTS)
+async def test_typing_with_the_official_client(hub, pool, transport, protocol):
+    """``connection.invoke("Typing", chatId)`` completes; the other member gets ``user_typing``
+    on the same transport and protocol; a chat the caller is not in fails the invocation."""
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    url = f"{hub.http_url}/hubs/messenger"
+    options = {"transport": transport, "protocol": protocol}
+    typist = await NodeClient.start(url, make_token(alice), **options)
+    watcher = await NodeClient.start(url, make_token(bob), targets=["user_typing"], **options)
+    try:
+        assert (await typist.event())["event"] == "started"
+        assert (await watcher.event())["event"] == "started"
+        await typist.send({"invoke": "Typing", "args": [str(chat)]})
+        assert await typist.event() == {"event": "invoked"}  # void: result undefined
+        received = await watcher.event()
+        assert received["target"] == "user_typing"
+        [payload] = received["args"]
+        assert payload["chatId"] == str(chat)
+        assert payload["userId"] == str(alice)
+        await typist.send({"invoke": "Typing", "args": [str(uuid.uuid4())]})
+        failed = await typist.event()
+        assert failed["event"] == "invoke_failed"
+        assert "not a member" in failed["error"]
+    finally:
+        await typist.stop()
+        await watcher.stop()

@@ -62,7 +62,7 @@ def test_record_buffer_bounds_a_record_and_its_prefix() -> None:
 
 def test_parse_messages() -> None:
     assert parse_message(ormsgpack.packb([1, {"h": "v"}, "7", "Send", [1], []])) == Invocation(
-        MessageType.INVOCATION, "Send", "7"
+        MessageType.INVOCATION, "Send", "7", (1,)
     )
     assert parse_message(ormsgpack.packb([1, {}, None, "Send", []])) == Invocation(
         MessageType.INVOCATION, "Send", None

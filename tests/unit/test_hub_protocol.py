@@ -72,7 +72,7 @@ def test_bad_handshakes(record):
 def test_parse_messages():
     assert parse_message(
         '{"type":1,"invocationId":"7","target":"Send","arguments":[1],"headers":{"x":"y"}}'
-    ) == Invocation(MessageType.INVOCATION, "Send", "7")
+    ) == Invocation(MessageType.INVOCATION, "Send", "7", (1,))
     assert parse_message('{"type":6}') == Other(MessageType.PING)
     assert parse_message('{"type":8,"sequenceId":3}') == Ack(3)
     assert parse_message('{"type":9,"sequenceId":1}') == Sequence(1)

@@ -71,6 +71,7 @@ def hub_options(
         member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
         max_connections_per_user=settings.hub_max_connections_per_user,
         max_negotiations_per_client=settings.http_max_connections_per_client,
+        typing_interval=settings.hub_typing_interval,
     )
 
 

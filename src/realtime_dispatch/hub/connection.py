@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.framing import RawSink, records_frame
 from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.protocol import Invocation
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
 from realtime_dispatch.hub.wire import HubProtocol, Transport
 
@@ -197,6 +198,7 @@ class HubConnection:
         "connection_id",
         "detached_at",
         "identity",
+        "invoke",
         "last_received",
         "last_sent",
         "limits",
@@ -249,6 +251,9 @@ class HubConnection:
         """Frames offered during the current delivery, written by :meth:`flush`."""
         self.batched = 0
         """How many records those frames hold."""
+        self.invoke: Callable[[HubConnection, Invocation], None] | None = None
+        """Runs the client's invocations of hub methods (set by the hub when it registers the
+        connection, :mod:`.methods`)."""
 
     @property
     def user_id(self) -> UUID:
@@ -346,6 +351,9 @@ class HubConnection:
         """Act on what the client sent (after the handshake), whatever the transport."""
         for reply in inbound.replies:
             self.send(reply)
+        if inbound.invocations and self.invoke is not None:
+            for invocation in inbound.invocations:
+                self.invoke(self, invocation)
         if inbound.acked is not None:
             self.outbound.ack(inbound.acked)
         if inbound.ack_to_send is not None:

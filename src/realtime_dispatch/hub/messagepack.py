@@ -37,6 +37,8 @@ from realtime_dispatch.hub.protocol import (
 
 MAX_VARINT_BYTES = 5
 _ERROR_RESULT = 1
+_VOID_RESULT = 2
+_NON_VOID_RESULT = 3
 
 
 def length_prefixed(body: bytes) -> bytes:
@@ -140,7 +142,7 @@ def parse_message(record: bytes) -> ClientMessage | None:
                 raise ProtocolError("invocation has no target", code="InvalidMessage")
             if not isinstance(value[4], list):
                 raise ProtocolError("arguments must be an array", code="InvalidMessage")
-            return Invocation(kind, target, _str_or_none(value, 2, "invocationId"))
+            return Invocation(kind, target, _str_or_none(value, 2, "invocationId"), tuple(value[4]))
         case MessageType.ACK:
             return Ack(_int_at(value, 1, "sequenceId"))
         case MessageType.SEQUENCE:
@@ -165,6 +167,13 @@ def close_message(error: str | None = None, *, allow_reconnect: bool = False) ->
 
 def completion_error(invocation_id: str, error: str) -> bytes:
     return _pack([MessageType.COMPLETION.value, {}, invocation_id, _ERROR_RESULT, error])
+
+
+def completion(invocation_id: str, result: Any = None) -> bytes:
+    """A successful completion: result kind 3 with ``result``, or 2 (void) when it is None."""
+    if result is None:
+        return _pack([MessageType.COMPLETION.value, {}, invocation_id, _VOID_RESULT])
+    return _pack([MessageType.COMPLETION.value, {}, invocation_id, _NON_VOID_RESULT, result])
 
 
 def ack_message(sequence_id: int) -> bytes:

@@ -17,6 +17,7 @@ class HubMetrics:
         "pushes",
         "refused",
         "sent_frames",
+        "typing",
     )
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -66,6 +67,15 @@ class HubMetrics:
             "Pending negotiations pushed out because the store was full (the oldest first).",
             registry=registry,
         )
+        self.typing = Counter(
+            "messenger_realtime_hub_typing",
+            "Typing invocations, by outcome: sent (fanned out), throttled (inside the typing"
+            " interval, dropped), refused (not a member, or a bad argument).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("sent", "throttled", "refused"):
+            self.typing.labels(outcome)
         for kind in ("round_trip", "marked"):
             self.membership_barriers.labels(kind)
         for code in ("TooManyConnections", "TooManyNegotiations"):

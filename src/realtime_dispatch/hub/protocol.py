@@ -71,6 +71,7 @@ class Invocation:
     type: MessageType
     target: str
     invocation_id: str | None
+    arguments: tuple[JsonValue, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +199,10 @@ def parse_message(record: str) -> ClientMessage | None:
             target = value.get("target")
             if not isinstance(target, str) or not target:
                 raise ProtocolError("invocation has no target", code="InvalidMessage")
-            if not isinstance(value.get("arguments", []), list):
+            arguments = value.get("arguments", [])
+            if not isinstance(arguments, list):
                 raise ProtocolError("arguments must be an array", code="InvalidMessage")
-            return Invocation(kind, target, _optional_str(value, "invocationId"))
+            return Invocation(kind, target, _optional_str(value, "invocationId"), tuple(arguments))
         case MessageType.ACK:
             return Ack(_sequence_id(value))
         case MessageType.SEQUENCE:
@@ -241,6 +243,17 @@ def completion_error(invocation_id: str, error: str) -> str:
     return _record(
         {"type": MessageType.COMPLETION.value, "invocationId": invocation_id, "error": error}
     )
+
+
+def completion(invocation_id: str, result: JsonValue = None) -> str:
+    """A successful completion: with ``result``, or void when it is None."""
+    value: dict[str, JsonValue] = {
+        "type": MessageType.COMPLETION.value,
+        "invocationId": invocation_id,
+    }
+    if result is not None:
+        value["result"] = result
+    return _record(value)
 
 
 def ack_message(sequence_id: int) -> str:

@@ -101,6 +101,10 @@ class GroupRegistry:
         members = self._members.get(group)
         return tuple(members) if members else ()
 
+    def in_group(self, connection_id: str, group: str) -> bool:
+        groups = self._groups_of.get(connection_id)
+        return groups is not None and group in groups
+
     def groups_of(self, connection_id: str) -> frozenset[str]:
         return frozenset(self._groups_of.get(connection_id, ()))
 

@@ -51,6 +51,7 @@ from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.http_refusals import HttpRefusals
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
+from realtime_dispatch.hub.methods import HubMethods
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.protocol import ProtocolError
@@ -65,6 +66,7 @@ from realtime_dispatch.hub.revocation_watch import RevocationWatch
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.typing_signal import TypingSignals
 from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
@@ -117,6 +119,9 @@ class HubOptions:
     barrier_timeout: float = 2.0
     shutdown_grace: float = 2.0
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    typing_interval: float = 2.0
+    """At most one ``user_typing`` per (user, chat) per this many seconds
+    (``REALTIME_HUB_TYPING_INTERVAL``)."""
     member_chats_sql: str | None = None
     """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
     reference messenger's participants)."""
@@ -170,6 +175,16 @@ class Hub:
         self._by_token: dict[str, HubConnection] = {}
         self._not_json = 0
         """How many connections speak another protocol than JSON (MessagePack)."""
+        typing_counts = {o: self.metrics.typing.labels(o) for o in ("sent", "throttled", "refused")}
+        self.methods = HubMethods(
+            TypingSignals(
+                self.registry,
+                self.connections,
+                interval=options.typing_interval,
+                count=lambda outcome: typing_counts[outcome].inc(),
+            )
+        )
+        """The hub methods clients invoke (``Typing``)."""
         self.http_transports = HttpTransports()
         """Server-Sent Events and long-polling connections by token (:mod:`.transports`)."""
         self._dsn = dsn
@@ -458,6 +473,7 @@ class Hub:
         self._by_token[connection.token] = connection
         self.registry.add_connection(connection.connection_id, connection.user_id)
         self.registry.join(connection.connection_id, user_group(connection.user_id))
+        connection.invoke = self.methods.invoke
         if connection.protocol is not JSON:
             self._not_json += 1
         self.expiry.track(connection.connection_id, connection.identity.expires_at)

@@ -36,6 +36,8 @@ from realtime_dispatch.hub.protocol import (
 from realtime_dispatch.hub.wire import JSON, PROTOCOLS, HubProtocol
 
 _PROTOCOL_NAMES = frozenset(PROTOCOLS)
+HUB_METHODS = frozenset({"Typing"})
+"""The methods a client may invoke; any other target is answered ``Unknown hub method``."""
 _RS = b"\x1e"
 
 
@@ -69,6 +71,8 @@ class Inbound:
     handshake_reply_error: str | None = None
     replies: list[bytes] = field(default_factory=list)
     """Records to send back, in the session's protocol."""
+    invocations: list[Invocation] = field(default_factory=list)
+    """Invocations of the hub's methods (:data:`HUB_METHODS`), for the connection to run."""
     acked: int | None = None
     ack_to_send: int | None = None
     close: CloseRequest | None = None
@@ -217,7 +221,12 @@ class InboundSession:
             return
         match message:
             case Invocation(target=target, invocation_id=invocation_id):
-                if self._is_duplicate() or invocation_id is None:
+                if self._is_duplicate():
+                    return
+                if target in HUB_METHODS:
+                    result.invocations.append(message)
+                    return
+                if invocation_id is None:
                     return
                 result.replies.append(
                     self.protocol.completion_error(

@@ -17,6 +17,7 @@ from enum import Enum
 
 from realtime_dispatch.hub import messagepack, protocol
 from realtime_dispatch.hub.protocol import ClientMessage
+from realtime_dispatch.push import JsonValue
 
 
 class Transport(Enum):
@@ -45,6 +46,8 @@ class HubProtocol:
     ping: bytes
     close: Callable[[str | None, bool], bytes]
     completion_error: Callable[[str, str], bytes]
+    completion: Callable[[str, JsonValue], bytes]
+    """A successful completion of an invocation, with its result (None: void)."""
     ack: Callable[[int], bytes]
     sequence: Callable[[int], bytes]
     parse: Callable[[bytes], ClientMessage | None]
@@ -72,6 +75,7 @@ JSON = HubProtocol(
     completion_error=lambda invocation_id, error: protocol.completion_error(
         invocation_id, error
     ).encode(),
+    completion=lambda invocation_id, result: protocol.completion(invocation_id, result).encode(),
     ack=lambda sequence_id: protocol.ack_message(sequence_id).encode(),
     sequence=lambda sequence_id: protocol.sequence_message(sequence_id).encode(),
     parse=_json_parse,
@@ -84,6 +88,7 @@ MESSAGEPACK = HubProtocol(
     ping=messagepack.PING,
     close=_msgpack_close,
     completion_error=messagepack.completion_error,
+    completion=messagepack.completion,
     ack=messagepack.ack_message,
     sequence=messagepack.sequence_message,
     parse=messagepack.parse_message,
