@@ -14,7 +14,7 @@ import asyncpg
 import httpx
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.messenger import calls, chats, conferences, recordings
+from realtime_dispatch.messenger import chats, conferences
 from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import (
@@ -27,6 +27,7 @@ from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, start_cli, stop
 from tests.integration.status_service import StatusService, status_service
+from tests.integration.test_media_jobs import stopped_call_recording
 
 
 async def overlong_conference(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
@@ -42,16 +43,6 @@ async def overlong_conference(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
             conference,
         )
     return chat, conference, starter
-
-
-async def stopped_recording(pool: asyncpg.Pool) -> UUID:
-    caller, callee = uuid4(), uuid4()
-    async with pool.acquire() as conn:
-        call = await calls.start_call(conn, caller=caller, callee=callee)
-        await calls.answer_call(conn, call_id=call, actor=callee)
-        recording = await recordings.start_recording(conn, actor=caller, call_id=call)
-        await recordings.stop_recording(conn, recording_id=recording, actor=caller)
-    return recording
 
 
 @contextlib.asynccontextmanager
@@ -78,7 +69,7 @@ async def count(pool: asyncpg.Pool, sql: str, *args: object) -> int:
 
 async def test_the_hub_process_runs_both_jobs(pool: asyncpg.Pool, database_url: str) -> None:
     _, conference, _ = await overlong_conference(pool)
-    recording = await stopped_recording(pool)
+    recording, _, _ = await stopped_call_recording(pool)
     service = StatusService()
     service.answer(recording, {"status": "ready"})
     async with status_service(service) as status_url, hub(database_url, status_url) as (url, _):
@@ -109,7 +100,7 @@ async def test_kill_9_mid_run_then_the_next_run_finishes(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
     _, conference, starter = await overlong_conference(pool)
-    recording = await stopped_recording(pool)
+    recording, _, _ = await stopped_call_recording(pool)
     service = StatusService()
     service.answer(recording, {"status": "ready"})
     service.hold = True
