@@ -93,6 +93,7 @@ class Client(WSListener):  # type: ignore[misc]
         self.catchups: list[dict[str, Any]] = []
         self.first = asyncio.Event()
         self.failures = 0
+        self.retrying = False  # a reconnect loop is running (not live and not retrying: stuck)
         self.stopping = False
 
     # --- the socket ---------------------------------------------------------------------------
@@ -173,15 +174,27 @@ class Client(WSListener):  # type: ignore[misc]
         if error is not None:  # refused while the replica is down, 503 while it starts
             self.shared.hub_refusals[type(error).__name__] += 1
             return False
+        _, listener = attempt.result()
+        if listener is None:
+            # The socket closed before the upgrade answer (a replica killed or restarting with
+            # the request in its backlog): picows returns without an error and never calls
+            # on_ws_connected nor on_ws_disconnected, so taken for a success this attempt
+            # would leave the client down for good.
+            self.shared.hub_refusals["ClosedBeforeUpgrade"] += 1
+            return False
         return True
 
     async def reconnect(self) -> None:
-        while not self.stopping:
-            self.failures += 1
-            bound = min(5.0, 0.25 * 2 ** (self.failures - 1))
-            await asyncio.sleep(random.random() * bound)  # full jitter
-            if await self.connect():
-                return
+        self.retrying = True
+        try:
+            while not self.stopping:
+                self.failures += 1
+                bound = min(5.0, 0.25 * 2 ** (self.failures - 1))
+                await asyncio.sleep(random.random() * bound)  # full jitter
+                if await self.connect():
+                    return
+        finally:
+            self.retrying = False
 
     # --- events ---------------------------------------------------------------------------------
 
@@ -362,7 +375,8 @@ async def main(spec: dict[str, Any]) -> None:
         ],
         "rest_statuses": {str(k): v for k, v in shared.statuses.items()},
         "not_live": Counter(
-            f"handshaken={c.handshaken} transport={c.transport is not None} failures={c.failures}"
+            f"handshaken={c.handshaken} transport={c.transport is not None} "
+            f"retrying={c.retrying} failures={c.failures}"
             for c in clients
             if c.live_at is None or c.live_at < shared.marked_at
         ),
