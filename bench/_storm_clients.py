@@ -356,6 +356,13 @@ async def main(spec: dict[str, Any]) -> None:
         elif command["cmd"] == "stop":
             break
     reporter.cancel()
+    # Taken before stop, which ends every socket and task: the state each client was stuck in.
+    not_live = Counter(
+        f"handshaken={c.handshaken} transport={c.transport is not None} "
+        f"retrying={c.retrying} failures={c.failures}"
+        for c in clients
+        if c.live_at is None or c.live_at < shared.marked_at
+    )
     for c in clients:
         c.stop()
     # Catch-ups and reconnects still under way end here, so that stop works mid-catch-up.
@@ -374,12 +381,7 @@ async def main(spec: dict[str, Any]) -> None:
             for c in clients
         ],
         "rest_statuses": {str(k): v for k, v in shared.statuses.items()},
-        "not_live": Counter(
-            f"handshaken={c.handshaken} transport={c.transport is not None} "
-            f"retrying={c.retrying} failures={c.failures}"
-            for c in clients
-            if c.live_at is None or c.live_at < shared.marked_at
-        ),
+        "not_live": not_live,
         "rest_errors": dict(shared.errors),
         "hub_refusals": dict(shared.hub_refusals),
         "rest_latency_ms": {
