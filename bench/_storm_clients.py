@@ -47,6 +47,7 @@ TEXT = WSMsgType.TEXT
 SYNC_LIMIT = 500
 HANDSHAKE_TIMEOUT = 15.0
 OVERLAP = 20
+POOL = 256  # REST connections per client process
 
 
 class Shared:
@@ -55,8 +56,12 @@ class Shared:
         self.http = httpx.AsyncClient(
             base_url=spec["rest"],
             timeout=120,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
+            limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
         )
+        # At most a pool's worth of requests in httpx at once: thousands queued on its pool cost
+        # the process its loop, and a connection opened for a queued request then sent its
+        # request too late for the server's header timeout (408s, PoolTimeouts, a stalled storm).
+        self.requests = asyncio.Semaphore(POOL)
         self.mode = "sync"
         self.statuses: Counter[int] = Counter()  # REST answers by status
         self.errors: Counter[str] = Counter()  # transport errors by class
@@ -228,8 +233,9 @@ class Client(WSListener):  # type: ignore[misc]
         shared = self.shared
         for attempt in range(1, 1000):
             try:
-                started = time.perf_counter()
-                response = await shared.http.get(path, params=params, headers=self.auth)
+                async with shared.requests:
+                    started = time.perf_counter()
+                    response = await shared.http.get(path, params=params, headers=self.auth)
                 key = (
                     "sync"
                     if path == "/api/sync"
