@@ -47,6 +47,7 @@ TEXT = WSMsgType.TEXT
 SYNC_LIMIT = 500
 HANDSHAKE_TIMEOUT = 15.0
 OVERLAP = 20
+POOL = 256  # REST connections per client process
 
 
 class Shared:
@@ -55,8 +56,12 @@ class Shared:
         self.http = httpx.AsyncClient(
             base_url=spec["rest"],
             timeout=120,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
+            limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
         )
+        # At most a pool's worth of requests in httpx at once: thousands queued on its pool cost
+        # the process its loop, and a connection opened for a queued request then sent its
+        # request too late for the server's header timeout (408s, PoolTimeouts, a stalled storm).
+        self.requests = asyncio.Semaphore(POOL)
         self.mode = "sync"
         self.statuses: Counter[int] = Counter()  # REST answers by status
         self.errors: Counter[str] = Counter()  # transport errors by class
@@ -93,6 +98,7 @@ class Client(WSListener):  # type: ignore[misc]
         self.catchups: list[dict[str, Any]] = []
         self.first = asyncio.Event()
         self.failures = 0
+        self.retrying = False  # a reconnect loop is running (not live and not retrying: stuck)
         self.stopping = False
 
     # --- the socket ---------------------------------------------------------------------------
@@ -173,15 +179,27 @@ class Client(WSListener):  # type: ignore[misc]
         if error is not None:  # refused while the replica is down, 503 while it starts
             self.shared.hub_refusals[type(error).__name__] += 1
             return False
+        _, listener = attempt.result()
+        if listener is None:
+            # The socket closed before the upgrade answer (a replica killed or restarting with
+            # the request in its backlog): picows returns without an error and never calls
+            # on_ws_connected nor on_ws_disconnected, so taken for a success this attempt
+            # would leave the client down for good.
+            self.shared.hub_refusals["ClosedBeforeUpgrade"] += 1
+            return False
         return True
 
     async def reconnect(self) -> None:
-        while not self.stopping:
-            self.failures += 1
-            bound = min(5.0, 0.25 * 2 ** (self.failures - 1))
-            await asyncio.sleep(random.random() * bound)  # full jitter
-            if await self.connect():
-                return
+        self.retrying = True
+        try:
+            while not self.stopping:
+                self.failures += 1
+                bound = min(5.0, 0.25 * 2 ** (self.failures - 1))
+                await asyncio.sleep(random.random() * bound)  # full jitter
+                if await self.connect():
+                    return
+        finally:
+            self.retrying = False
 
     # --- events ---------------------------------------------------------------------------------
 
@@ -215,8 +233,9 @@ class Client(WSListener):  # type: ignore[misc]
         shared = self.shared
         for attempt in range(1, 1000):
             try:
-                started = time.perf_counter()
-                response = await shared.http.get(path, params=params, headers=self.auth)
+                async with shared.requests:
+                    started = time.perf_counter()
+                    response = await shared.http.get(path, params=params, headers=self.auth)
                 key = (
                     "sync"
                     if path == "/api/sync"
@@ -343,6 +362,13 @@ async def main(spec: dict[str, Any]) -> None:
         elif command["cmd"] == "stop":
             break
     reporter.cancel()
+    # Taken before stop, which ends every socket and task: the state each client was stuck in.
+    not_live = Counter(
+        f"handshaken={c.handshaken} transport={c.transport is not None} "
+        f"retrying={c.retrying} failures={c.failures}"
+        for c in clients
+        if c.live_at is None or c.live_at < shared.marked_at
+    )
     for c in clients:
         c.stop()
     # Catch-ups and reconnects still under way end here, so that stop works mid-catch-up.
@@ -361,11 +387,7 @@ async def main(spec: dict[str, Any]) -> None:
             for c in clients
         ],
         "rest_statuses": {str(k): v for k, v in shared.statuses.items()},
-        "not_live": Counter(
-            f"handshaken={c.handshaken} transport={c.transport is not None} failures={c.failures}"
-            for c in clients
-            if c.live_at is None or c.live_at < shared.marked_at
-        ),
+        "not_live": not_live,
         "rest_errors": dict(shared.errors),
         "hub_refusals": dict(shared.hub_refusals),
         "rest_latency_ms": {
