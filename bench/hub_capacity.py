@@ -68,6 +68,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -666,7 +667,7 @@ async def one_run(
     logs: Path,
     run: int,
 ) -> dict[str, Any]:
-    database = url.rsplit("/", 1)[1]
+    database = urlsplit(url).path.lstrip("/")
     port = free_port()
     log = logs / f"hub-{run}.log"
     spec = logs / f"clients-{run}.json"

@@ -28,8 +28,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from _common import parse_with_smoke
+from _common import parse_with_smoke, with_database
 
 SECRET = "bench-secret-bench-secret-bench-secret!"
 SERVICE_KEY = "bench-service-key"
@@ -207,7 +208,7 @@ async def prepare_database(dsn: str, members: int) -> tuple[str, uuid.UUID]:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    bench_dsn = dsn.rsplit("/", 1)[0] + f"/{name}"
+    bench_dsn = with_database(dsn, name)  # keeps a query (a unix socket dir) intact
     conn = await asyncpg.connect(bench_dsn)
     try:
         await migrate(conn)
@@ -227,7 +228,7 @@ async def drop_database(dsn: str, bench_dsn: str) -> None:
 
     admin = await asyncpg.connect(dsn)
     try:
-        name = bench_dsn.rsplit("/", 1)[1]
+        name = urlsplit(bench_dsn).path.lstrip("/")
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
