@@ -113,8 +113,12 @@ class StampingPublisher:
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
         now = time.time()
         for push in pushes:
-            self.published[str(push.payload["messageId"])] = now
-        self.count += len(pushes)
+            # Only the owners' messages are counted: a job beside the run (``lag_run``'s
+            # ``beside``) pushes other kinds through the same dispatcher.
+            message_id = push.payload.get("messageId")
+            if message_id is not None:
+                self.published[str(message_id)] = now
+                self.count += 1
         self._changed.set()
         return [None] * len(pushes)
 
@@ -308,14 +312,29 @@ async def trigger(url: str, body: str | None) -> AsyncIterator[None]:
         await admin.close()
 
 
+Beside = Callable[[str], contextlib.AbstractAsyncContextManager[object]]
+"""Other work in the dispatcher's process for the run (e.g. ``bench/media_jobs.py``'s
+sweep): entered once the dispatcher runs, before the owners start; exited after the last
+push was heard."""
+
+
 async def lag_run(
-    url: str, args: argparse.Namespace, *, listen: bool, body: str | None = None
+    url: str,
+    args: argparse.Namespace,
+    *,
+    listen: bool,
+    body: str | None = None,
+    beside: Beside | None = None,
 ) -> dict[str, Any]:
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
     options = replace(RealtimeDispatchOptions(), listen=listen)
     publisher = StampingPublisher()
     meter = CpuMeter()
-    async with trigger(url, body), dispatch_service(url, options, publisher) as service:
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(trigger(url, body))
+        service = await stack.enter_async_context(dispatch_service(url, options, publisher))
+        if beside is not None:
+            await stack.enter_async_context(beside(url))
         await asyncio.sleep(0.5)  # first pass done, idle flag set
         meter.start()
         commits = await run_owners(

@@ -32,6 +32,8 @@ from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.messenger.jobs.options import (
     CONFERENCE_EMPTY_TIMEOUT_SECONDS,
     CONFERENCE_MAX_DURATION_SECONDS,
+    JOB_BATCH_SIZE,
+    JOB_PAUSE_FACTOR,
     RECORDING_FINALIZE_MAX_ATTEMPTS,
     RECORDING_FINALIZE_TIMEOUT_SECONDS,
     ConferenceReaperOptions,
@@ -147,8 +149,10 @@ class Settings(BaseSettings):
     call_max_duration: float = Field(default=4 * 3600.0, gt=0)
 
     # The media lifecycle jobs (beside the call-timeout reaper): the conference-room reaper and
-    # the recording-finalize retry (which also uses REALTIME_DISPATCH_BACKOFF_*, _LOCK_TTL,
-    # _MAX_RUN_DURATION and _BATCH_SIZE).
+    # the recording-finalize retry (which also uses REALTIME_DISPATCH_BACKOFF_*, _LOCK_TTL and
+    # _MAX_RUN_DURATION).
+    media_jobs_batch_size: int = Field(default=JOB_BATCH_SIZE, ge=1)
+    media_jobs_pause_factor: float = Field(default=JOB_PAUSE_FACTOR, ge=0, allow_inf_nan=False)
     conference_empty_timeout: float = Field(
         default=CONFERENCE_EMPTY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False
     )
@@ -247,11 +251,12 @@ class Settings(BaseSettings):
         return RealtimeDispatchOptions(**self._prefixed("dispatch_", RealtimeDispatchOptions))
 
     def job_schedule(self) -> JobSchedule:
-        """The media lifecycle jobs' lease, run length and batches: the dispatcher's."""
+        """The media lifecycle jobs' lease and run length (the dispatcher's), and their pace."""
         return JobSchedule(
             lock_ttl=self.dispatch_lock_ttl,
             max_run_duration=self.dispatch_max_run_duration,
-            batch_size=self.dispatch_batch_size,
+            batch_size=self.media_jobs_batch_size,
+            pause=self.media_jobs_pause_factor,
         )
 
     def conference_reaper_options(self) -> ConferenceReaperOptions:

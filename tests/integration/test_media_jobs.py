@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -37,7 +37,7 @@ from tests.integration.status_service import StatusService, status_service
 from tests.integration.support import make_stack
 
 REAPER = ConferenceReaperOptions(empty_timeout=300, max_duration=8 * 3600)
-SCHEDULE = JobSchedule(interval=0.05, lock_ttl=10, max_run_duration=5, batch_size=200)
+SCHEDULE = JobSchedule(interval=0.05, lock_ttl=10, max_run_duration=5, batch_size=200, pause=0)
 FAST_BACKOFF = Backoff(base=0.2, factor=2.0, cap=1.0)
 
 
@@ -325,6 +325,49 @@ async def test_the_single_runner_lock_lets_one_replica_run(
         await holder.close()
 
 
+@dataclass
+class RecordedRests(JobRun):
+    """A run that notes each rest the work takes (and takes it)."""
+
+    rests: list[int] = field(default_factory=list)
+
+    async def rest(self, batch_started: float) -> None:
+        self.rests.append(sum(self.counts.values()))
+        await super().rest(batch_started)
+
+
+async def test_a_backlog_is_swept_with_a_rest_after_each_full_batch(pool: asyncpg.Pool) -> None:
+    for _ in range(3):
+        _, conference, starter = await new_conference(pool)
+        async with pool.acquire() as conn:
+            await conferences.leave_conference(conn, conference_id=conference, actor=starter)
+        await age_roster(pool, conference, 400)
+    metrics = MediaJobMetrics(CollectorRegistry())
+    work = ConferenceRoomReaper(pool, REAPER, metrics, batch_size=2)
+    run = RecordedRests(deadline=time.monotonic() + 60, stop=asyncio.Event(), pause=1.0)
+    await work.run_once(run)
+    # The full first batch is followed by a rest; the second, short of a batch, ends the run.
+    assert run.rests == [2]
+    assert run.counts["ended_empty"] == 3
+
+
+async def test_the_schedule_paces_each_run(pool: asyncpg.Pool, database_url: str) -> None:
+    metrics = MediaJobMetrics(CollectorRegistry())
+    work = ConferenceRoomReaper(pool, REAPER, metrics)
+    job = ScheduledJob(
+        work,
+        connect=lambda: asyncpg.connect(database_url),
+        schedule=JobSchedule(interval=0.05, lock_ttl=10, max_run_duration=5, pause=2.5),
+        metrics=metrics,
+    )
+    try:
+        run = await job.turn()
+    finally:
+        await job.aclose()
+    assert run is not None
+    assert run.pause == 2.5
+
+
 class StopAfterFirstBatch(JobRun):
     """A run whose stop is asked as soon as its first batch is counted (as a SIGTERM landing
     then would)."""
@@ -406,12 +449,16 @@ async def finalize_job(
 async def recording(pool: asyncpg.Pool, recording_id: UUID) -> asyncpg.Record:
     row = await pool.fetchrow(
         "SELECT status, failure_code, finalize_attempts, available_at, failed_at,"
-        " extract(epoch FROM finalize_next_at - now())::float8 AS next_in"
+        " extract(epoch FROM finalize_next_at)::float8 AS next_at"
         " FROM messenger.call_recordings WHERE id = $1",
         recording_id,
     )
     assert row is not None
     return row
+
+
+async def db_clock(pool: asyncpg.Pool) -> float:
+    return float(await pool.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8"))
 
 
 async def make_due(pool: asyncpg.Pool) -> None:
@@ -509,18 +556,25 @@ async def test_processing_then_ready_waits_out_the_backoff(
         status_service(service) as url,
         finalize_job(pool, database_url, finalize_options(url)) as (job, jobs),
     ):
+        before = await db_clock(pool)
         await job.turn()
+        after = await db_clock(pool)
         row = await recording(pool, recording_id)
         assert (row["status"], row["finalize_attempts"]) == ("Stopped", 1)
-        # The dispatcher's backoff: base 0.2 s after the first ask, less up to 20 % jitter.
-        assert 0.1 < row["next_in"] <= 0.2
+        # The dispatcher's backoff: base 0.2 s after the first ask, less up to 20 % jitter; the
+        # claim ran between ``before`` and ``after`` (however slow the machine is).
+        assert row["next_at"] - after <= 0.2
+        assert row["next_at"] - before >= 0.16
         await job.turn()  # not due yet: not asked
         assert service.asked[recording_id] == 1
         await make_due(pool)
+        before = await db_clock(pool)
         await job.turn()
+        after = await db_clock(pool)
         row = await recording(pool, recording_id)
         assert (row["status"], row["finalize_attempts"]) == ("Stopped", 2)
-        assert 0.3 < row["next_in"] <= 0.4  # base * factor
+        assert row["next_at"] - after <= 0.4  # base * factor
+        assert row["next_at"] - before >= 0.32
         await make_due(pool)
         await job.turn()
     row = await recording(pool, recording_id)

@@ -177,7 +177,8 @@ def test_media_job_options_default_and_validate() -> None:
     assert (recordings.status_url, recordings.max_attempts, recordings.timeout) == (None, 8, 600)
     assert recordings.backoff == s.dispatch_options().backoff  # the dispatcher's backoff
     schedule = s.job_schedule()
-    assert (schedule.lock_ttl, schedule.max_run_duration, schedule.batch_size) == (30, 5, 200)
+    assert (schedule.lock_ttl, schedule.max_run_duration) == (30, 5)
+    assert (schedule.batch_size, schedule.pause) == (50, 3)
     assert load_settings(media_recording_status_url="").media_recording_status_url is None
     url = "http://127.0.0.1:9000/recordings/status"
     assert load_settings(media_recording_status_url=url).recording_finalize_options().status_url
@@ -193,6 +194,9 @@ def test_media_job_options_default_and_validate() -> None:
         ({"media_recording_status_url": "ftp://m/s"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
         ({"media_recording_status_url": "http://m/s?x=1"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
         ({"media_recording_status_url": "not a url"}, "REALTIME_MEDIA_RECORDING_STATUS_URL"),
+        ({"media_jobs_batch_size": 0}, "REALTIME_MEDIA_JOBS_BATCH_SIZE"),
+        ({"media_jobs_pause_factor": -1}, "REALTIME_MEDIA_JOBS_PAUSE_FACTOR"),
+        ({"media_jobs_pause_factor": "nan"}, "REALTIME_MEDIA_JOBS_PAUSE_FACTOR"),
     ]
     for overrides, variable in bad:
         with pytest.raises(ConfigurationError) as info:

@@ -12,6 +12,7 @@ then checked again under the lock, so a join that committed meanwhile keeps its 
 
 from __future__ import annotations
 
+import time
 from uuid import UUID
 
 import asyncpg
@@ -19,7 +20,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.conferences import close_ended
 from realtime_dispatch.messenger.jobs.metrics import CONFERENCE_REAPER, MediaJobMetrics
-from realtime_dispatch.messenger.jobs.options import ConferenceReaperOptions
+from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, ConferenceReaperOptions
 from realtime_dispatch.messenger.jobs.scheduled import QUERIES, JobRun
 
 
@@ -56,7 +57,7 @@ class ConferenceRoomReaper:
         options: ConferenceReaperOptions,
         metrics: MediaJobMetrics,
         *,
-        batch_size: int = 200,
+        batch_size: int = JOB_BATCH_SIZE,
     ) -> None:
         self._pool = pool
         self.options = options
@@ -65,6 +66,7 @@ class ConferenceRoomReaper:
 
     async def run_once(self, run: JobRun) -> None:
         while not run.out_of_time():
+            started = time.monotonic()
             async with self._pool.acquire() as conn:
                 empty, overlong, locked = await reap_stale_conferences(
                     conn, self.options, limit=self._batch
@@ -75,3 +77,4 @@ class ConferenceRoomReaper:
             self._metrics.reaped.labels("overlong").inc(len(overlong))
             if locked < self._batch:
                 return
+            await run.rest(started)

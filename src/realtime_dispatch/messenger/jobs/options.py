@@ -18,18 +18,26 @@ RECORDING_FINALIZE_TIMEOUT_SECONDS = 600.0
 JOB_INTERVAL_SECONDS = 5.0
 """Between runs of each job (the call-timeout reaper's interval); the alert fires after 60 s
 without a run."""
+JOB_BATCH_SIZE = 50
+JOB_PAUSE_FACTOR = 3.0
+"""A backlog is swept in batches of 50 with a rest of 3× each batch's time after it: the jobs
+work at most a quarter of the time, so the dispatcher's lag beside a sweep stays within its
+own spread (docs/BENCHMARKS.md, "The dispatcher's lag while the jobs sweep")."""
 
 
 @dataclass(frozen=True, slots=True)
 class JobSchedule:
-    """How a job runs, shared with the dispatcher's options: its lock lease
-    (``REALTIME_DISPATCH_LOCK_TTL``), the length of one run (``…_MAX_RUN_DURATION``, below the
-    lease) and its batches (``…_BATCH_SIZE``)."""
+    """How a job runs: its lock lease and the length of one run are the dispatcher's
+    (``REALTIME_DISPATCH_LOCK_TTL``, ``…_MAX_RUN_DURATION`` below the lease); its batches and
+    the rest after each full one are its own (``REALTIME_MEDIA_JOBS_BATCH_SIZE``,
+    ``REALTIME_MEDIA_JOBS_PAUSE_FACTOR``)."""
 
     interval: float = JOB_INTERVAL_SECONDS
     lock_ttl: float = 30.0
     max_run_duration: float = 5.0
-    batch_size: int = 200
+    batch_size: int = JOB_BATCH_SIZE
+    pause: float = JOB_PAUSE_FACTOR
+    """After a full batch, this many times its duration (:meth:`JobRun.rest`); 0: none."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.interval) and self.interval > 0):
@@ -41,7 +49,11 @@ class JobSchedule:
                 "REALTIME_DISPATCH_MAX_RUN_DURATION", "must be below REALTIME_DISPATCH_LOCK_TTL"
             )
         if self.batch_size < 1:
-            raise ConfigurationError("REALTIME_DISPATCH_BATCH_SIZE", "must be > 0")
+            raise ConfigurationError("REALTIME_MEDIA_JOBS_BATCH_SIZE", "must be > 0")
+        if not (math.isfinite(self.pause) and self.pause >= 0):
+            raise ConfigurationError(
+                "REALTIME_MEDIA_JOBS_PAUSE_FACTOR", "must be a finite number >= 0"
+            )
 
 
 @dataclass(frozen=True, slots=True)

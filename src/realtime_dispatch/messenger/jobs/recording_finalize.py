@@ -16,6 +16,7 @@ claim and outcome costs one backoff: the next run asks again.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Sequence
 from uuid import UUID
@@ -32,7 +33,7 @@ from realtime_dispatch.messenger.jobs.finalize_policy import (
     decide,
 )
 from realtime_dispatch.messenger.jobs.metrics import RECORDING_FINALIZE, MediaJobMetrics
-from realtime_dispatch.messenger.jobs.options import RecordingFinalizeOptions
+from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, RecordingFinalizeOptions
 from realtime_dispatch.messenger.jobs.scheduled import QUERIES, JobRun
 from realtime_dispatch.messenger.jobs.status_client import MAX_CONNECTIONS, RecordingStatusClient
 from realtime_dispatch.messenger.sessions import MediaSession
@@ -113,7 +114,7 @@ class RecordingFinalizeRetry:
         metrics: MediaJobMetrics,
         *,
         client: RecordingStatusClient | None,
-        batch_size: int = 200,
+        batch_size: int = JOB_BATCH_SIZE,
     ) -> None:
         """``client``: the status service at ``options.status_url`` (None when unset)."""
         if (client is None) != (options.status_url is None):
@@ -126,12 +127,14 @@ class RecordingFinalizeRetry:
 
     async def run_once(self, run: JobRun) -> None:
         while not run.out_of_time():
+            started = time.monotonic()
             if self._client is None:
                 full = await self._time_out_batch(run)
             else:
                 full = await self._ask_batch(run, self._client)
             if not full:
                 return
+            await run.rest(started)
 
     async def _time_out_batch(self, run: JobRun) -> bool:
         async with self._pool.acquire() as conn:

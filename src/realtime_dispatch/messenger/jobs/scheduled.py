@@ -41,11 +41,22 @@ class JobRun:
     deadline: float
     """``time.monotonic()`` past which no new batch starts (``max_run_duration``)."""
     stop: asyncio.Event
+    pause: float = 0.0
+    """After each batch, :meth:`rest` waits this many times the batch's own duration."""
     counts: dict[str, int] = field(default_factory=dict)
     """What the run did, for its log line and span (e.g. ``{"ended": 3}``)."""
 
     def stopping(self) -> bool:
         return self.stop.is_set()
+
+    async def rest(self, batch_started: float) -> None:
+        """Leave the database, the event loop and the dispatcher the time this batch took,
+        ``pause`` times over, before the next one: a backlog is swept at a pace that the
+        dispatcher's own lag doesn't feel (docs/BENCHMARKS.md). A stop ends the wait."""
+        delay = (time.monotonic() - batch_started) * self.pause
+        if delay > 0 and not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), delay)
 
     def out_of_time(self) -> bool:
         return self.stop.is_set() or time.monotonic() >= self.deadline
@@ -129,7 +140,11 @@ class ScheduledJob:
     async def _leased_run(self, conn: Any) -> JobRun | None:
         name = self.work.name
         started = time.monotonic()
-        run = JobRun(deadline=started + self._schedule.max_run_duration, stop=self._stop)
+        run = JobRun(
+            deadline=started + self._schedule.max_run_duration,
+            stop=self._stop,
+            pause=self._schedule.pause,
+        )
         run_id = str(uuid4())
         with _tracer.start_as_current_span(f"realtime_dispatch.job.{name}") as span:
             span.set_attribute("job.name", name)
