@@ -92,6 +92,7 @@ async def test_the_hub_process_runs_both_jobs(pool: asyncpg.Pool, database_url: 
     for job in ("conference-room-reaper", "recording-finalize-retry"):
         assert f'messenger_realtime_job_last_run_timestamp_seconds{{job="{job}"}}' in metrics
         assert f'messenger_realtime_job_runs_total{{job="{job}",result="ran"}}' in metrics
+        assert f'messenger_realtime_job_enabled{{job="{job}"}} 1.0' in metrics  # the alerts' cue
     assert 'messenger_realtime_conference_reaped_total{reason="overlong"} 1.0' in metrics
     assert 'messenger_realtime_recording_finalized_total{outcome="available"} 1.0' in metrics
 

@@ -74,7 +74,10 @@ def test_every_alert_expression_names_exported_metrics() -> None:
     ):
         assert "> 45" in alerts[name]["expr"]
         assert "for" not in alerts[name]
-        assert alerts[name]["expr"].count(f'{{job="{job}"}}') == 2, name
+        # its last run's age, and (never run) whether a process runs it at all
+        assert alerts[name]["expr"].count(f'{{job="{job}"}}') == 3, name
+        assert f'messenger_realtime_job_enabled{{job="{job}"}}' in alerts[name]["expr"], name
+        assert "absent_over_time" not in alerts[name]["expr"], name
 
 
 def test_rules_pass_promtool_when_installed() -> None:
@@ -94,13 +97,14 @@ def test_alerts_fire_on_time_under_promtool() -> None:
     """alerts_test.yml: the no-passes alert fires within a minute of the last pass (worker
     stuck, worker dead, never reported) and not across a restart; the error spike names the
     signal its value is the rate of; each media job's no-runs alert fires within a minute of its
-    last run, or when it never reported one."""
+    last run, or when a process runs it and it never reported one, and never where no process
+    runs it (an adopter's schema)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (CI installs Debian's prometheus package)")
     tests = yaml.safe_load(RULE_TESTS.read_text())
     assert tests["rule_files"] == [RULES.name]
-    assert len(tests["tests"]) == 9
+    assert len(tests["tests"]) == 10
     result = subprocess.run(
         [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
     )

@@ -27,6 +27,12 @@ class MediaJobMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self.enabled = Gauge(
+            "messenger_realtime_job_enabled",
+            "1 in a process that runs the job (whether or not it holds the job's lock now).",
+            ["job"],
+            registry=registry,
+        )
         self.last_run = Gauge(
             "messenger_realtime_job_last_run_timestamp_seconds",
             "Unix time of the job's last run that held its lock and completed.",

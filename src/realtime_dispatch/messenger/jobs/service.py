@@ -51,6 +51,8 @@ async def media_jobs(
             ),
         ]
         jobs = [ScheduledJob(w, connect=connect, schedule=schedule, metrics=metrics) for w in works]
+        for work in works:
+            metrics.enabled.labels(work.name).set(1)
         tasks = [asyncio.create_task(job.run(), name=job.key) for job in jobs]
 
         def done(t: asyncio.Task[None]) -> None:
