@@ -62,6 +62,7 @@ from bench._common import (
 )
 
 from lag import lag_run
+from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions
 from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import (
@@ -236,6 +237,7 @@ async def run_jobs(url: str, status_url: str, schedule: JobSchedule, stop: async
             pool,
             connect=lambda: asyncpg.connect(url),
             schedule=schedule,
+            calls=CallReaperOptions(),
             conferences=ConferenceReaperOptions(),
             recordings=RecordingFinalizeOptions(status_url=status_url),
             registry=CollectorRegistry(),

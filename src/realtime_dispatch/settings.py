@@ -29,6 +29,7 @@ from realtime_dispatch.hub.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.api.send_rate import SendRate
+from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions
 from realtime_dispatch.messenger.jobs.options import (
     CONFERENCE_EMPTY_TIMEOUT_SECONDS,
     CONFERENCE_MAX_DURATION_SECONDS,
@@ -143,8 +144,8 @@ class Settings(BaseSettings):
     media_turn_secret: SecretStr | None = None
     media_token_ttl: float = Field(default=120.0, gt=0)
 
-    # The call-timeout reaper (``serve``): a ringing call becomes Missed after the ring timeout;
-    # an answered call still Active after the maximum duration becomes Ended.
+    # The call-timeout reaper (``serve`` / ``hub``): a ringing call becomes Missed after the ring
+    # timeout; an answered call still Active after the maximum duration becomes Ended.
     call_ring_timeout: float = Field(default=45.0, gt=0)
     call_max_duration: float = Field(default=4 * 3600.0, gt=0)
 
@@ -257,6 +258,11 @@ class Settings(BaseSettings):
             max_run_duration=self.dispatch_max_run_duration,
             batch_size=self.media_jobs_batch_size,
             pause=self.media_jobs_pause_factor,
+        )
+
+    def call_reaper_options(self) -> CallReaperOptions:
+        return CallReaperOptions(
+            ring_timeout=self.call_ring_timeout, max_duration=self.call_max_duration
         )
 
     def conference_reaper_options(self) -> ConferenceReaperOptions:

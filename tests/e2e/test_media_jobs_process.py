@@ -89,7 +89,7 @@ async def test_the_hub_process_runs_both_jobs(pool: asyncpg.Pool, database_url: 
         )
         async with httpx.AsyncClient() as http:
             metrics = (await http.get(f"{url}/metrics")).text
-    for job in ("conference-room-reaper", "recording-finalize-retry"):
+    for job in ("call-timeout-reaper", "conference-room-reaper", "recording-finalize-retry"):
         assert f'messenger_realtime_job_last_run_timestamp_seconds{{job="{job}"}}' in metrics
         assert f'messenger_realtime_job_runs_total{{job="{job}",result="ran"}}' in metrics
         assert f'messenger_realtime_job_enabled{{job="{job}"}} 1.0' in metrics  # the alerts' cue

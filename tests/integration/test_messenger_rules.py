@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from uuid import UUID, uuid4
 
 import asyncpg
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
@@ -26,8 +28,11 @@ from realtime_dispatch.messenger import (
     recordings,
     screenshare,
 )
+from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions, CallTimeoutReaper
+from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
+from realtime_dispatch.messenger.jobs.options import JobSchedule
+from realtime_dispatch.messenger.jobs.scheduled import JobRun, ScheduledJob
 from realtime_dispatch.messenger.reaper import (
-    CallTimeoutReaper,
     reap_overlong_calls,
     reap_unanswered_calls,
 )
@@ -406,10 +411,17 @@ async def test_read_marks_only_move_forward(pool: asyncpg.Pool) -> None:
 
 
 async def reaper_turns(
-    pool: asyncpg.Pool, reaper: CallTimeoutReaper, call: UUID, status: str
+    pool: asyncpg.Pool, database_url: str, reaper: CallTimeoutReaper, call: UUID, status: str
 ) -> None:
-    """The periodic task, left to itself, brings ``call`` to ``status``."""
-    task = asyncio.create_task(reaper.run())
+    """The scheduled job, left to itself, brings ``call`` to ``status``."""
+    metrics = reaper.metrics
+    job = ScheduledJob(
+        reaper,
+        connect=lambda: asyncpg.connect(database_url),
+        schedule=JobSchedule(interval=0.05, lock_ttl=10, max_run_duration=5),
+        metrics=metrics,
+    )
+    task = asyncio.create_task(job.run())
     try:
         for _ in range(100):
             now = await pool.fetchval(
@@ -420,12 +432,20 @@ async def reaper_turns(
             await asyncio.sleep(0.02)
         assert now == status
     finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        job.request_stop()
+        await asyncio.wait_for(task, 10)
 
 
-async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.Pool) -> None:
+async def sweep(reaper: CallTimeoutReaper) -> dict[str, int]:
+    """One run of the job's work, unscheduled: what it did."""
+    run = JobRun(deadline=time.monotonic() + 30, stop=asyncio.Event())
+    await reaper.run_once(run)
+    return run.counts
+
+
+async def test_reaper_turns_only_stale_ringing_calls_into_missed(
+    pool: asyncpg.Pool, database_url: str
+) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
         stale = await calls.start_call(conn, caller=alice, callee=bob)
@@ -436,8 +456,9 @@ async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.P
         )
         fresh = await calls.start_call(conn, caller=carol, callee=alice)
         rows = await outbox_count(pool)
-    reaper = CallTimeoutReaper(pool, ring_timeout=45, interval=0.05)
-    assert await reaper.sweep() == [stale]
+    metrics = MediaJobMetrics(CollectorRegistry())
+    reaper = CallTimeoutReaper(pool, CallReaperOptions(ring_timeout=45), metrics)
+    assert await sweep(reaper) == {"calls_missed": 1, "calls_overlong": 0}
     assert await outbox_count(pool) == rows + 2
     missed = await pool.fetch(
         "SELECT target_user_id FROM messenger.realtime_outbox WHERE kind = 'CallMissed'"
@@ -454,11 +475,20 @@ async def test_reaper_turns_only_stale_ringing_calls_into_missed(pool: asyncpg.P
         "UPDATE messenger.call_sessions SET created_at = now() - interval '1 hour' WHERE id = $1",
         fresh,
     )
-    await reaper_turns(pool, reaper, fresh, "Missed")
+    await reaper_turns(pool, database_url, reaper, fresh, "Missed")
+    ran = metrics.registry.get_sample_value(
+        "messenger_realtime_job_runs_total", {"job": "call-timeout-reaper", "result": "ran"}
+    )
+    assert ran is not None
+    assert ran >= 1
+    reaped = metrics.registry.get_sample_value(
+        "messenger_realtime_call_reaped_total", {"reason": "missed"}
+    )
+    assert reaped == 2  # the sweep's one, then the scheduled job's
 
 
 async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, database_url: str
 ) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
@@ -472,8 +502,10 @@ async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
         await calls.answer_call(conn, call_id=live, actor=bob)
         ringing = await calls.start_call(conn, caller=carol, callee=alice)
     await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
-    reaper = CallTimeoutReaper(pool, ring_timeout=45, max_duration=3600, interval=0.05)
-    assert await reaper.sweep_overlong() == [stale]
+    metrics = MediaJobMetrics(CollectorRegistry())
+    options = CallReaperOptions(ring_timeout=45, max_duration=3600)
+    reaper = CallTimeoutReaper(pool, options, metrics)
+    assert await sweep(reaper) == {"calls_missed": 0, "calls_overlong": 1}
     statuses = dict(await pool.fetch("SELECT id, status FROM messenger.call_sessions"))
     assert statuses == {stale: "Ended", live: "Active", ringing: "Ringing"}
     ended = await pool.fetch(
@@ -496,7 +528,7 @@ async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
         "UPDATE messenger.call_sessions SET answered_at = now() - interval '2 hours' WHERE id = $1",
         live,
     )
-    await reaper_turns(pool, reaper, live, "Ended")
+    await reaper_turns(pool, database_url, reaper, live, "Ended")
 
 
 async def test_builders_refuse_a_row_aimed_at_the_wrong_audience(pool: asyncpg.Pool) -> None:

@@ -48,6 +48,7 @@ def test_every_alert_expression_names_exported_metrics() -> None:
         "RealtimeDispatchLagSLO",
         "RealtimeDispatchQuarantined",
         "RealtimeDispatchNoPasses",
+        "RealtimeCallReaperNoRuns",
         "RealtimeConferenceReaperNoRuns",
         "RealtimeRecordingFinalizeNoRuns",
     }
@@ -68,7 +69,11 @@ def test_every_alert_expression_names_exported_metrics() -> None:
     assert "> 45" in alerts["RealtimeDispatchNoPasses"]["expr"]
     # One "no runs for 1 min" alert per media job, on that job's own series.
     for name, job in zip(
-        ("RealtimeConferenceReaperNoRuns", "RealtimeRecordingFinalizeNoRuns"),
+        (
+            "RealtimeCallReaperNoRuns",
+            "RealtimeConferenceReaperNoRuns",
+            "RealtimeRecordingFinalizeNoRuns",
+        ),
         JOB_NAMES,
         strict=True,
     ):
@@ -90,7 +95,7 @@ def test_rules_pass_promtool_when_installed() -> None:
         [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_alerts_fire_on_time_under_promtool() -> None:
@@ -104,7 +109,7 @@ def test_alerts_fire_on_time_under_promtool() -> None:
         pytest.skip("promtool is not installed (CI installs Debian's prometheus package)")
     tests = yaml.safe_load(RULE_TESTS.read_text())
     assert tests["rule_files"] == [RULES.name]
-    assert len(tests["tests"]) == 10
+    assert len(tests["tests"]) == 11
     result = subprocess.run(
         [promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, check=False
     )

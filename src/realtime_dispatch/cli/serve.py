@@ -12,7 +12,6 @@ demo page, call reaper or media lifecycle jobs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -40,7 +39,6 @@ from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES
 from realtime_dispatch.messenger.jobs.service import media_jobs
-from realtime_dispatch.messenger.reaper import CallTimeoutReaper
 from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
@@ -115,37 +113,6 @@ async def _maybe_dispatcher(
 
 
 @contextlib.asynccontextmanager
-async def call_reaper(
-    pool: asyncpg.Pool, on_failure: Callable[[], None], settings: Settings
-) -> AsyncIterator[CallTimeoutReaper | None]:
-    """Run the call-timeout reaper for the duration of the block; if it dies, log it and call
-    ``on_failure`` (the server stops and exits non-zero) rather than limp on without it. None
-    runs with a projection manifest set (the calls are the adopter's)."""
-    if not settings.reference_messenger:
-        yield None
-        return
-    reaper = CallTimeoutReaper(
-        pool, ring_timeout=settings.call_ring_timeout, max_duration=settings.call_max_duration
-    )
-    task = asyncio.create_task(reaper.run(), name="call-timeout-reaper")
-
-    def done(t: asyncio.Task[None]) -> None:
-        if not t.cancelled():
-            error = t.exception()
-            log.error("call_reaper_stopped", error=type(error).__name__ if error else "returned")
-            on_failure()
-
-    task.add_done_callback(done)
-    try:
-        yield reaper
-    finally:
-        task.remove_done_callback(done)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-@contextlib.asynccontextmanager
 async def lifecycle_jobs(
     pool: asyncpg.Pool,
     on_failure: Callable[[], None],
@@ -154,8 +121,10 @@ async def lifecycle_jobs(
     url: str,
     registry: CollectorRegistry,
 ) -> AsyncIterator[None]:
-    """The conference-room reaper and the recording-finalize retry beside the call reaper;
-    none with a projection manifest set (the conferences and recordings are the adopter's)."""
+    """The call-timeout reaper, the conference-room reaper and the recording-finalize retry; if
+    one dies, it is logged and ``on_failure`` is called (the server stops and exits non-zero)
+    rather than limp on without it. None with a projection manifest set (the calls,
+    conferences and recordings are the adopter's)."""
     if not settings.reference_messenger:
         yield
         return
@@ -166,6 +135,7 @@ async def lifecycle_jobs(
         pool,
         connect=lambda: connect(dsn, server_settings=lock_settings),
         schedule=schedule,
+        calls=settings.call_reaper_options(),
         conferences=settings.conference_reaper_options(),
         recordings=settings.recording_finalize_options(),
         registry=registry,
@@ -264,11 +234,8 @@ async def serve(
                     reaper_failed = True
                     server.should_exit = True
 
-                async with (
-                    call_reaper(pool, stop_on_reaper_failure, settings),
-                    lifecycle_jobs(
-                        pool, stop_on_reaper_failure, settings, url=url, registry=registry
-                    ),
+                async with lifecycle_jobs(
+                    pool, stop_on_reaper_failure, settings, url=url, registry=registry
                 ):
                     parts = "demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                     if not settings.reference_messenger:

@@ -4,30 +4,24 @@ that pushed ``call_missed`` without an outbox row); an ``Active`` call answered 
 the maximum call duration (its parties are gone without hanging up, or it was forgotten) becomes
 ``Ended`` (nobody ended it: ``ended_by_user_id`` null), with a ``CallEnded`` push to both.
 
-:func:`reap_unanswered_calls` and :func:`reap_overlong_calls` do one bounded sweep each;
-:class:`CallTimeoutReaper` runs both periodically (``serve`` runs one; the timeouts are
-``REALTIME_CALL_RING_TIMEOUT`` and ``REALTIME_CALL_MAX_DURATION``). Rows are taken with
-``FOR UPDATE SKIP LOCKED``, so several replicas may run reapers at once without double-reaping.
+:func:`reap_unanswered_calls` and :func:`reap_overlong_calls` do one bounded batch each; the
+job that runs them (:mod:`realtime_dispatch.messenger.jobs.call_reaper`, in ``serve`` and
+``hub`` beside the media lifecycle jobs) has the timeouts ``REALTIME_CALL_RING_TIMEOUT`` and
+``REALTIME_CALL_MAX_DURATION``. Rows are taken with ``FOR UPDATE SKIP LOCKED``, so a sweep
+racing an answer or a hang-up never double-ends a call.
 """
 
 from __future__ import annotations
 
-import asyncio
 from uuid import UUID
-
-import asyncpg
-import structlog
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.sessions import direct_intents
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
-log = structlog.get_logger(__name__)
-
 CALL_RING_TIMEOUT_SECONDS = 45.0
 CALL_MAX_DURATION_SECONDS = 4 * 3600.0
-REAPER_INTERVAL_SECONDS = 5.0
 REAPER_BATCH = 500
 
 _REAP_SQL = """
@@ -88,48 +82,3 @@ async def reap_overlong_calls(
     """End calls answered more than ``max_duration`` seconds ago (status and ``CallEnded``
     rows in one transaction). Returns the ended call ids."""
     return await _reap(conn, _END_SQL, RealtimeDispatchKind.CALL_ENDED, max_duration, limit)
-
-
-class CallTimeoutReaper:
-    """Runs :func:`reap_unanswered_calls` and :func:`reap_overlong_calls` every ``interval``
-    seconds until cancelled. A failed sweep is logged (error class only) and retried on the next
-    tick; it never ends the loop."""
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        *,
-        ring_timeout: float = CALL_RING_TIMEOUT_SECONDS,
-        max_duration: float = CALL_MAX_DURATION_SECONDS,
-        interval: float = REAPER_INTERVAL_SECONDS,
-    ) -> None:
-        self._pool = pool
-        self.ring_timeout = ring_timeout
-        self.max_duration = max_duration
-        self.interval = interval
-
-    async def sweep(self) -> list[UUID]:
-        """Missed calls of this sweep (see :meth:`sweep_overlong` for ended ones)."""
-        async with self._pool.acquire() as conn:
-            reaped = await reap_unanswered_calls(conn, ring_timeout=self.ring_timeout)
-        if reaped:
-            log.info("calls_missed", calls=len(reaped))
-        return reaped
-
-    async def sweep_overlong(self) -> list[UUID]:
-        async with self._pool.acquire() as conn:
-            ended = await reap_overlong_calls(conn, max_duration=self.max_duration)
-        if ended:
-            log.info("calls_ended_by_reaper", calls=len(ended))
-        return ended
-
-    async def run(self) -> None:
-        while True:
-            try:
-                while len(await self.sweep()) >= REAPER_BATCH:
-                    pass
-                while len(await self.sweep_overlong()) >= REAPER_BATCH:
-                    pass
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-                log.warning("call_reaper_failed", error=type(exc).__name__)
-            await asyncio.sleep(self.interval)

@@ -1,13 +1,15 @@
-"""The media lifecycle jobs' Prometheus metrics, on a registry the caller owns. Labels are
-bounded: the job's name, a reason, a result; never an id."""
+"""The scheduled jobs' Prometheus metrics (the call-timeout reaper and the media lifecycle
+jobs), on a registry the caller owns. Labels are bounded: the job's name, a reason, a result;
+never an id."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+CALL_REAPER = "call-timeout-reaper"
 CONFERENCE_REAPER = "conference-room-reaper"
 RECORDING_FINALIZE = "recording-finalize-retry"
-JOB_NAMES = (CONFERENCE_REAPER, RECORDING_FINALIZE)
+JOB_NAMES = (CALL_REAPER, CONFERENCE_REAPER, RECORDING_FINALIZE)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -37,6 +39,12 @@ class MediaJobMetrics:
             "messenger_realtime_job_last_run_timestamp_seconds",
             "Unix time of the job's last run that held its lock and completed.",
             ["job"],
+            registry=registry,
+        )
+        self.calls_reaped = Counter(
+            "messenger_realtime_call_reaped",
+            "Calls the call-timeout reaper ended, by reason (missed: rang out; overlong).",
+            ["reason"],
             registry=registry,
         )
         self.reaped = Counter(

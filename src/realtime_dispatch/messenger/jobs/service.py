@@ -1,5 +1,6 @@
-"""Both media lifecycle jobs for the duration of a block (``serve`` and ``hub`` run them beside
-the call-timeout reaper, on the reference messenger only)."""
+"""The scheduled jobs of the reference messenger for the duration of a block: the call-timeout
+reaper and both media lifecycle jobs (``serve`` and ``hub`` run them, on the reference
+messenger only)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncpg
 import structlog
 from prometheus_client import CollectorRegistry
 
+from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions, CallTimeoutReaper
 from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import (
@@ -31,20 +33,23 @@ async def media_jobs(
     *,
     connect: Connect,
     schedule: JobSchedule,
+    calls: CallReaperOptions,
     conferences: ConferenceReaperOptions,
     recordings: RecordingFinalizeOptions,
     registry: CollectorRegistry,
     on_failure: Callable[[], None],
 ) -> AsyncIterator[list[ScheduledJob]]:
-    """Run the conference-room reaper and the recording-finalize retry until the block ends.
+    """Run the call-timeout reaper, the conference-room reaper and the recording-finalize retry
+    until the block ends.
     ``connect`` opens each job's own lock session. A job whose loop dies is logged and
-    ``on_failure`` is called (the server stops and exits non-zero), as for the call reaper."""
+    ``on_failure`` is called (the server stops and exits non-zero)."""
     metrics = MediaJobMetrics(registry)
     async with contextlib.AsyncExitStack() as stack:
         client = None
         if recordings.status_url is not None:
             client = await stack.enter_async_context(RecordingStatusClient(recordings.status_url))
         works: list[JobWork] = [
+            CallTimeoutReaper(pool, calls, metrics, batch_size=schedule.batch_size),
             ConferenceRoomReaper(pool, conferences, metrics, batch_size=schedule.batch_size),
             RecordingFinalizeRetry(
                 pool, recordings, metrics, client=client, batch_size=schedule.batch_size
