@@ -20,7 +20,9 @@ import pytest
 from fastapi import FastAPI
 
 from realtime_dispatch.auth.tokens import TokenVerifier
+from realtime_dispatch.cli.serve import require_sync_composes
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
+from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.check import check_manifest
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest, shipped_manifest
 from realtime_dispatch.messenger import chats, contacts, messages
@@ -44,7 +46,7 @@ assert SPANS is not None
 
 
 @pytest.fixture
-async def own_pool(pg_server_url: str) -> AsyncIterator[asyncpg.Pool]:
+async def own_url(pg_server_url: str) -> AsyncIterator[str]:
     """A database with the example's tables and the outbox's schema, nothing else of ours."""
     name = f"rd_own_sync_{os.getpid()}_{uuid4().hex[:8]}"
     admin = await asyncpg.connect(pg_server_url)
@@ -57,15 +59,20 @@ async def own_pool(pg_server_url: str) -> AsyncIterator[asyncpg.Pool]:
             await migrate(conn, with_messenger=False)
         finally:
             await conn.close()
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=6)
-        assert pool is not None
-        try:
-            yield pool
-        finally:
-            await pool.close()
+        yield url
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def own_pool(own_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(own_url, min_size=1, max_size=6)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 def _service(pool: asyncpg.Pool, options: SyncOptions | None = None) -> SyncService:
@@ -319,3 +326,28 @@ async def test_the_bounds_of_the_reference_sync_hold_on_an_adopter_schema(
     assert (third.status_code, third.headers["retry-after"]) == (429, "1")
     assert [a.status_code for a in answers] == [503, 503]
     assert parse_cursor(since).source == parse_cursor(cursor).source
+
+
+async def test_a_member_spans_that_cannot_be_a_subquery_stops_the_hub_in_one_line(
+    own_pool: asyncpg.Pool, own_url: str
+) -> None:
+    """It prepares alone and holds its contract, but a data change cannot stand inside the
+    page's statement: the start stops naming the query, instead of every page failing."""
+    writing = (
+        'WITH seen AS (UPDATE "ConversationMembers" SET "LastSeenUtc" = "LastSeenUtc"'
+        ' WHERE "AccountId" = $1 RETURNING "ConversationId", "JoinedUtc", "LeftUtc")'
+        ' SELECT "ConversationId" AS chat_id, "JoinedUtc" AS joined_at,'
+        ' "LeftUtc" AS left_at FROM seen'
+    )
+    manifest = Manifest({**MANIFEST.queries, "member_spans": writing}, "/srv/projections.sql")
+    url = own_url
+    async with own_pool.acquire() as conn:
+        results = {r.name: r.detail for r in await check_manifest(conn, manifest)}
+    assert results["member_spans"] == "ok"
+    with pytest.raises(ConfigurationError) as caught:
+        await require_sync_composes(url, manifest)
+    assert str(caught.value).startswith(
+        "REALTIME_PROJECTIONS: member_spans: does not compose into the sync page: "
+    ), caught.value
+    assert str(caught.value).endswith("(/srv/projections.sql)")
+    await require_sync_composes(url, MANIFEST)  # the example's composes

@@ -231,7 +231,7 @@ def adopter_sync_query(manifest: Manifest) -> str | None:
     return None if member_spans is None else spans_page(member_spans)
 
 
-async def _require_sync_composes(url: str, manifest: Manifest) -> None:
+async def require_sync_composes(url: str, manifest: Manifest) -> None:
     """``member_spans`` prepared alone held its contract (``checked_manifest``); this prepares
     the page it is composed into, so that a query that cannot stand as a subquery (a data
     change, say) stops the start with one line rather than failing every page."""
@@ -265,7 +265,7 @@ async def serve(
     async with database_url(settings, run_migrations=True) as url:
         manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
         if not settings.reference_messenger:
-            await _require_sync_composes(session_url(settings, url), manifest)
+            await require_sync_composes(session_url(settings, url), manifest)
         pooled = transaction_pooled(settings)
         pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled)
         # Sync's own few connections: a replay of old cursors waits for these, never for the
