@@ -2,11 +2,12 @@
 outbox rows.
 
     python bench/sync_query.py [--dsn DSN] [--rows 1000000] [--chats 10000] [--mine 1000]
-                               [--repeat 15] [--scan 10000] [--schema reference|own]
+                               [--repeat 15] [--scan 10000] [--schema reference|own|both]
 
 ``--schema own``: the same seed and cells on an adopter's schema (``examples/own-schema``: its
 ``Conversations`` and ``ConversationMembers``), timing the page composed over that manifest's
-``member_spans`` (``realtime_dispatch.sync.store.spans_page``) instead of the reference ``page``.
+``member_spans`` (``realtime_dispatch.sync.store.spans_page``) instead of the reference ``page``;
+``--schema both``: the two seeded side by side, each cell timed on one and at once on the other.
 
 In a scratch database ``bench_sync_*`` (dropped at the end): ``--chats`` chats, the caller an
 active member of ``--mine`` of them (joined before any row), and ``--rows`` Done
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import time
@@ -194,37 +196,55 @@ def _node(plan: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-async def run_schema(args: argparse.Namespace, name: str) -> tuple[list[dict[str, Any]], str]:
-    """Every cell on one schema, in its own scratch database: the results and a summary line."""
+@dataclass(frozen=True, slots=True)
+class Seeded:
+    name: str
+    schema: Schema
+    conn: asyncpg.Connection
+    caller: UUID
+    summary: str
+
+
+async def seeded(stack: contextlib.AsyncExitStack, args: argparse.Namespace, name: str) -> Seeded:
+    """One schema seeded in its own scratch database (dropped when ``stack`` closes)."""
     schema = schemas()[name]
-    async with scratch_database(args.dsn, "bench_sync") as url:
-        conn = await asyncpg.connect(url)
-        try:
-            if name == "own":
-                await conn.execute((OWN_SCHEMA / "schema.sql").read_text())
-            started = time.perf_counter()
-            caller = await seed(conn, schema, args.rows, args.chats, args.mine)
-            seeded = time.perf_counter() - started
-            outsider = uuid4()
-            results = []
-            for where, share in (("tail (1% new)", 0.01), ("middle", 0.5), ("start", 1.0)):
-                position = await cursor_at(conn, share)
-                member = f"member of {args.mine:,}"
-                for who, user in ((member, caller), ("in no chat", outsider)):
-                    for limit in (100, 1000):
-                        if who == "in no chat" and limit == 1000:
-                            continue  # the same walk as with 100: nothing matches
+    url = await stack.enter_async_context(scratch_database(args.dsn, "bench_sync"))
+    conn = await asyncpg.connect(url)
+    stack.push_async_callback(conn.close)
+    if name == "own":
+        await conn.execute((OWN_SCHEMA / "schema.sql").read_text())
+    started = time.perf_counter()
+    caller = await seed(conn, schema, args.rows, args.chats, args.mine)
+    took = time.perf_counter() - started
+    size = await conn.fetchval("SELECT pg_size_pretty(pg_relation_size('messenger.ix_rto_sync'))")
+    summary = f"{name}: seeded {args.rows} rows in {took:.0f} s; ix_rto_sync is {size}"
+    return Seeded(name, schema, conn, caller, summary)
+
+
+async def run_cells(
+    args: argparse.Namespace, names: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every cell, the schemas side by side: each cell is timed on one schema, then at once on
+    the next, so that both see the same load."""
+    async with contextlib.AsyncExitStack() as stack:
+        runs = [await seeded(stack, args, name) for name in names]
+        outsider = uuid4()
+        results = []
+        for where, share in (("tail (1% new)", 0.01), ("middle", 0.5), ("start", 1.0)):
+            positions = [await cursor_at(run.conn, share) for run in runs]
+            for who in (f"member of {args.mine:,}", "in no chat"):
+                for limit in (100, 1000):
+                    if who == "in no chat" and limit == 1000:
+                        continue  # the same walk as with 100: nothing matches
+                    for run, position in zip(runs, positions, strict=True):
+                        user = outsider if who == "in no chat" else run.caller
                         measured = await time_page(
-                            conn, schema.query, user, position, limit, args.repeat, args.scan
-                        )
-                        cell = {"schema": name, "cursor": where, "caller": who, "limit": limit}
+                            run.conn, run.schema.query, user, position, limit, args.repeat,
+                            args.scan,
+                        )  # fmt: skip
+                        cell = {"schema": run.name, "cursor": where, "caller": who, "limit": limit}
                         results.append({**cell, **measured})
-            size = await conn.fetchval(
-                "SELECT pg_size_pretty(pg_relation_size('messenger.ix_rto_sync'))"
-            )
-        finally:
-            await conn.close()
-    return results, f"{name}: seeded {args.rows} rows in {seeded:.0f} s; ix_rto_sync is {size}"
+        return results, [run.summary for run in runs]
 
 
 async def main() -> None:
@@ -242,16 +262,12 @@ async def main() -> None:
         choices=["reference", "own", "both"],
         default="reference",
         help="the reference messenger's tables, examples/own-schema's over member_spans, or"
-        " both one after the other",
+        " both side by side (each cell timed on one, then at once on the other)",
     )
     smoke = {"rows": 20_000, "chats": 200, "mine": 20, "repeat": 3, "schema": "both"}
     args = parse_with_smoke(parser, smoke)
-    results: list[dict[str, Any]] = []
-    summaries = []
-    for name in ("reference", "own") if args.schema == "both" else (args.schema,):
-        found, summary = await run_schema(args, name)
-        results += found
-        summaries.append(summary)
+    names = ["reference", "own"] if args.schema == "both" else [args.schema]
+    results, summaries = await run_cells(args, names)
     facts = await server_facts(args.dsn)
     columns = ["schema", "cursor", "caller", "limit", "median_ms", "p95_ms", "events",
                "index_rows_walked", "buffers", "plan_buffers"]  # fmt: skip

@@ -307,7 +307,7 @@ class MessengerClient:
                         log.warning("client_sync_unavailable", status=exc.status, code=exc.code)
                     else:
                         log.info("client_sync_off", status=exc.status, code=exc.code)
-                        self._sync_off = True
+                        self._sync_off = exc.status in {404, 405}  # not a refused token
                     await self._full_resync("sync_off")
                 if not self._resume_again:
                     return
