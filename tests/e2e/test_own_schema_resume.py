@@ -38,6 +38,12 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSPORTS = ("WebSockets", "ServerSentEvents", "LongPolling")
+# The official client's transport classes, as the driver reports the one a connection is on.
+TRANSPORT_CLASSES = {
+    "WebSockets": "WebSocketTransport",
+    "ServerSentEvents": "ServerSentEventsTransport",
+    "LongPolling": "LongPollingTransport",
+}
 TARGETS = ["message_received", "call_invited"]
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 QUICK = ClientOptions(connection=ConnectionOptions(reconnect_base=0.05, reconnect_cap=0.3))
@@ -208,9 +214,10 @@ async def test_both_sdks_resume_through_sync_on_an_own_schema(
                 ):
                     py.on(MessageReceived, live.append)
                     py.on(CallInvited, invites.append)
-                    for client in js.values():
+                    for transport, client in js.items():
                         assert (await next_of(client, "resync"))["reason"] == "start"
-                        await next_of(client, "started")
+                        started = await next_of(client, "started")
+                        assert started["transport"] == TRANSPORT_CLASSES[transport]
                     await wait_until(lambda: reasons == ["start"], within=30)
 
                     # Live, through the worker.

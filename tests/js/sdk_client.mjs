@@ -2,7 +2,7 @@
 // an application on its own schema uses it: no reference REST API, its own resync hook.
 // Usage: node sdk_client.mjs '{"url": "http://…", "token": "…", "transport": "WebSockets|
 //   ServerSentEvents|LongPolling", "targets": ["message_received", …]}'
-// Prints one JSON object per line: {"event": "started"}, {"event": "message", "target", "args"},
+// Prints one JSON object per line: {"event": "started", "transport": <its class name>}, {"event": "message", "target", "args"},
 // {"event": "resync", "reason"}, {"event": "resumed", "missed"}, {"event": "requests", "paths"}
 // (on a {"report": true} line: every path the SDK requested over fetch). Exits when stdin closes.
 import { createInterface } from "node:readline";
@@ -30,7 +30,8 @@ client.onResumed((missed) => emit({ event: "resumed", missed }));
 
 try {
   await client.start();
-  emit({ event: "started" });
+  // The transport the official client ended up on (its own object, not part of its typings).
+  emit({ event: "started", transport: client.hub.connection?.transport?.constructor?.name ?? null });
 } catch (error) {
   emit({ event: "start_failed", error: String(error) });
   process.exit(0);
