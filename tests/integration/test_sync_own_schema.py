@@ -33,7 +33,7 @@ from realtime_dispatch.sync.cursor import parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncOptions, SyncService
 from realtime_dispatch.sync.store import spans_page
-from tests.conftest import with_database
+from tests.conftest import wait_until, with_database
 from tests.hub_fixtures import SECRET, hub_settings
 from tests.integration.messenger_world import MEDIA
 from tests.integration.test_sync import Sync
@@ -289,9 +289,10 @@ async def test_a_page_is_one_indexed_scan_bounded_by_the_scan_limit(
 async def test_the_bounds_of_the_reference_sync_hold_on_an_adopter_schema(
     own_pool: asyncpg.Pool,
 ) -> None:
-    """H15-H17 on the adopter's page: the scan bound pages through other rows with ``more``;
-    a user's third page at once is 429; a page held up past its statement timeout is 503."""
-    options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2)
+    """H15 on the adopter's page: the scan bound pages through other rows with ``more``; with
+    two of a user's pages held up (the retention floor's table locked), a third is 429 at once,
+    and the two end at their statement timeout with 503."""
+    options = SyncOptions(scan_limit=1000, statement_timeout=2.0, max_per_user=2)
     app = FastAPI(routes=sync_routes(_service(own_pool, options), TokenVerifier(SECRET)))
     bob = uuid4()
     async with httpx.AsyncClient(
@@ -318,7 +319,15 @@ async def test_the_bounds_of_the_reference_sync_hold_on_an_adopter_schema(
             async with locker.transaction():
                 await locker.execute("LOCK messenger.realtime_sync_floor IN ACCESS EXCLUSIVE MODE")
                 held = [asyncio.create_task(sync.get(bob, since=since)) for _ in range(2)]
-                await asyncio.sleep(0.1)
+
+                async def both_waiting() -> bool:
+                    waiting = await own_pool.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                    return bool(waiting == 2)
+
+                await wait_until(both_waiting, within=1.5)  # inside their 2 s timeout
                 third = await sync.get(bob, since=since)
                 answers = await asyncio.gather(*held)
         finally:

@@ -214,7 +214,7 @@ export class MessengerClient {
   async resync(chatId: string, overlap = 0): Promise<void> {
     this.timeline(chatId);
     if (this.options.resync !== undefined) {
-      this.requestResume();
+      await this.requestResume();
       await this.settled();
       return;
     }
@@ -320,7 +320,7 @@ export class MessengerClient {
       } catch (error) {
         if (!(error instanceof RestError)) throw error;
         this.cursor = null; // a server without /api/sync: resync as before
-        this.syncOff = this.options.resync !== undefined;
+        this.syncOff = this.options.resync !== undefined && (error.status === 404 || error.status === 405);
         await this.fullResync("sync_off");
       }
     } while (this.resumeAgain && !this.stopped);
