@@ -45,3 +45,11 @@ SELECT t.id AS chat_id
 FROM unnest($1::uuid[]) AS t(id)
 WHERE NOT EXISTS (
     SELECT 1 FROM "Conversations" c WHERE c."Id" = t.id AND c."DeletedUtc" IS NOT NULL);
+
+-- name: member_spans
+-- GET /api/sync: one account's memberships, left ones too. A post is the account's to resume
+-- when it was written between "JoinedUtc" and "LeftUtc". Each row examined probes
+-- "IX_ConversationMembers_ConversationId_AccountId".
+SELECT "ConversationId" AS chat_id, "JoinedUtc" AS joined_at, "LeftUtc" AS left_at
+FROM "ConversationMembers"
+WHERE "AccountId" = $1;

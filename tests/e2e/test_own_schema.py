@@ -77,9 +77,10 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         checked = run_cli("check", env=env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         lines = checked.stdout.splitlines()
-        assert len(lines) == 13  # one per query of the contract
+        assert len(lines) == 14  # one per query of the contract
         assert "messages: ok" in lines
         assert "member_chats: ok" in lines
+        assert "member_spans: ok" in lines
         assert "conferences: disabled" in checked.stdout
 
         alice, bob = uuid4(), uuid4()
@@ -113,10 +114,11 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
                         return False
 
                 await wait_until(ready, within=30)
-                # Nothing of the reference messenger: no REST API, no sync (it reads the
-                # reference membership), no docs, no demo page.
-                for path in ("/api/chats", "/api/sync", "/docs", "/"):
+                # Nothing of the reference messenger: no REST API, no docs, no demo page; sync
+                # is there (the manifest has member_spans), behind a token.
+                for path in ("/api/chats", "/docs", "/openapi.json", "/"):
                     assert (await http.get(path)).status_code == 404, path
+                assert (await http.get("/api/sync")).status_code == 401
                 # Nor its media lifecycle jobs (the conferences and recordings are the
                 # adopter's).
                 assert "messenger_realtime_job_" not in (await http.get("/metrics")).text

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncpg
 
-from realtime_dispatch.client import MessageReceived
+from realtime_dispatch.client import MessageReceived, MessengerClient
 from realtime_dispatch.client.events import ContactRequestReceived
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger import contacts
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings
-from tests.integration.client_stack import messenger_stack
+from tests.hub_fixtures import hub_settings, make_token
+from tests.integration.client_stack import QUICK_CLIENT, messenger_stack
 
 
 def drop_everyone(hub: Hub) -> None:
@@ -118,3 +118,40 @@ async def test_a_resume_pages_on_through_empty_pages_that_say_more(
             assert resumed == [1]
             assert [m.body for m in live] == ["missed"]
             assert bob.stats.refetches == refetches  # from the sync pages, not REST history
+
+
+async def test_with_its_own_resync_a_gap_reads_on_from_the_cursor(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """An application's own ``resync`` (a deployment without the REST API): a push that never
+    came (its row Done, pushed to nobody) shows as a seq gap when the next one arrives live;
+    the client reads it from ``GET /api/sync``, never from REST history, and the hook is told
+    only of the start."""
+    async with messenger_stack(database_url, pool) as stack:
+        reasons: list[str] = []
+        bob = MessengerClient(
+            stack.url, make_token(stack.bob), options=QUICK_CLIENT, resync=reasons.append
+        )
+        async with bob, stack.client(stack.alice) as alice:
+            live: list[MessageReceived] = []
+            bob.on(MessageReceived, live.append)
+            chat = await alice.rest.create_chat("t", [stack.bob])
+            await bob.wait_connected()
+            await bob.settled()
+            await alice.rest.send_message(chat, "one")
+            await wait_until(lambda: len(live) == 1)
+            await stack.stop_dispatcher()
+            await alice.rest.send_message(chat, "never pushed")
+            await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+            await stack.start_dispatcher()
+            await alice.rest.send_message(chat, "three")
+            await wait_until(lambda: len(bob.timeline(chat)) == 3)
+            await bob.settled()
+            assert [m.body for m in bob.timeline(chat).messages()] == [
+                "one",
+                "never pushed",
+                "three",
+            ]
+            assert bob.stats.refetches == 0  # no REST history
+            assert reasons == ["start"]
+            assert bob.chats == {}  # the chat list is the application's, never fetched

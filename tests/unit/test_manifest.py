@@ -144,3 +144,14 @@ def contract_table() -> str:
 
 def test_the_reference_docs_carry_the_contract_table() -> None:
     assert contract_table() in REFERENCE.read_text(), contract_table()
+
+
+def test_member_spans_takes_one_key_not_an_array() -> None:
+    spans = CONTRACT["member_spans"]
+    columns = [("chat_id", "uuid"), ("joined_at", "timestamptz"), ("left_at", "timestamptz")]
+    assert compare(spans, ["uuid"], columns) is None
+    assert compare(spans, ["uuid[]"], columns) == ("takes (uuid[]), expected one parameter $1 uuid")
+    assert compare(spans, ["uuid"], columns[:2]) == "column left_at missing"
+    assert compare(spans, ["uuid"], [*columns[:2], ("left_at", "timestamp")]) == (
+        "column left_at is timestamp, expected timestamptz"
+    )

@@ -6,6 +6,12 @@
 // reconnect after that reads GET /api/sync from the cursor through the same dedupe, and falls
 // back to the full resync only when the server answers `limited`. Reconnects wait with full
 // jitter, so the clients of a restarted replica do not come back in lock-step.
+// On a deployment without the reference REST API (`hub` on your own schema), pass `resync`, your
+// application's own full resync: the SDK then never calls /api/chats…, resumes through
+// GET /api/sync alone (a seq gap reads on from the cursor) and calls `resync(reason)` where the
+// cursor cannot carry it: "start" (the first cursor was just taken: load what came before it),
+// "limited" (the server no longer holds what came after the cursor), "sync_off" (the server has
+// no GET /api/sync: on every connect).
 
 import {
   HubConnection,
@@ -29,6 +35,12 @@ export const EVENT_NAMES: readonly EventName[] = [
   "recording_failed", "screen_share_started", "screen_share_stopped", "blacklist_changed",
 ];
 
+/** Why the SDK asks the application for its own full resync (ClientOptions.resync). */
+export type ResyncReason = "start" | "limited" | "sync_off";
+
+/** A hub transport by the name the official client gives it. */
+export type TransportName = "WebSockets" | "ServerSentEvents" | "LongPolling";
+
 export interface ClientOptions {
   /** Returns the current JWT; called for every connect and REST call. */
   token: () => string | Promise<string>;
@@ -49,6 +61,17 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   /** A WebSocket constructor for the hub connection (the SignalR client's own option). */
   webSocket?: unknown;
+  /** The hub transport(s): HttpTransportType flags (or-ed: the client falls back in its own
+   *  order) or one name, as the official client names them. Default: WebSockets. */
+  transport?: HttpTransportType | TransportName;
+  /** Your application's own full resync, for a server without the reference REST API: with it
+   *  the SDK never calls /api/chats… (see the top of this file for the reasons). */
+  resync?: (reason: ResyncReason) => void | Promise<void>;
+}
+
+function transportOf(option: ClientOptions["transport"]): HttpTransportType {
+  if (option === undefined) return HttpTransportType.WebSockets;
+  return typeof option === "string" ? HttpTransportType[option] : option;
 }
 
 export interface ClientStats {
@@ -61,7 +84,7 @@ export interface ClientStats {
   resumes: number;
   /** Events a resume brought that had not come live. */
   missed: number;
-  /** First connects, and resumes the server answered `limited`. */
+  /** First connects, resumes the server answered `limited`, and connects without sync. */
   fullResyncs: number;
 }
 
@@ -90,6 +113,8 @@ export class MessengerClient {
   private readonly overlap: number;
   private token: string | null = null;
   private stopped = false;
+  /** The server answered that it has no GET /api/sync (asked again on every connect). */
+  private syncOff = false;
 
   constructor(
     private readonly baseUrl: string,
@@ -101,7 +126,7 @@ export class MessengerClient {
     this.hub = new HubConnectionBuilder()
       .withUrl(this.baseUrl.replace(/\/$/, "") + HUB_PATH, {
         accessTokenFactory: () => this.currentToken(),
-        transport: HttpTransportType.WebSockets,
+        transport: transportOf(options.transport),
         ...(options.webSocket === undefined ? {} : { WebSocket: options.webSocket }),
       })
       .withAutomaticReconnect({
@@ -184,9 +209,15 @@ export class MessengerClient {
     return this.timeline(chatId);
   }
 
-  /** Fetch what the chat's timeline misses, and wait for it. */
+  /** Fetch what the chat's timeline misses, and wait for it (with your own `resync`: read on
+   *  from the sync cursor). */
   async resync(chatId: string, overlap = 0): Promise<void> {
     this.timeline(chatId);
+    if (this.options.resync !== undefined) {
+      await this.requestResume();
+      await this.settled();
+      return;
+    }
     this.requestSync(chatId, overlap);
     await this.syncing.get(chatId);
   }
@@ -256,8 +287,13 @@ export class MessengerClient {
   private async connected(reconnect: boolean): Promise<void> {
     this.stats.connects += 1;
     this.emitConnection(true, reconnect);
+    this.syncOff = false; // ask again: the server may have been upgraded meanwhile
+    await this.requestResume();
+  }
+
+  private async requestResume(): Promise<void> {
     if (this.resuming !== null) {
-      this.resumeAgain = true; // reconnected while resuming: read on once more
+      this.resumeAgain = true; // asked again while resuming: read on once more
       return;
     }
     const run = this.resume()
@@ -277,14 +313,15 @@ export class MessengerClient {
       try {
         if (this.cursor === null) {
           this.cursor = (await this.syncPage(null)).nextCursor;
-          await this.fullResync(false);
+          await this.fullResync("start");
         } else {
           await this.readOn();
         }
       } catch (error) {
         if (!(error instanceof RestError)) throw error;
         this.cursor = null; // a server without /api/sync: resync as before
-        await this.fullResync(true);
+        this.syncOff = this.options.resync !== undefined && (error.status === 404 || error.status === 405);
+        await this.fullResync("sync_off");
       }
     } while (this.resumeAgain && !this.stopped);
   }
@@ -299,7 +336,7 @@ export class MessengerClient {
       const page = await this.syncPage(this.cursor);
       if (page.limited) {
         this.cursor = page.nextCursor;
-        await this.fullResync(true);
+        await this.fullResync("limited");
         return;
       }
       for (const item of page.events) {
@@ -344,9 +381,15 @@ export class MessengerClient {
     }
   }
 
-  /** Today's resync: the chat list, and every chat's history after what the timeline has. */
-  private async fullResync(reconnect: boolean): Promise<void> {
+  /** Your own resync when you gave one; otherwise over the reference REST API: the chat list,
+   *  and every chat's history after what the timeline has. */
+  private async fullResync(reason: ResyncReason): Promise<void> {
     this.stats.fullResyncs += 1;
+    if (this.options.resync !== undefined) {
+      await this.options.resync(reason);
+      return;
+    }
+    const reconnect = reason !== "start";
     let listed: ChatSummary[] | null = null;
     try {
       listed = await this.rest.listChats();
@@ -415,7 +458,10 @@ export class MessengerClient {
     } else {
       for (const handler of this.handlers.get(event) ?? []) (handler as (p: unknown) => void)(payload);
     }
-    if (chatId !== null && change !== null && this.timeline(chatId).hasGap) this.requestSync(chatId, 0);
+    if (chatId !== null && change !== null && this.timeline(chatId).hasGap) {
+      if (this.options.resync === undefined) this.requestSync(chatId, 0);
+      else if (!this.syncOff) void this.requestResume(); // the missing seq comes from the cursor on
+    }
     return change !== "duplicate";
   }
 

@@ -6,8 +6,9 @@ Media join tokens are minted by the dispatcher from ``REALTIME_MEDIA_*``; with n
 configured, development secrets are generated (and a line says so), so invites carry tokens.
 
 With a projection manifest set (``REALTIME_PROJECTIONS``: the adopter's own schema) nothing of
-the reference messenger runs: the app is the hub's routes and ``/ops`` only, with no REST API,
-demo page, call reaper or media lifecycle jobs.
+the reference messenger runs: the app is the hub's routes and ``/ops`` (and ``GET /api/sync``
+when the manifest has ``member_spans``), with no REST API, demo page, call reaper or media
+lifecycle jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from uuid import uuid4
 
 import asyncpg
 import structlog
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
@@ -44,6 +46,7 @@ from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.settings import Settings
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncService
+from realtime_dispatch.sync.store import spans_page
 
 log = structlog.get_logger(__name__)
 
@@ -156,15 +159,26 @@ def _app(  # noqa: PLR0917 (the composition root's parts)
     port: int,
 ) -> Starlette:
     """The reference messenger's REST API with the hub, sync, ops and demo routes; with a
-    manifest set, the hub's and ops routes alone: ``GET /api/sync`` reads the reference
-    messenger's membership (``messenger.participants``), which an adopter's schema does not
-    have, so it is served only beside the reference messenger."""
+    manifest set, the hub's and ops routes, and ``GET /api/sync`` when the manifest has
+    ``member_spans`` (the adopter's memberships: the reference page query reads the reference
+    messenger's own)."""
     operator_routes = ops_routes(OpsService(pool), hub.verifier)
-    if not settings.reference_messenger:
-        return Starlette(routes=[*hub_routes(hub), *operator_routes])
     # Sync builds its payloads with the dispatcher's own builders over the same manifest,
     # composed here: it stands beside the messenger's REST API, not inside it.
     builder = default_payload_builder(settings.media_options(), manifest=manifest)
+    if not settings.reference_messenger:
+        spans = adopter_sync_query(manifest)
+        if spans is None:
+            return Starlette(routes=[*hub_routes(hub), *operator_routes])
+        adopter = SyncService(sync_pool, builder, settings.sync_options(), page_query=spans)
+        resumes = sync_routes(adopter, hub.verifier, metrics_registry=hub.metrics_registry)
+        # A FastAPI app (sync's route is FastAPI's), without the docs the reference API has.
+        return FastAPI(
+            routes=[*hub_routes(hub), *resumes, *operator_routes],
+            openapi_url=None,
+            docs_url=None,
+            redoc_url=None,
+        )
     resume = SyncService(sync_pool, builder, settings.sync_options())
     demo = demo_routes(pool, hub.verifier, dev_secret=demo_secret, host=host, port=port)
     return create_api(
@@ -181,6 +195,31 @@ def _app(  # noqa: PLR0917 (the composition root's parts)
     )
 
 
+def adopter_sync_query(manifest: Manifest) -> str | None:
+    """The sync page query over the manifest's ``member_spans``; None without it (sync off)."""
+    member_spans = manifest.sql("member_spans")
+    return None if member_spans is None else spans_page(member_spans)
+
+
+async def require_sync_composes(url: str, manifest: Manifest) -> None:
+    """``member_spans`` prepared alone held its contract (``checked_manifest``); this prepares
+    the page it is composed into, so that a query that cannot stand as a subquery (a data
+    change, say) stops the start with one line rather than failing every page."""
+    query = adopter_sync_query(manifest)
+    if query is None:
+        return
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.prepare(query)
+    except asyncpg.PostgresError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise manifest.problem(
+            f"member_spans: does not compose into the sync page: {reason}"
+        ) from None
+    finally:
+        await conn.close()
+
+
 async def serve(
     settings: Settings, *, host: str, port: int, with_dispatcher: bool, dev: bool = False
 ) -> int:
@@ -195,6 +234,8 @@ async def serve(
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
         manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
+        if not settings.reference_messenger:
+            await require_sync_composes(session_url(settings, url), manifest)
         pooled = transaction_pooled(settings)
         pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled)
         # Sync's own few connections: a replay of old cursors waits for these, never for the
@@ -239,7 +280,10 @@ async def serve(
                 ):
                     parts = "demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                     if not settings.reference_messenger:
-                        parts = f"hub /hubs/messenger, ops /ops, projections {manifest.source}"
+                        sync = "" if manifest.sql("member_spans") is None else ", sync /api/sync"
+                        parts = (
+                            f"hub /hubs/messenger{sync}, ops /ops, projections {manifest.source}"
+                        )
                     lines = [
                         f"realtime-dispatch: listening on http://{host}:{port}"
                         f" ({parts}{', dispatcher on' if with_dispatcher else ''})"

@@ -9,12 +9,20 @@
         timeline = await client.track(chat_id)      # history now, live after, resync on gaps
         await client.rest.send_message(chat_id, "hello")
 
+On ``hub`` over your own schema (no reference REST API), pass ``resync=`` your own full resync:
+the client then resumes through ``GET /api/sync`` alone and never calls ``/api/chats…``.
+
 Modules: ``protocol`` (JSON hub protocol framing, pure), ``timeline`` (dedupe, seq order, gap
 detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloads), ``rest``
 (httpx), ``connection`` (the self-healing WebSocket), ``client`` (all of it together).
 """
 
-from realtime_dispatch.client.client import ClientOptions, ClientStats, MessengerClient
+from realtime_dispatch.client.client import (
+    ClientOptions,
+    ClientStats,
+    MessengerClient,
+    ResyncReason,
+)
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.client.exceptions import ClientError, HubProtocolError, HubRefused, RestError
 from realtime_dispatch.client.rest import MessengerRest
@@ -38,6 +46,7 @@ __all__ = [
     "MessengerRest",
     "ReadReceiptUpdated",
     "RestError",
+    "ResyncReason",
     "Timeline",
     "TimelineMessage",
 ]

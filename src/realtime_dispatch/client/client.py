@@ -16,6 +16,14 @@ cursor, page by page, applies what it missed through the same dedupe and tells
 falls back to the full resync. So a timeline ends complete and duplicate-free whatever the hub
 did: lost, repeated or reordered pushes, drops, restarts.
 
+On a deployment without the reference messenger's REST API (``hub`` on an adopter's schema),
+the application passes ``resync``, its own full resync, and the client then never calls
+``/api/chats…``: it resumes through ``GET /api/sync`` alone (a seq gap reads on from the
+cursor), and calls ``resync(reason)`` where the cursor cannot carry it: ``"start"`` (the first
+cursor was just taken: load what came before it), ``"limited"`` (the server no longer holds
+what came after the cursor) and ``"sync_off"`` (the server has no ``GET /api/sync``: on every
+connect).
+
 Background work (the connection, resyncs) runs in a task group owned by the ``async with``
 block; an exception in a callback stops the client and comes out of the block.
 """
@@ -28,7 +36,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
 import httpx
@@ -49,6 +57,8 @@ log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Contract)
 Callback = Callable[..., Awaitable[None] | None]
+ResyncReason = Literal["start", "limited", "sync_off"]
+ResyncHook = Callable[[ResyncReason], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +81,7 @@ class ClientStats:
     connects: int = 0
     resumes: int = 0  # reconnects resumed from the sync cursor
     missed: int = 0  # events a resume brought that had not come live
-    full_resyncs: int = 0  # first connects, and resumes the server answered `limited`
+    full_resyncs: int = 0  # first connects, resumes answered `limited`, connects without sync
 
 
 async def _call(callback: Callback, *args: Any) -> None:
@@ -88,8 +98,20 @@ class MessengerClient:
         timeline = await client.track(chat_id)
     """
 
-    def __init__(self, base_url: str, token: str, *, options: ClientOptions | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        options: ClientOptions | None = None,
+        resync: ResyncHook | None = None,
+    ) -> None:
+        """``resync``: the application's own full resync, for a server without the reference
+        messenger's REST API (see the module's docstring); without it, the client resyncs over
+        that API."""
         self.options = options or ClientOptions()
+        self._own_resync = resync
+        self._sync_off = False  # the server answered that it has no GET /api/sync
         self.stats = ClientStats()
         self.timelines = Timelines()
         self._base_url = base_url
@@ -188,13 +210,19 @@ class MessengerClient:
         return self.timelines.get(chat_id)
 
     async def track(self, chat_id: UUID) -> Timeline:
-        """Follow a chat: fetch its history now; it is resynced on every reconnect."""
+        """Follow a chat: fetch its history now; it is resynced on every reconnect. With the
+        application's own ``resync``, its history is the application's to load."""
         await self.resync(chat_id)
         return self.timelines.get(chat_id)
 
     async def resync(self, chat_id: UUID) -> None:
-        """Fetch what the chat's timeline misses, and wait for it."""
+        """Fetch what the chat's timeline misses, and wait for it (with the application's
+        own ``resync``: read on from the sync cursor)."""
         self.timelines.get(chat_id)
+        if self._own_resync is not None:
+            self._request_resume()
+            await self.settled()
+            return
         self._request_sync(chat_id, 0)
         while (task := self._syncers.get(chat_id)) is not None:
             await asyncio.wait([task])
@@ -212,8 +240,12 @@ class MessengerClient:
         self.stats.connects += 1
         self._connected.set()
         log.info("client_connected", reconnect=reconnect)
+        self._sync_off = False  # ask again: the server may have been upgraded meanwhile
+        self._request_resume()
+
+    def _request_resume(self) -> None:
         if self._resumer is not None:
-            self._resume_again = True  # reconnected while resuming: read on once more
+            self._resume_again = True  # asked again while resuming: read on once more
         elif self._group is not None:
             self._resumer = self._group.create_task(self._resume(), name="messenger-client-resume")
 
@@ -245,7 +277,10 @@ class MessengerClient:
             for callback in self._callbacks.get(type(event), ()):
                 await _call(callback, event)
         if applied.needs_sync and applied.chat_id is not None:
-            self._request_sync(applied.chat_id, 0)
+            if self._own_resync is None:
+                self._request_sync(applied.chat_id, 0)
+            elif not self._sync_off:
+                self._request_resume()  # what is missing comes from the cursor on
         return not applied.duplicate
 
     async def _duplicate(self, event: Contract, chat_id: UUID | None) -> None:
@@ -263,13 +298,17 @@ class MessengerClient:
                 try:
                     if self.cursor is None:
                         self.cursor = (await self._sync_page(None)).next_cursor
-                        self._full_resync()
+                        await self._full_resync("start")
                     else:
                         await self._read_on()
                 except RestError as exc:  # a server without /api/sync: resync as before
-                    log.warning("client_sync_unavailable", status=exc.status, code=exc.code)
                     self.cursor = None
-                    self._full_resync()
+                    if self._own_resync is None:
+                        log.warning("client_sync_unavailable", status=exc.status, code=exc.code)
+                    else:
+                        log.info("client_sync_off", status=exc.status, code=exc.code)
+                        self._sync_off = exc.status in {404, 405}  # not a refused token
+                    await self._full_resync("sync_off")
                 if not self._resume_again:
                     return
         finally:
@@ -286,7 +325,7 @@ class MessengerClient:
             if page.limited:
                 log.info("client_resume_limited")
                 self.cursor = page.next_cursor
-                self._full_resync()
+                await self._full_resync("limited")
                 return
             for item in page.events:
                 if await self._deliver(item.target, (item.payload,)):
@@ -301,7 +340,8 @@ class MessengerClient:
                 # however few events it holds (none, even); a full one from a server before
                 # `more` existed is followed as before.
                 break
-        if memberships and self._group is not None and self._chat_lister is None:
+        own = self._own_resync is not None  # no chat list to refresh: the application's
+        if memberships and not own and self._group is not None and self._chat_lister is None:
             self._chat_lister = self._group.create_task(
                 self._sync_chat_list(), name="messenger-client-chat-list"
             )
@@ -338,9 +378,14 @@ class MessengerClient:
                 log.info("client_sync_failed", error=type(exc).__name__)
                 await asyncio.sleep(delay)
 
-    def _full_resync(self) -> None:
-        """Today's resync: every tracked chat's history, and the chat list (each chat in it)."""
+    async def _full_resync(self, reason: ResyncReason) -> None:
+        """The application's own resync when it gave one; otherwise over the reference REST
+        API: every tracked chat's history, and the chat list (each chat in it)."""
         self.stats.full_resyncs += 1
+        if self._own_resync is not None:
+            log.info("client_resync_hook", reason=reason)
+            await _call(self._own_resync, reason)
+            return
         for timeline in self.timelines:
             self._request_sync(timeline.chat_id, self.options.resync_overlap)
         if self._group is not None and self._chat_lister is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, UUID_ARRAY, QueryContract
+from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, QueryContract
 from realtime_dispatch.manifest.manifest import Manifest
 
 
@@ -33,9 +33,9 @@ def compare(
 ) -> str | None:
     """The first mismatch between a prepared query (its parameter type names, its result
     columns as (name, type name)) and its contract, or ``None``. Pure."""
-    if params != [UUID_ARRAY]:
+    if params != [contract.param_type]:
         got = ", ".join(params) or "none"
-        return f"takes ({got}), expected one parameter $1 uuid[]"
+        return f"takes ({got}), expected one parameter $1 {contract.param_type}"
     types = dict(columns)
     names = [name for name, _ in columns]
     twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
@@ -89,6 +89,7 @@ async def check_manifest(
 _UNSET = {
     "optional": "a row whose referenced entity is missing is quarantined",
     "hub": "the hub cannot run without it",
+    "sync": "/api/sync is off",
 }
 
 

@@ -22,6 +22,7 @@ TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(
     }
 )
 UUID_ARRAY = "uuid[]"  # as asyncpg names the type
+UUID_KEY = "uuid"  # one key, not an array (``member_spans``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,10 @@ class QueryContract:
     """What ``$1 uuid[]`` holds: the outbox column whose values of the batch are passed."""
     columns: tuple[Column, ...]
     role: str = "payload"
-    """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub) or
-    ``optional``."""
+    """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub),
+    ``optional``, or ``sync`` (absent: ``GET /api/sync`` is off on that schema)."""
+    param_type: str = UUID_ARRAY
+    """The type ``$1`` must have, as asyncpg names it."""
 
 
 def _cols(spec: str) -> tuple[Column, ...]:
@@ -247,6 +250,18 @@ chat_id uuid a chat where that user is an active member
 chat_id uuid a chat of $1 that is not gone (leave out only the chats known to be deleted)
 """),
         role="optional",
+    ),
+    QueryContract(
+        "member_spans",
+        "GET /api/sync: which chat rows of the log are the caller's",
+        "one user id ($1 uuid, not an array)",
+        _cols("""
+chat_id uuid a chat the user of $1 is or was a member of
+joined_at timestamptz when that membership began
+left_at timestamptz when it ended (null: still a member)
+"""),
+        role="sync",
+        param_type=UUID_KEY,
     ),
 )
 

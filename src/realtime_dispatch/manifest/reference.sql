@@ -82,3 +82,12 @@ WHERE user_id = ANY($1::uuid[]) AND active;
 SELECT t.id AS chat_id
 FROM unnest($1::uuid[]) AS t(id)
 WHERE NOT EXISTS (SELECT 1 FROM messenger.chat_tombstones d WHERE d.chat_id = t.id);
+
+-- name: member_spans
+-- GET /api/sync: the caller's memberships. Only the active ones, each open from when it began:
+-- a removed member gets nothing more of the chat, not even what was written while a member.
+-- (Sync on this schema runs its own `page` query, which probes the participant row the same
+-- way; this query says the rule in the manifest's terms.)
+SELECT chat_id, joined_at, NULL::timestamptz AS left_at
+FROM messenger.participants
+WHERE user_id = $1 AND active;

@@ -59,3 +59,40 @@ WHERE (o.xid, o.id) > ($1::xid8, $2::uuid)
 ORDER BY o.xid, o.id
 OFFSET $3 - 1
 LIMIT 1
+
+-- name: page_spans
+-- `page` on an adopter's schema: the same scan, bound, horizon and output, with the caller's
+-- chats read from the manifest's `member_spans` (its text takes the place of `:member_spans`,
+-- as a subquery; its $1 is the caller, as here). A chat row is the caller's when it was written
+-- within one of the caller's spans: joined_at <= created_at < left_at (left_at null: still a
+-- member). A plain member_spans query is flattened into the per-row EXISTS, so each row
+-- examined costs one probe of the adopter's membership index on (chat, user), as `page` does.
+--   $1 caller, $2 cursor xid, $3 cursor id, $4 page size + 1, $5 scan bound
+WITH h AS (
+    SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon,
+           pg_snapshot_xmax(pg_current_snapshot()) AS xmax,
+           (SELECT deleted_through FROM messenger.realtime_sync_floor) AS floor
+), state AS (
+    SELECT horizon, (floor IS NOT NULL AND floor >= $2::xid8) OR $2::xid8 > xmax AS limited
+    FROM h
+)
+SELECT state.horizon, state.limited, r.*
+FROM state
+LEFT JOIN LATERAL (
+    SELECT s.*
+    FROM (
+        SELECT o.xid, o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+               o.ref_id, o.session_kind, o.seq, o.attempts, o.row_version, o.created_at
+        FROM messenger.realtime_outbox o
+        WHERE NOT state.limited AND (o.xid, o.id) > ($2::xid8, $3::uuid)
+        ORDER BY o.xid, o.id
+        LIMIT $5
+    ) s
+    WHERE (s.target_kind = 'User' AND s.target_user_id = $1)
+       OR (s.target_kind = 'ChatGroup' AND EXISTS (
+               SELECT 1 FROM :member_spans AS m
+               WHERE m.chat_id = s.chat_id AND m.joined_at <= s.created_at
+                 AND (m.left_at IS NULL OR s.created_at < m.left_at)))
+    ORDER BY s.xid, s.id
+    LIMIT $4
+) r ON true

@@ -1,6 +1,7 @@
 """``GET /api/sync`` as FastAPI routes, mounted by the command line's app beside the hub (and
 the reference messenger's REST API when it is served): the route answers its own errors, in
-the REST API's ``{"error", "message"}`` shape, so it works in any app."""
+the REST API's ``{"error", "message"}`` shape, so it works in any FastAPI app (an adopter's
+``hub`` mounts it without the REST API)."""
 
 from __future__ import annotations
 

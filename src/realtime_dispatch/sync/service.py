@@ -15,6 +15,11 @@ Starving nothing: the page runs in a transaction under ``statement_timeout``
 so REST, the hub's admission and the dispatcher keep theirs), and at most ``max_per_user``
 pages of one user run at once (:class:`SyncBusy` past it, answered 429).
 
+Whose rows: ``user:{caller}``, and each chat row written while the caller was a member. The
+reference messenger's membership is probed by the ``page`` query itself; on an adopter's schema
+the manifest's ``member_spans`` gives the memberships, composed into the same statement
+(:func:`~realtime_dispatch.sync.store.spans_page`), so either costs one statement per page.
+
 Held back: a row is served only below the snapshot's xmin horizon, where no transaction can
 still commit, so that a late commit never falls behind a cursor. A transaction that stays
 open holds newer rows back; the page then says ``heldBack`` and the client asks again shortly
@@ -118,11 +123,19 @@ class SyncPage:
 
 class SyncService:
     def __init__(
-        self, pool: asyncpg.Pool, builder: PayloadSource, options: SyncOptions | None = None
+        self,
+        pool: asyncpg.Pool,
+        builder: PayloadSource,
+        options: SyncOptions | None = None,
+        *,
+        page_query: str = store.QUERIES["page"],
     ) -> None:
+        """``page_query``: the reference messenger's ``page``, or
+        ``store.spans_page(member_spans)`` on an adopter's schema."""
         self._pool = pool
         self._builder = builder
         self.options = options or SyncOptions()
+        self.page_query = page_query
         self._running: dict[UUID, int] = {}  # user → pages running now
         self._source: str | None = None
 
@@ -174,7 +187,13 @@ class SyncService:
             horizon = await store.horizon(conn)
             return SyncPage((), SyncCursor.at_horizon(source, horizon).encode(), True)
         found = await store.page(
-            conn, user_id, cursor.xid, cursor.after_id, limit, self.options.scan_limit
+            conn,
+            user_id,
+            cursor.xid,
+            cursor.after_id,
+            limit,
+            self.options.scan_limit,
+            query=self.page_query,
         )
         at_horizon = SyncCursor.at_horizon(source, found.horizon)
         if found.limited:

@@ -11,6 +11,14 @@ from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.sync.cursor import source_name
 
 QUERIES = load_queries("realtime_dispatch.sync")
+_SPANS = ":member_spans"
+
+
+def spans_page(member_spans: str) -> str:
+    """The page query over an adopter's schema: ``page_spans`` with the manifest's
+    ``member_spans`` in place, as a subquery (on lines of its own, so that a trailing ``--``
+    comment in it ends where it does). Pure."""
+    return QUERIES["page_spans"].replace(_SPANS, f"(\n{member_spans}\n)", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +45,18 @@ async def horizon(conn: DbConnection) -> int:
 
 
 async def page(  # noqa: PLR0917 (the statement's parameters, in order)
-    conn: DbConnection, user_id: UUID, after_xid: int, after_id: UUID, limit: int, scan: int
+    conn: DbConnection,
+    user_id: UUID,
+    after_xid: int,
+    after_id: UUID,
+    limit: int,
+    scan: int,
+    *,
+    query: str = QUERIES["page"],
 ) -> PageRows:
-    """At most ``limit`` of the caller's rows, out of the ``scan`` rows after the cursor."""
-    records = await conn.fetch(QUERIES["page"], user_id, after_xid, after_id, limit + 1, scan)
+    """At most ``limit`` of the caller's rows, out of the ``scan`` rows after the cursor;
+    ``query`` is ``page`` (the reference messenger's membership) or a :func:`spans_page`."""
+    records = await conn.fetch(query, user_id, after_xid, after_id, limit + 1, scan)
     first = records[0]
     horizon = int(first["horizon"])
     rows = [
