@@ -190,6 +190,9 @@ async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
     chat, sender = await new_chat(pool)
     sent = [await send(pool, chat, sender, f"m{i}") for i in range(4)]
     rejected = {str(s.message_id) for s in sent[:3]}
+    gone, other = await new_chat(pool)
+    await send(pool, gone, other)
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", gone)  # Done, TargetGone
 
     def fail(push: Push) -> PushRejected | None:
         return PushRejected("400") if push.payload["messageId"] in rejected else None
@@ -203,6 +206,7 @@ async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
         "pending": 0,
         "quarantined": 3,
         "done": 1,
+        "targetGone": 1,
         "oldestPendingAgeSeconds": 0.0,
     }
     one = run_cli("requeue", "--id", str(sent[0].outbox_id), env=env)
