@@ -29,7 +29,7 @@ from realtime_dispatch.cli.database import (
     session_url,
     transaction_pooled,
 )
-from realtime_dispatch.cli.devsecrets import with_dev_secrets
+from realtime_dispatch.cli.devsecrets import dev_mode, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve
 from realtime_dispatch.cli.worker_http import probe_server
@@ -175,7 +175,8 @@ async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _token(settings: Settings, args: argparse.Namespace) -> int:
-    settings = with_dev_secrets(settings, create=False)
+    if dev_mode(settings):
+        settings = with_dev_secrets(settings, create=False)
     if settings.hub_jwt_secret is None:
         raise ConfigurationError("REALTIME_HUB_JWT_SECRET", "required to sign a token")
     if not math.isfinite(args.ttl) or args.ttl <= 0:
