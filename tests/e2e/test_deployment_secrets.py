@@ -74,7 +74,7 @@ async def test_a_backplane_hub_without_service_key_runs_with_the_push_endpoint_o
         " (pushes come through the backplane)"
     )
     assert b"the media routes answer 503" in media
-    assert not (tmp_path / "dev-secrets.json").exists()  # noqa: ASYNC240 (one stat)
+    assert not (tmp_path / "dev-secrets.json").exists()  # no dev-secrets.json
 
 
 def test_token_reads_the_dev_file_in_development_mode_only(tmp_path: Path) -> None:
