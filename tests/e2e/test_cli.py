@@ -186,6 +186,29 @@ async def test_migrate_from_two_processes_at_once(pg_server_url: str) -> None:
         await admin.close()
 
 
+async def test_migrate_prints_each_migration_it_applies(pg_server_url: str) -> None:
+    from realtime_dispatch.outbox.migrate import migrations_in
+    from tests.conftest import with_database
+
+    name = f"rd_cli_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = cli_env(REALTIME_DATABASE_URL=with_database(pg_server_url, name))
+        first = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+        assert first.returncode == 0, first.stderr
+        outbox = sorted(migrations_in("realtime_dispatch.outbox"), key=lambda m: m.version)
+        assert first.stdout.splitlines() == [
+            *(f"applied {m.version:04d}_{m.name}" for m in outbox),
+            f"applied {len(outbox)} migrations",
+        ]
+        again = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+        assert again.stdout.splitlines() == ["schema is up to date"]
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
     chat, sender = await new_chat(pool)
     sent = [await send(pool, chat, sender, f"m{i}") for i in range(4)]

@@ -23,6 +23,7 @@ import structlog
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli import ops, projections
 from realtime_dispatch.cli.database import (
+    apply_migrations,
     database_url,
     require_database,
     require_database_url,
@@ -125,8 +126,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    only_outbox = args.only == "outbox"
-    async with database_url(settings, run_migrations=True, only_outbox=only_outbox):
+    """Apply the schema; one line per migration applied, then what was done."""
+    async with database_url(settings) as url:
+        applied = await apply_migrations(settings, url, only_outbox=args.only == "outbox")
+    for migration in applied:
+        print(f"applied {migration.version:04d}_{migration.name}")
+    if applied:
+        print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''}")
+    else:
         print("schema is up to date")
     return EXIT_OK
 
