@@ -10,13 +10,15 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
+import structlog
 
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
-from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.errors import ConfigurationError, HubUnavailable
 from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.messenger import calls, commands, conferences
+from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, row, send
 
 
@@ -313,3 +315,41 @@ async def test_one_kind_reading_two_queries_keeps_each_failure_apart(pool: async
     assert (await row(pool, direct))["last_error"] == (
         "TransientError:QueryFailed: the calls query failed (DivisionByZeroError, SQLSTATE 22012)"
     )
+
+
+async def test_an_outbox_seq_off_the_message_is_warned_once_and_the_message_wins(
+    pool: asyncpg.Pool,
+) -> None:
+    """The writer put another seq on the row than the message has: the push carries the
+    message's, and one warning names the row, however often the row is built."""
+    chat, sender = await new_chat(pool)
+    sent = await send(pool, chat, sender)
+    await pool.execute(
+        "UPDATE messenger.realtime_outbox SET seq = 99 WHERE id = $1", sent.outbox_id
+    )
+    failing = {"on": True}
+    publisher = RecordingPublisher(
+        fail=lambda _: HubUnavailable("down", code="Down") if failing["on"] else None
+    )
+    stack = make_stack(pool, publisher=publisher)
+    with structlog.testing.capture_logs() as logs:
+        assert (await stack.dispatcher.run_pass()).retried == 1
+        failing["on"] = False
+        await pool.execute(
+            "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE id = $1",
+            sent.outbox_id,
+        )
+        assert (await stack.dispatcher.run_pass()).dispatched == 1
+    [push] = publisher.pushes
+    assert push.payload["seq"] == 1
+    warned = [entry for entry in logs if entry["event"] == "outbox_seq_mismatch"]
+    assert warned == [
+        {
+            "event": "outbox_seq_mismatch",
+            "log_level": "warning",
+            "outbox_entry_id": str(sent.outbox_id),
+            "kind": "MessageReceived",
+            "outbox_seq": 99,
+            "message_seq": 1,
+        }
+    ]
