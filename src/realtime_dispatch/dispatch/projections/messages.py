@@ -80,7 +80,6 @@ class MessagePayloadBuilder:
             )
         return results
 
-
     def _seq_mismatch(self, item: RowIntent, message_seq: object) -> None:
         row_id = item.row.id
         if row_id in self._warned:
