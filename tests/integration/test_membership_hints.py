@@ -5,6 +5,7 @@ inserting a new row, and a data fix on the old (left) row, which must not kick t
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import asyncpg
@@ -140,3 +141,31 @@ async def test_a_hint_and_the_active_form_mix(database_url: str, pool: asyncpg.P
         )
         assert results == [None, None]
         assert (await client.invocations(1))[0]["arguments"] == [{"n": 3}]
+
+
+async def test_hints_that_come_together_share_queries_and_precede_the_push(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Thirty connected users added to a room in one transaction: thirty hints, a few queries,
+    and the push right after the commit reaches every one of them."""
+    manifest = await adopter_manifest(pool)
+    users = [uuid.uuid4() for _ in range(30)]
+    room = uuid.uuid4()
+    await pool.execute("INSERT INTO talk.room VALUES ($1, 'all')", room)
+    settings = hub_settings()
+    options = hub_options(settings, manifest=manifest)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients = [await stack.enter_async_context(raw_client(hub, make_token(u))) for u in users]
+        await pool.execute(
+            "INSERT INTO talk.member (room_id, account_id) SELECT $1, unnest($2::uuid[])",
+            room,
+            users,
+        )
+        [result] = await hub.hub.publisher().publish([Push(chat_group(room), "t", {"n": 1})])
+        assert result is None
+        for client in clients:
+            assert (await client.invocations(1))[0]["arguments"] == [{"n": 1}]
+        assert 1 <= hub.hub.membership.hint_queries < len(users)

@@ -110,7 +110,7 @@ class MembershipFeed:
         self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
         # Hints: users to read again, the count of hints heard and of those applied, and what
         # waits for them (barrier callers, barrier tokens), each with the count it needs.
-        self._hinted: dict[UUID, None] = {}
+        self._hinted: dict[UUID, int] = {}  # user → the count of hints heard at its latest
         self._hints_heard = 0
         self._hints_applied = 0
         self._hint_waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -263,7 +263,7 @@ class MembershipFeed:
         if not self._tracker.hint(user_id):
             return  # nobody of that user here: their next connection reads them anyway
         self._hints_heard += 1
-        self._hinted[user_id] = None
+        self._hinted[user_id] = self._hints_heard
         if self._rereader is None:
             self._rereader = asyncio.create_task(self._reread(), name="hub-membership-hints")
 
@@ -274,7 +274,6 @@ class MembershipFeed:
                 users = list(itertools.islice(self._hinted, LOAD_BATCH))
                 for user in users:
                     del self._hinted[user]
-                covered = self._hints_heard if not self._hinted else None
                 token = self._tracker.begin_load()
                 self.hint_queries += 1
                 try:
@@ -287,8 +286,10 @@ class MembershipFeed:
                 self._tracker.finish_load(
                     token, ((r["user_id"], r["chat_id"]) for r in rows), users=users
                 )
-                if covered is not None:
-                    self._hints_settled(covered)
+                # Every hint before the oldest still queued is applied (a user hinted during
+                # the query is queued again: that query's answer was left out for them).
+                waiting = min(self._hinted.values(), default=self._hints_heard + 1)
+                self._hints_settled(waiting - 1)
         except Exception as exc:  # any failure: reconnect, and so resync
             # What the hinted users are now is unknown: reconnect, which resyncs everyone.
             log.warning("membership_hint_failed", error=type(exc).__name__)
@@ -298,7 +299,7 @@ class MembershipFeed:
             self._rereader = None
 
     def _hints_settled(self, count: int) -> None:
-        self._hints_applied = count
+        count = self._hints_applied = max(count, self._hints_applied)
         waiting, self._hint_waiters = self._hint_waiters, []
         for needed, future in waiting:
             if needed <= count:
