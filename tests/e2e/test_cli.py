@@ -256,3 +256,35 @@ async def test_worker_stops_gracefully_on_sigterm(database_url: str) -> None:
     rest = (await proc.stderr.read()).decode()
     assert "dispatcher_stopped" in rest
     assert "Traceback" not in rest
+
+
+def test_check_warns_of_a_deprecated_chat_alive(database_url: str, tmp_path: Path) -> None:
+    """A manifest written for an earlier version (``chat_alive``) still passes ``check``, with a
+    line that says what replaces it; with ``deleted_chats`` beside it, ``check`` fails."""
+    from realtime_dispatch.manifest.manifest import shipped_manifest
+
+    queries = dict(shipped_manifest().queries)
+    del queries["deleted_chats"]
+    queries["chat_alive"] = (
+        "SELECT t.id AS chat_id FROM unnest($1::uuid[]) AS t(id)"
+        " WHERE EXISTS (SELECT 1 FROM messenger.chats c WHERE c.id = t.id)"
+    )
+    old = tmp_path / "old.sql"
+    old.write_text("".join(f"-- name: {n}\n{q};\n" for n, q in queries.items()))
+    env = cli_env(REALTIME_DATABASE_URL=database_url, REALTIME_PROJECTIONS=str(old))
+    result = run_cli("check", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "deleted_chats: not set: a row whose referenced entity is missing is quarantined" in (
+        lines
+    )
+    [warning] = [line for line in lines if line.startswith("chat_alive:")]
+    assert warning.startswith("chat_alive: deprecated: replace it with deleted_chats")
+    both = tmp_path / "both.sql"
+    both.write_text(
+        old.read_text()
+        + f"-- name: deleted_chats\n{shipped_manifest().queries['deleted_chats']};\n"
+    )
+    refused = run_cli("check", env={**env, "REALTIME_PROJECTIONS": str(both)})
+    assert refused.returncode == 2
+    assert "chat_alive: set beside deleted_chats: keep deleted_chats" in refused.stdout
