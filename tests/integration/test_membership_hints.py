@@ -12,10 +12,17 @@ import asyncpg
 
 from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.manifest.check import require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
 from realtime_dispatch.push import Push
-from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import (
+    SlowPostgresProxy,
+    hub_settings,
+    make_token,
+    raw_client,
+    running_hub,
+)
 
 # A Django-style membership table: one row per stint, so a user who left and came back has two
 # rows for the chat; a leave sets left_at, a rejoin inserts a new row. The trigger sends the
@@ -169,3 +176,47 @@ async def test_hints_that_come_together_share_queries_and_precede_the_push(
         for client in clients:
             assert (await client.invocations(1))[0]["arguments"] == [{"n": 1}]
         assert 1 <= hub.hub.membership.hint_queries < len(users)
+
+
+async def test_on_the_interest_routed_backplane_the_replica_acks_after_the_reread(
+    database_url: str, pool: asyncpg.Pool, redis_cluster_url: str
+) -> None:
+    """Bob's replica reads memberships 300 ms late (its pool is behind a slow proxy): a replica
+    acknowledges the worker's barrier only once its hint re-reads are applied, so it has
+    subscribed to the room's channel before the push published right after the join."""
+    manifest = await adopter_manifest(pool)
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    room = uuid.uuid4()
+    await pool.execute("INSERT INTO talk.room VALUES ($1, 'r')", room)
+    settings = hub_settings(backplane="redis-cluster", redis_url=redis_cluster_url)
+    options = hub_options(settings, manifest=manifest)
+    async with (
+        SlowPostgresProxy(database_url, delay=0.3) as slow,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        slow_pool = await asyncpg.create_pool(slow.url, min_size=1, max_size=2)
+        stack.push_async_callback(slow_pool.close)
+        one = await stack.enter_async_context(
+            running_hub(settings, dsn=database_url, pool=pool, options=options)
+        )
+        two = await stack.enter_async_context(
+            running_hub(settings, dsn=database_url, pool=slow_pool, options=options)
+        )
+        await stack.enter_async_context(raw_client(one, make_token(alice)))
+        bob_two = await stack.enter_async_context(raw_client(two, make_token(bob)))
+        worker = ShardedRedisHubPublisher(redis_cluster_url, dsn=database_url)
+        stack.push_async_callback(worker.aclose)
+        for n in range(3):
+            await pool.execute(
+                "INSERT INTO talk.member (room_id, account_id) VALUES ($1, $2)", room, bob
+            )
+            pushes = [Push(chat_group(room), "t", {"n": n}), Push(f"user:{bob}", "marker", {})]
+            assert await worker.publish(pushes) == [None, None]
+            records = await bob_two.invocations(2)  # two channels: in either order
+            assert sorted(r["target"] for r in records) == ["marker", "t"], records
+            await pool.execute(
+                "UPDATE talk.member SET left_at = now() WHERE account_id = $1 AND left_at IS NULL",
+                bob,
+            )
+            assert await worker.publish([Push(f"user:{bob}", "left", {})]) == [None]
+            await bob_two.invocations(1)
