@@ -72,7 +72,7 @@ async def check_manifest(
 ) -> list[QueryCheck]:
     """One result per query of the contract, in contract order. A payload query left out is
     fine (its kinds are disabled), as is the optional one; a query whose role is in ``needs``
-    must be there. A deprecated query has a line only when set (:func:`deprecation`)."""
+    must be there. A deprecated query has a line only when set."""
     results: list[QueryCheck] = []
     for contract in CONTRACT.values():
         sql = manifest.sql(contract.name)
@@ -93,26 +93,28 @@ async def check_manifest(
     return results
 
 
+# A deprecated query → the query that replaces it, and why.
+_REPLACED_BY = {
+    "chat_alive": (
+        "deleted_chats",
+        "the chat ids of $1 known to be deleted; with chat_alive a mistyped chat id ends"
+        " TargetGone, silently",
+    ),
+}
+
+
 async def _deprecated(
     conn: Any, contract: QueryContract, sql: str, manifest: Manifest
 ) -> QueryCheck:
-    """``chat_alive``: still read when ``deleted_chats`` is not set (a manifest written for an
-    earlier version keeps working), with the warning of :func:`deprecation`."""
-    if manifest.sql("deleted_chats") is not None:
-        return QueryCheck(contract.name, False, "set beside deleted_chats: keep deleted_chats")
+    """A deprecated query is still read when its replacement is not set (a manifest written
+    for an earlier version keeps working), with a warning; both set is refused."""
+    replacement, why = _REPLACED_BY[contract.name]
+    if manifest.sql(replacement) is not None:
+        return QueryCheck(contract.name, False, f"set beside {replacement}: keep {replacement}")
     checked = await check_query(conn, contract, sql)
     if not checked.ok:
         return checked
-    return QueryCheck(contract.name, True, deprecation(contract.name))
-
-
-def deprecation(name: str) -> str:
-    """The warning about a deprecated query that is set."""
-    assert name == "chat_alive", name
-    return (
-        "deprecated: replace it with deleted_chats (the chat ids of $1 known to be deleted);"
-        " with chat_alive a mistyped chat id ends TargetGone, silently"
-    )
+    return QueryCheck(contract.name, True, f"deprecated: replace it with {replacement} ({why})")
 
 
 _UNSET = {
