@@ -5,7 +5,7 @@
 -- left out (contacts, conferences, recordings, …) are disabled: their rows are quarantined.
 
 -- name: messages
--- Posts of a soft-deleted conversation are left out: chat_alive then says the chat is gone,
+-- Posts of a soft-deleted conversation are left out: deleted_chats then says the chat is gone,
 -- and their rows end TargetGone instead of being delivered.
 SELECT p."Id" AS id, p."ConversationId" AS chat_id, p."Number" AS seq,
        p."AuthorId" AS sender_user_id,
@@ -38,13 +38,10 @@ SELECT "AccountId" AS user_id, "ConversationId" AS chat_id
 FROM "ConversationMembers"
 WHERE "AccountId" = ANY($1) AND "LeftUtc" IS NULL;
 
--- name: chat_alive
--- Of the given conversations, those not deleted. A conversation id that never existed is
--- returned too: a row referencing it is the writer's defect and is quarantined.
-SELECT t.id AS chat_id
-FROM unnest($1::uuid[]) AS t(id)
-WHERE NOT EXISTS (
-    SELECT 1 FROM "Conversations" c WHERE c."Id" = t.id AND c."DeletedUtc" IS NOT NULL);
+-- name: deleted_chats
+-- Of the given conversations, those known to be deleted (soft-deleted). A conversation id that
+-- never existed is not returned: a row referencing it is the writer's defect, quarantined.
+SELECT "Id" AS chat_id FROM "Conversations" WHERE "Id" = ANY($1) AND "DeletedUtc" IS NOT NULL;
 
 -- name: member_spans
 -- GET /api/sync: one account's memberships, left ones too. A post is the account's to resume

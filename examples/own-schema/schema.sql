@@ -63,16 +63,17 @@ CREATE TABLE "VoiceCalls" (
 
 -- Membership reaches every hub replica live: the trigger notifies inside the membership
 -- transaction, so the change is announced exactly when it commits (and never if it rolls back).
+-- The notification is a hint (no "active"): each hub reads the user's chats again through the
+-- manifest's member_chats, so the query, not the row that fired, says who is a member.
 CREATE FUNCTION "RealtimeNotifyMembership"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM pg_notify('realtime_membership', json_build_object(
-            'chatId', OLD."ConversationId", 'userId', OLD."AccountId", 'active', false)::text);
+            'chatId', OLD."ConversationId", 'userId', OLD."AccountId")::text);
     ELSIF TG_OP = 'INSERT' OR NEW."LeftUtc" IS DISTINCT FROM OLD."LeftUtc" THEN
         PERFORM pg_notify('realtime_membership', json_build_object(
-            'chatId', NEW."ConversationId", 'userId', NEW."AccountId",
-            'active', NEW."LeftUtc" IS NULL)::text);
+            'chatId', NEW."ConversationId", 'userId', NEW."AccountId")::text);
     END IF;
     RETURN NULL;
 END

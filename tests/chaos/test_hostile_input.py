@@ -139,6 +139,9 @@ async def invariants(pool: asyncpg.Pool) -> None:
 
 @contextlib.asynccontextmanager
 async def serving(database_url: str, tmp_path: Path, **env: str) -> Any:
+    # A media secret as a deployment configures it: outside development mode none is made up,
+    # and the media routes would answer 503.
+    env = {"REALTIME_MEDIA_JITSI_APP_SECRET": "hostile-input-jitsi-secret", **env}
     async with processes() as procs:
         serve = hub_proc(base_env(database_url, **env), tmp_path, name="serve", command="serve")
         procs.append(serve)

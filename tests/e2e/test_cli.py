@@ -186,10 +186,36 @@ async def test_migrate_from_two_processes_at_once(pg_server_url: str) -> None:
         await admin.close()
 
 
+async def test_migrate_prints_each_migration_it_applies(pg_server_url: str) -> None:
+    from realtime_dispatch.outbox.migrate import migrations_in
+    from tests.conftest import with_database
+
+    name = f"rd_cli_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = cli_env(REALTIME_DATABASE_URL=with_database(pg_server_url, name))
+        first = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+        assert first.returncode == 0, first.stderr
+        outbox = sorted(migrations_in("realtime_dispatch.outbox"), key=lambda m: m.version)
+        assert first.stdout.splitlines() == [
+            *(f"applied {m.version:04d}_{m.name}" for m in outbox),
+            f"applied {len(outbox)} migrations",
+        ]
+        again = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+        assert again.stdout.splitlines() == ["schema is up to date"]
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
     chat, sender = await new_chat(pool)
     sent = [await send(pool, chat, sender, f"m{i}") for i in range(4)]
     rejected = {str(s.message_id) for s in sent[:3]}
+    gone, other = await new_chat(pool)
+    await send(pool, gone, other)
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", gone)  # Done, TargetGone
 
     def fail(push: Push) -> PushRejected | None:
         return PushRejected("400") if push.payload["messageId"] in rejected else None
@@ -203,6 +229,7 @@ async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:
         "pending": 0,
         "quarantined": 3,
         "done": 1,
+        "targetGone": 1,
         "oldestPendingAgeSeconds": 0.0,
     }
     one = run_cli("requeue", "--id", str(sent[0].outbox_id), env=env)
@@ -229,3 +256,35 @@ async def test_worker_stops_gracefully_on_sigterm(database_url: str) -> None:
     rest = (await proc.stderr.read()).decode()
     assert "dispatcher_stopped" in rest
     assert "Traceback" not in rest
+
+
+def test_check_warns_of_a_deprecated_chat_alive(database_url: str, tmp_path: Path) -> None:
+    """A manifest written for an earlier version (``chat_alive``) still passes ``check``, with a
+    line that says what replaces it; with ``deleted_chats`` beside it, ``check`` fails."""
+    from realtime_dispatch.manifest.manifest import shipped_manifest
+
+    queries = dict(shipped_manifest().queries)
+    del queries["deleted_chats"]
+    queries["chat_alive"] = (
+        "SELECT t.id AS chat_id FROM unnest($1::uuid[]) AS t(id)"
+        " WHERE EXISTS (SELECT 1 FROM messenger.chats c WHERE c.id = t.id)"
+    )
+    old = tmp_path / "old.sql"
+    old.write_text("".join(f"-- name: {n}\n{q};\n" for n, q in queries.items()))
+    env = cli_env(REALTIME_DATABASE_URL=database_url, REALTIME_PROJECTIONS=str(old))
+    result = run_cli("check", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "deleted_chats: not set: a row whose referenced entity is missing is quarantined" in (
+        lines
+    )
+    [warning] = [line for line in lines if line.startswith("chat_alive:")]
+    assert warning.startswith("chat_alive: deprecated: replace it with deleted_chats")
+    both = tmp_path / "both.sql"
+    both.write_text(
+        old.read_text()
+        + f"-- name: deleted_chats\n{shipped_manifest().queries['deleted_chats']};\n"
+    )
+    refused = run_cli("check", env={**env, "REALTIME_PROJECTIONS": str(both)})
+    assert refused.returncode == 2
+    assert "chat_alive: set beside deleted_chats: keep deleted_chats" in refused.stdout

@@ -1,7 +1,8 @@
 """The projection manifest against the real database: the shipped one holds; a query that does
 not fit its contract is named with its column; a kind without a query is quarantined as
 KindDisabled; a failing query fails only its own rows; a missing reference is TargetGone only
-when chat_alive says the chat is gone; outbox ids default to a UUIDv7 and refuse others."""
+when deleted_chats returns its chat (or the deprecated chat_alive leaves it out); outbox ids
+default to a UUIDv7 and refuse others."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
+import structlog
 
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
-from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.errors import ConfigurationError, HubUnavailable
 from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.messenger import calls, commands, conferences
+from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, row, send
 
 
@@ -112,7 +115,8 @@ async def test_a_failing_query_fails_only_the_rows_it_serves(pool: asyncpg.Pool)
     failed = await row(pool, receipt)
     assert (failed["status"], failed["last_error"]) == (
         "Pending",
-        "TransientError:QueryFailed: the read_receipts query failed (SQLSTATE 22012)",
+        "TransientError:QueryFailed: the read_receipts query failed"
+        " (DivisionByZeroError, SQLSTATE 22012)",
     )
 
 
@@ -170,16 +174,95 @@ async def test_a_chat_that_never_existed_is_quarantined_a_deleted_one_is_gone(
     assert [a.outbox_entry_id for a in stack.alerts.events] == [never]
 
 
-async def test_without_chat_alive_a_missing_reference_is_a_defect(pool: asyncpg.Pool) -> None:
+async def test_without_deleted_chats_a_missing_reference_is_a_defect(pool: asyncpg.Pool) -> None:
     deleted, sender = await new_chat(pool)
     sent = await send(pool, deleted, sender)
     await pool.execute("DELETE FROM messenger.chats WHERE id = $1", deleted)
-    stack = make_stack(pool, builder=builder_over(edited(chat_alive=None)))
+    stack = make_stack(pool, builder=builder_over(edited(deleted_chats=None)))
 
     report = await stack.dispatcher.run_pass()
 
     assert (report.target_gone, report.quarantined) == (0, 1)
     assert (await row(pool, sent.outbox_id))["status"] == "Quarantined"
+
+
+CHAT_ALIVE = (
+    "SELECT t.id AS chat_id FROM unnest($1::uuid[]) AS t(id)"
+    " WHERE EXISTS (SELECT 1 FROM messenger.chats c WHERE c.id = t.id)"
+)
+"""The natural (and wrong) chat_alive of the trial: "the chats that exist"."""
+
+
+async def test_a_deprecated_chat_alive_still_works_and_check_warns(pool: asyncpg.Pool) -> None:
+    """A manifest written for an earlier version keeps its meaning (a chat it leaves out is
+    gone: here also a mistyped one, which is why it is deprecated), and ``check`` says so."""
+    deleted, sender = await new_chat(pool)
+    sent = await send(pool, deleted, sender)
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", deleted)
+    mistyped = await _enqueue_message(pool, uuid4())
+    manifest = edited(deleted_chats=None, chat_alive=CHAT_ALIVE)
+    async with pool.acquire() as conn:
+        results = {r.name: r for r in await check_manifest(conn, manifest)}
+        await require_valid(conn, manifest, needs=("hub",))
+        both = edited(chat_alive=CHAT_ALIVE)
+        with pytest.raises(ConfigurationError, match="chat_alive: set beside deleted_chats"):
+            await require_valid(conn, both, needs=())
+    assert results["chat_alive"].ok
+    assert results["chat_alive"].detail.startswith("deprecated: replace it with deleted_chats")
+    assert results["deleted_chats"].detail.startswith("not set: ")
+    stack = make_stack(pool, builder=builder_over(manifest))
+
+    report = await stack.dispatcher.run_pass()
+
+    assert (report.target_gone, report.quarantined) == (2, 0)
+    for entry in (sent.outbox_id, mistyped):
+        assert (await row(pool, entry))["last_error"].startswith("TargetGone:ChatGone")
+
+
+async def test_deleted_chats_quarantines_the_chat_it_does_not_know_as_deleted(
+    pool: asyncpg.Pool,
+) -> None:
+    """The same rows under deleted_chats on a soft-delete flag (here: a tombstone or a chat
+    row marked deleted): the mistyped chat id is a defect, quarantined with the alert."""
+    deleted, sender = await new_chat(pool)
+    sent = await send(pool, deleted, sender)
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", deleted)
+    mistyped = await _enqueue_message(pool, uuid4())
+    stack = make_stack(pool)  # the shipped manifest: deleted_chats over the tombstones
+
+    report = await stack.dispatcher.run_pass()
+
+    assert (report.target_gone, report.quarantined) == (1, 1)
+    assert (await row(pool, sent.outbox_id))["status"] == "Done"
+    assert (await row(pool, mistyped))["status"] == "Quarantined"
+    assert [a.outbox_entry_id for a in stack.alerts.events] == [mistyped]
+
+
+async def test_a_statement_error_names_the_server_message(pool: asyncpg.Pool) -> None:
+    """A query that prepared at start but fails to run as written later (a table renamed under
+    it): the row's reason names the error class, the SQLSTATE and the server's message."""
+    chat, sender = await new_chat(pool)
+    await send(pool, chat, sender)
+    await _read_receipt(pool, chat, sender)
+    await pool.execute("CREATE TABLE public.receipts_view AS SELECT * FROM messenger.participants")
+    query = (
+        "SELECT id, chat_id, user_id, last_read_seq, last_read_at FROM public.receipts_view"
+        " WHERE id = ANY($1::uuid[])"
+    )
+    builder = builder_over(edited(read_receipts=query))
+    await pool.execute("DROP TABLE public.receipts_view")
+    stack = make_stack(pool, builder=builder, **SLOW_RETRY)
+
+    await stack.dispatcher.run_pass()
+
+    entry = await pool.fetchrow(
+        "SELECT status, last_error FROM messenger.realtime_outbox WHERE kind = 'ReadReceiptUpdated'"
+    )
+    assert (entry["status"], entry["last_error"]) == (
+        "Pending",
+        "TransientError:QueryFailed: the read_receipts query failed (UndefinedTableError,"
+        ' SQLSTATE 42P01: relation "public.receipts_view" does not exist)',
+    )
 
 
 async def test_outbox_ids_default_to_uuid7_and_other_versions_are_refused(
@@ -230,5 +313,43 @@ async def test_one_kind_reading_two_queries_keeps_each_failure_apart(pool: async
     assert [p.group for p in stack.publisher.pushes] == [f"chat:{chat}"]
     assert (await row(pool, group))["status"] == "Done"
     assert (await row(pool, direct))["last_error"] == (
-        "TransientError:QueryFailed: the calls query failed (SQLSTATE 22012)"
+        "TransientError:QueryFailed: the calls query failed (DivisionByZeroError, SQLSTATE 22012)"
     )
+
+
+async def test_an_outbox_seq_off_the_message_is_warned_once_and_the_message_wins(
+    pool: asyncpg.Pool,
+) -> None:
+    """The writer put another seq on the row than the message has: the push carries the
+    message's, and one warning names the row, however often the row is built."""
+    chat, sender = await new_chat(pool)
+    sent = await send(pool, chat, sender)
+    await pool.execute(
+        "UPDATE messenger.realtime_outbox SET seq = 99 WHERE id = $1", sent.outbox_id
+    )
+    failing = {"on": True}
+    publisher = RecordingPublisher(
+        fail=lambda _: HubUnavailable("down", code="Down") if failing["on"] else None
+    )
+    stack = make_stack(pool, publisher=publisher)
+    with structlog.testing.capture_logs() as logs:
+        assert (await stack.dispatcher.run_pass()).retried == 1
+        failing["on"] = False
+        await pool.execute(
+            "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE id = $1",
+            sent.outbox_id,
+        )
+        assert (await stack.dispatcher.run_pass()).dispatched == 1
+    [push] = publisher.pushes
+    assert push.payload["seq"] == 1
+    warned = [entry for entry in logs if entry["event"] == "outbox_seq_mismatch"]
+    assert warned == [
+        {
+            "event": "outbox_seq_mismatch",
+            "log_level": "warning",
+            "outbox_entry_id": str(sent.outbox_id),
+            "kind": "MessageReceived",
+            "outbox_seq": 99,
+            "message_seq": 1,
+        }
+    ]

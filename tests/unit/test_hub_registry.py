@@ -87,10 +87,41 @@ def test_tracker_resync_replaces_chat_groups():
     assert registry.groups_of("b") == frozenset()
 
 
+def test_tracker_hint_leaves_the_user_to_a_later_load():
+    """A hint while a snapshot is in flight: that snapshot may predate the change, so it sets
+    nobody of the hinted user; the re-read begun after the hint sets every connection."""
+    registry = GroupRegistry()
+    tracker = MembershipTracker(registry)
+    registry.add_connection("a", U1)
+    registry.add_connection("b", U2)
+    registry.join("a", chat_group(C1))
+    in_flight = tracker.begin_load()
+    assert tracker.hint(U1)
+    assert not tracker.hint(uuid.uuid4())  # nobody of that user here: nothing to read
+    tracker.finish_load(in_flight, [(U1, C2), (U2, C2)], users=[U1, U2])
+    assert registry.groups_of("a") == {chat_group(C1)}  # untouched by the stale snapshot
+    assert registry.groups_of("b") == {chat_group(C2)}
+    reread = tracker.begin_load()
+    tracker.finish_load(reread, [(U1, C2)], users=[U1])
+    assert registry.groups_of("a") == {chat_group(C2)}
+    with pytest.raises(ValueError, match="hint"):
+        tracker.apply(MembershipChange(C1, U1))
+
+
 def test_parse_change():
     payload = f'{{"chatId":"{C1}","userId":"{U1}","active":false}}'
     assert parse_change(payload) == MembershipChange(C1, U1, False)
-    for bad in ["", "[]", '{"chatId":"x","userId":"y","active":true}', '{"active":1}']:
+    assert parse_change(f'{{"chatId":"{C1}","userId":"{U1}"}}') == MembershipChange(C1, U1)
+    hint = f'{{"chatId":"{C1}","userId":"{U1}","active":null}}'
+    assert parse_change(hint) == MembershipChange(C1, U1, None)
+    for bad in [
+        "",
+        "[]",
+        '{"chatId":"x","userId":"y","active":true}',
+        '{"active":1}',
+        f'{{"chatId":"{C1}","userId":"{U1}","active":1}}',
+        f'{{"chatId":"{C1}"}}',
+    ]:
         assert parse_change(bad) is None
 
 

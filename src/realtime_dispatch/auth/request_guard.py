@@ -36,6 +36,7 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     request_token,
     service_key_matches,
+    www_authenticate,
 )
 
 Credentials = Literal["token", "service_key", "none"]
@@ -80,7 +81,10 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None
     return None
 
 
-def _problem(status: int, code: str, message: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+def _problem(
+    status: int, code: str, message: str, challenge: str = "Bearer"
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """``challenge``: the ``WWW-Authenticate`` value of a 401."""
     body = orjson.dumps({"error": code, "message": message})
     # No "connection: close": uvicorn would close at once and reset a client still writing.
     headers = [
@@ -88,7 +92,7 @@ def _problem(status: int, code: str, message: str) -> tuple[int, list[tuple[byte
         (b"content-length", str(len(body)).encode()),
     ]
     if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+        headers.append((b"www-authenticate", challenge.encode("latin-1")))
     return status, headers, body
 
 
@@ -169,8 +173,9 @@ class RequestGuard:
         token = request_token(authorization, query)
         try:
             identity = await self._check_token(token)
-        except AuthError:
-            return _problem(401, "Unauthorized", "a valid bearer token is required")
+        except AuthError as exc:
+            message = "a valid bearer token is required"
+            return _problem(401, "Unauthorized", message, www_authenticate(exc))
         except KeysUnavailable:
             return _problem(503, "KeysUnavailable", "the token's keys cannot be had now, retry")
         scope.setdefault("state", {})[VERIFIED] = (token, identity)

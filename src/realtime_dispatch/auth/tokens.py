@@ -18,6 +18,10 @@ set. A token issued before its user's revocation (:mod:`.revocations`) is refuse
 
     AuthError (→ 401)         missing, expired, forged, malformed or revoked
     KeysUnavailable (→ 503)   the provider's keys cannot be fetched and are not cached
+
+Every 401 says why in ``WWW-Authenticate`` (:func:`www_authenticate`, RFC 6750 §3):
+``Bearer error="invalid_token", error_description="token has no exp"``. The description is the
+error's message, a fixed text of this module (never a value from the token).
 """
 
 from __future__ import annotations
@@ -48,6 +52,18 @@ class AuthError(RealtimeDispatchError):
     """Missing, expired, forged, malformed or revoked credentials (→ 401)."""
 
     code = "Unauthorized"
+
+
+def www_authenticate(error: AuthError) -> str:
+    """The ``WWW-Authenticate`` value of a 401 for ``error``: the reason as
+    ``error_description``; a bare ``Bearer`` challenge when no token was presented (RFC 6750
+    §3.1: no error code then)."""
+    if error.code == "MissingToken":
+        return "Bearer"
+    description = "".join(
+        c for c in str(error) if c.isascii() and c.isprintable() and c not in '"\\'
+    )
+    return f'Bearer error="invalid_token", error_description="{description}"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +152,7 @@ class TokenVerifier:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
-            raise AuthError("invalid token", code="InvalidToken") from exc
+            raise AuthError("token is not a well-formed JWT", code="InvalidToken") from exc
         algorithm = header.get("alg")
         key: Any
         if algorithm == ALGORITHM and options.secret:
@@ -177,6 +193,15 @@ class TokenVerifier:
             raise AuthError("wrong token issuer", code="InvalidIssuer") from exc
         except jwt.InvalidAudienceError as exc:
             raise AuthError("wrong token audience", code="InvalidAudience") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            # the claim's name is ours (the required ones, iss, aud), never the token's
+            raise AuthError(f"token has no {exc.claim}", code="InvalidToken") from exc
+        except jwt.InvalidSignatureError as exc:
+            raise AuthError("token signature does not verify", code="InvalidToken") from exc
+        except jwt.ImmatureSignatureError as exc:
+            raise AuthError("token not valid yet (nbf or iat)", code="InvalidToken") from exc
+        except jwt.DecodeError as exc:
+            raise AuthError("token is not a well-formed JWT", code="InvalidToken") from exc
         except jwt.InvalidTokenError as exc:
             raise AuthError("invalid token", code="InvalidToken") from exc
         for name in NUMERIC_DATES:
@@ -193,7 +218,11 @@ class TokenVerifier:
             if str(user_id) != subject:  # `{…}`, `urn:uuid:…`, upper case, no hyphens
                 raise ValueError(subject)
         except ValueError as exc:
-            raise AuthError("user claim is not a user id", code="InvalidSubject") from exc
+            claim = self.options.user_claim
+            raise AuthError(
+                f"user claim {claim} is not a user id (a UUID, lowercase and hyphenated)",
+                code="InvalidSubject",
+            ) from exc
         issued_at = claims.get("iat")
         return Identity(
             user_id=user_id,

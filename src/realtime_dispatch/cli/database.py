@@ -13,6 +13,7 @@ import asyncpg
 from realtime_dispatch.database import EmbeddedPostgres, default_data_dir, embedded_available
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.messenger.schema import migrate
+from realtime_dispatch.outbox.migrate import Migration
 from realtime_dispatch.settings import Settings
 
 EMBEDDED_EXTRA = "realtime-dispatch[embedded]"
@@ -57,6 +58,18 @@ def session_url(settings: Settings, url: str) -> str:
     return url
 
 
+async def apply_migrations(settings: Settings, url: str, *, only_outbox: bool) -> list[Migration]:
+    """Apply the pending migrations (the outbox's alone when ``only_outbox`` or a projection
+    manifest is set); return those this call applied."""
+    # Under a session advisory lock: on a session of its own, never through a pooler.
+    conn = await asyncpg.connect(session_url(settings, url))
+    try:
+        with_messenger = settings.reference_messenger and not only_outbox
+        return await migrate(conn, with_messenger=with_messenger)
+    finally:
+        await conn.close()
+
+
 @contextlib.asynccontextmanager
 async def database_url(
     settings: Settings, *, run_migrations: bool = False, only_outbox: bool = False
@@ -76,12 +89,7 @@ async def database_url(
         print(f"realtime-dispatch: embedded PostgreSQL at {url}", file=sys.stderr)
     try:
         if run_migrations:
-            # Under a session advisory lock: on a session of its own, never through a pooler.
-            conn = await asyncpg.connect(session_url(settings, url))
-            try:
-                await migrate(conn, with_messenger=settings.reference_messenger and not only_outbox)
-            finally:
-                await conn.close()
+            await apply_migrations(settings, url, only_outbox=only_outbox)
         yield url
     finally:
         if embedded is not None:

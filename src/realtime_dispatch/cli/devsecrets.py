@@ -1,9 +1,13 @@
-"""Development secrets: when ``serve`` runs in development mode (the embedded default, or
-``--dev`` / ``REALTIME_DEV=true`` with ``REALTIME_DATABASE_URL``: :func:`require_secret_unless_dev`)
-without ``REALTIME_HUB_JWT_SECRET`` (or the service key, or any media secret) it generates them
-once (the JWT secret only when no identity provider's JWKS is configured either), keeps them in
-``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and says so; ``realtime-dispatch token``
-reads the same file, so its tokens work against it.
+"""Development secrets, in development mode only (:func:`dev_mode`: ``--dev``,
+``REALTIME_DEV=true``, or the embedded default of ``serve``, with no ``REALTIME_DATABASE_URL``).
+There, ``serve`` and ``hub`` without ``REALTIME_HUB_JWT_SECRET`` (or the service key, or any
+media secret) generate them once (the JWT secret only when no identity provider's JWKS is
+configured either), keep them in ``REALTIME_DATA_DIR/dev-secrets.json`` (mode 0600), and say
+so; ``realtime-dispatch token`` reads the same file, so its tokens work against it.
+
+Outside development mode no command reads or writes that file (:func:`deployment_secrets`): a
+secret the configured features need is required (exit 2 naming it), and a feature whose secret
+is absent and that the deployment does not need is off, said in one line at start.
 
 Media secrets (``REALTIME_MEDIA_JITSI_APP_SECRET``, ``REALTIME_MEDIA_TURN_SECRET``) are generated
 only when neither is set, so that call and conference invites still carry join tokens in
@@ -39,6 +43,43 @@ def _load(path: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+def dev_mode(settings: Settings, *, dev: bool = False) -> bool:
+    """Development mode: asked for (``--dev``, ``REALTIME_DEV=true``) or the embedded default
+    (no ``REALTIME_DATABASE_URL``: ``serve``'s private PostgreSQL and the commands beside it)."""
+    return dev or settings.dev or settings.database_url is None
+
+
+def deployment_secrets(
+    settings: Settings, *, with_dispatcher: bool, reference_api: bool
+) -> list[str]:
+    """Outside development mode: raise :class:`ConfigurationError` for a secret the process
+    needs, and return the lines that say which features are off for want of theirs.
+
+    ``hub`` without a backplane receives every push through its push endpoint: it needs
+    ``REALTIME_HUB_SERVICE_KEY``. Behind a backplane, or in ``serve`` (whose dispatcher pushes
+    in-process), the endpoint is off without it. Without a media secret the REST media routes
+    answer 503 (``reference_api``); the dispatcher says the same of invites itself."""
+    lines = []
+    if settings.hub_service_key is None:
+        if not with_dispatcher and settings.backplane_mode == "none":
+            raise ConfigurationError(
+                "REALTIME_HUB_SERVICE_KEY",
+                "required by hub without a backplane (its workers push to it over HTTP)",
+            )
+        why = (
+            "the dispatcher pushes in this process"
+            if with_dispatcher
+            else "pushes come through the backplane"
+        )
+        lines.append(f"REALTIME_HUB_SERVICE_KEY not set: the push endpoint is off ({why})")
+    if reference_api and settings.media_jitsi_app_secret is None:
+        lines.append(
+            "REALTIME_MEDIA_JITSI_APP_SECRET not set: the media routes answer 503"
+            " (POST /api/calls/{id}/media, /api/conferences/{id}/media)"
+        )
+    return lines
+
+
 def require_secret_unless_dev(settings: Settings, *, dev: bool) -> None:
     """A deployment (``REALTIME_DATABASE_URL`` set) that forgot its JWT secret must not start
     on generated secrets and demo tokens: ConfigurationError (exit 2) unless development mode
@@ -57,9 +98,7 @@ def require_secret_unless_dev(settings: Settings, *, dev: bool) -> None:
             "required with REALTIME_HUB_JWT_JWKS_URL when REALTIME_HUB_JWT_SECRET is unset",
         )
     configured = settings.hub_jwt_secret is not None or settings.hub_jwt_jwks_url is not None
-    if settings.database_url is None or configured:
-        return
-    if dev or settings.dev:
+    if configured or dev_mode(settings, dev=dev):
         return
     raise ConfigurationError(
         "REALTIME_HUB_JWT_SECRET",
@@ -73,7 +112,8 @@ def with_dev_secrets(settings: Settings, *, create: bool) -> Settings:
     the media secrets filled in from the dev file where unset.
 
     With ``create`` the missing ones are generated and saved, and a line on stderr names the
-    variables served from the dev file.
+    variables served from the dev file. Only in development mode (:func:`dev_mode`): the
+    callers check it.
     """
     missing = {
         name

@@ -23,13 +23,14 @@ import structlog
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli import ops, projections
 from realtime_dispatch.cli.database import (
+    apply_migrations,
     database_url,
     require_database,
     require_database_url,
     session_url,
     transaction_pooled,
 )
-from realtime_dispatch.cli.devsecrets import with_dev_secrets
+from realtime_dispatch.cli.devsecrets import dev_mode, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve
 from realtime_dispatch.cli.worker_http import probe_server
@@ -125,8 +126,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    only_outbox = args.only == "outbox"
-    async with database_url(settings, run_migrations=True, only_outbox=only_outbox):
+    """Apply the schema; one line per migration applied, then what was done."""
+    async with database_url(settings) as url:
+        applied = await apply_migrations(settings, url, only_outbox=args.only == "outbox")
+    for migration in applied:
+        print(f"applied {migration.version:04d}_{migration.name}")
+    if applied:
+        print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''}")
+    else:
         print("schema is up to date")
     return EXIT_OK
 
@@ -175,7 +182,8 @@ async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _token(settings: Settings, args: argparse.Namespace) -> int:
-    settings = with_dev_secrets(settings, create=False)
+    if dev_mode(settings):
+        settings = with_dev_secrets(settings, create=False)
     if settings.hub_jwt_secret is None:
         raise ConfigurationError("REALTIME_HUB_JWT_SECRET", "required to sign a token")
     if not math.isfinite(args.ttl) or args.ttl <= 0:

@@ -32,12 +32,14 @@ def _seconds(value: float | None) -> str:
 def render_watch(stats: OutboxStats, lag: RecentLag, holder: LockHolder | None) -> Group:
     """The ``stats --watch`` screen."""
     table = Table(title="realtime-dispatch", title_justify="left", expand=False)
-    for column in ("pending", "quarantined", "done", "oldest pending", "lag p50", "lag p95"):
+    columns = ("pending", "quarantined", "done", "target gone", "oldest pending", "lag p50")
+    for column in (*columns, "lag p95"):
         table.add_column(column, justify="right")
     table.add_row(
         str(stats.pending),
         Text(str(stats.quarantined), style="bold red" if stats.quarantined else "green"),
         str(stats.done),
+        str(stats.target_gone),
         _seconds(stats.oldest_pending_age_seconds),
         _seconds(lag.p50),
         Text(_seconds(lag.p95), style="bold red" if (lag.p95 or 0) > 1 else ""),

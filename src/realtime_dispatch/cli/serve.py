@@ -3,7 +3,8 @@ call-timeout reaper beside them, and the dispatcher pushing through the in-proce
 (``serve``) or not at all (``hub``).
 
 Media join tokens are minted by the dispatcher from ``REALTIME_MEDIA_*``; with no media secret
-configured, development secrets are generated (and a line says so), so invites carry tokens.
+configured, development mode generates them (and a line says so), so invites carry tokens;
+outside it nothing is generated, and a line at start says which features are off.
 
 With a projection manifest set (``REALTIME_PROJECTIONS``: the adopter's own schema) nothing of
 the reference messenger runs: the app is the hub's routes and ``/ops`` (and ``GET /api/sync``
@@ -26,7 +27,12 @@ from starlette.applications import Starlette
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url, session_url, transaction_pooled
-from realtime_dispatch.cli.devsecrets import require_secret_unless_dev, with_dev_secrets
+from realtime_dispatch.cli.devsecrets import (
+    deployment_secrets,
+    dev_mode,
+    require_secret_unless_dev,
+    with_dev_secrets,
+)
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
 from realtime_dispatch.database import connect, create_pool, lock_connection_settings
@@ -229,7 +235,13 @@ async def serve(
     require_secret_unless_dev(settings, dev=dev)
     # Demo tokens are minted only on generated development secrets, never in a deployment.
     dev_tokens = settings.hub_jwt_secret is None and settings.hub_jwt_jwks_url is None
-    settings = with_dev_secrets(settings, create=True)
+    off: list[str] = []
+    if dev_mode(settings, dev=dev):
+        settings = with_dev_secrets(settings, create=True)
+    else:
+        off = deployment_secrets(
+            settings, with_dispatcher=with_dispatcher, reference_api=settings.reference_messenger
+        )
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=True) as url:
@@ -284,10 +296,11 @@ async def serve(
                         parts = (
                             f"hub /hubs/messenger{sync}, ops /ops, projections {manifest.source}"
                         )
-                    lines = [
+                    lines = [f"realtime-dispatch: {line}" for line in off]
+                    lines.append(
                         f"realtime-dispatch: listening on http://{host}:{port}"
                         f" ({parts}{', dispatcher on' if with_dispatcher else ''})"
-                    ]
+                    )
                     if demo_secret is not None:
                         # Only on generated development secrets: with a configured secret a
                         # ready-made token would end up in production logs.

@@ -26,7 +26,12 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    request_token,
+    www_authenticate,
+)
 from realtime_dispatch.hub.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.caps import ConnectionRefused, Reservation
 from realtime_dispatch.hub.connection import Attachment, HubConnection, WebSocketWriter
@@ -84,7 +89,9 @@ async def serve_websocket(hub: Hub, websocket: WebSocket | DirectSocket) -> None
         )
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport="websocket")
-        await _deny(websocket, 401, "Unauthorized")
+        headers = {"WWW-Authenticate": www_authenticate(exc)}
+        unauthorized = PlainTextResponse("Unauthorized", status_code=401, headers=headers)
+        await _deny_response(websocket, unauthorized)
         return
     except KeysUnavailable:
         log.warning("hub_auth_unavailable", transport="websocket")
@@ -108,8 +115,12 @@ async def serve_websocket(hub: Hub, websocket: WebSocket | DirectSocket) -> None
 
 
 async def _deny(websocket: OpeningSocket, status: int, text: str) -> None:
+    await _deny_response(websocket, PlainTextResponse(text, status_code=status))
+
+
+async def _deny_response(websocket: OpeningSocket, response: Response) -> None:
     try:
-        await websocket.send_denial_response(PlainTextResponse(text, status_code=status))
+        await websocket.send_denial_response(response)
     except RuntimeError:  # a server without the denial-response extension
         await websocket.close(code=1008)
 

@@ -3,8 +3,13 @@
 Two sources feed it: snapshots read by the manifest's ``member_chats`` (on connect, and after the
 membership feed reconnects) and live changes (``realtime_membership`` notifications). A change
 can arrive while a snapshot query is in flight, and the snapshot may or may not already contain
-it. Each change carries the absolute state (active or not), so the rule is simple: changes seen
-after a load began are recorded in that load and win over its snapshot.
+it. A change that carries the absolute state (``active`` true or false) is recorded in every
+load in flight and wins over its snapshot.
+
+A change without ``active`` is a hint: "this user's memberships changed, read them again". The
+feed re-reads that user (a load begun after the hint, so its snapshot has the change) and the
+loads already in flight leave the user alone (:meth:`MembershipTracker.hint`): what they read
+may predate the change, and the re-read that follows sets the user's every connection.
 """
 
 from __future__ import annotations
@@ -23,38 +28,55 @@ from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, chat_grou
 class MembershipChange:
     chat_id: UUID
     user_id: UUID
-    active: bool
+    active: bool | None = None
+    """``None``: a hint (the user's ``member_chats`` are read again), else the absolute state."""
 
 
 def parse_change(payload: str) -> MembershipChange | None:
-    """A ``realtime_membership`` notification payload; None when it is not one."""
+    """A ``realtime_membership`` notification payload; None when it is not one. Without
+    ``active`` (or with ``null``) it is a hint."""
     try:
         value = orjson.loads(payload)
-        if not isinstance(value, dict) or not isinstance(value.get("active"), bool):
+        if not isinstance(value, dict):
             return None
-        return MembershipChange(UUID(value["chatId"]), UUID(value["userId"]), value["active"])
+        active = value.get("active")
+        if active is not None and not isinstance(active, bool):
+            return None
+        return MembershipChange(UUID(value["chatId"]), UUID(value["userId"]), active)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
 class MembershipTracker:
-    __slots__ = ("_ids", "_loads", "_registry")
+    __slots__ = ("_ids", "_loads", "_registry", "_stale")
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
         self._loads: dict[int, dict[tuple[UUID, UUID], bool]] = {}
+        self._stale: dict[int, set[UUID]] = {}  # per load: users hinted while it ran
         self._ids = itertools.count(1)
 
     def begin_load(self) -> int:
         """Call before the snapshot query starts; pass the token to :meth:`finish_load`."""
         token = next(self._ids)
         self._loads[token] = {}
+        self._stale[token] = set()
         return token
 
     def cancel_load(self, token: int) -> None:
         self._loads.pop(token, None)
+        self._stale.pop(token, None)
+
+    def hint(self, user_id: UUID) -> bool:
+        """A hint for ``user_id``: the loads in flight will leave that user alone. True when the
+        user has connections here, and so must be read again (by a load begun after now)."""
+        for stale in self._stale.values():
+            stale.add(user_id)
+        return self._registry.connection_count(user_id) > 0
 
     def apply(self, change: MembershipChange) -> None:
+        if change.active is None:
+            raise ValueError("a hint is not applied: the feed reads the user again")
         for changes in self._loads.values():
             changes[(change.user_id, change.chat_id)] = change.active
         group = chat_group(change.chat_id)
@@ -74,11 +96,13 @@ class MembershipTracker:
     ) -> None:
         """Apply a snapshot: ``active_rows`` are ``(user_id, chat_id)`` active memberships of
         ``users``. It sets the chat groups of ``connections`` (default: every connection of
-        ``users``)."""
+        ``users``). A user hinted while it ran is left out: a later load sets that user."""
         changes = self._loads.pop(token, {})
-        chats: dict[UUID, set[UUID]] = {user: set() for user in users}
+        stale = self._stale.pop(token, set())
+        chats: dict[UUID, set[UUID]] = {user: set() for user in users if user not in stale}
         for user, chat in active_rows:
-            chats.setdefault(user, set()).add(chat)
+            if user not in stale:
+                chats.setdefault(user, set()).add(chat)
         for (user, chat), active in changes.items():
             if user in chats:
                 if active:

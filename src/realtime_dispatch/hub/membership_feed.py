@@ -15,11 +15,19 @@ callbacks before the query's caller resumes, so once ``SELECT 1`` returns, every
 before the push was produced has been applied. A batch may instead carry a worker's membership
 marks (:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
 (:meth:`MembershipFeed.heard`), the batch needs no round trip.
+
+A notification without ``active`` is a hint (:mod:`.membership`): the feed re-reads that user's
+``member_chats``, hints that come together sharing one query. A change counts as applied only
+once its re-read is: the barrier waits for the re-reads of the hints heard before its round
+trip, and a barrier token (a mark) counts as heard only once the hints heard before it are
+applied. A re-read that fails makes the feed reconnect, and so resync every connected user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 from uuid import UUID
@@ -100,6 +108,16 @@ class MembershipFeed:
         self.on_barrier: Callable[[str], None] | None = None
         """Called with each barrier token, after every change notified before it is applied."""
         self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
+        # Hints: users to read again, the count of hints heard and of those applied, and what
+        # waits for them (barrier callers, barrier tokens), each with the count it needs.
+        self._hinted: dict[UUID, int] = {}  # user → the count of hints heard at its latest
+        self._hints_heard = 0
+        self._hints_applied = 0
+        self._hint_waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._held_tokens: list[tuple[int, str]] = []
+        self._rereader: asyncio.Task[None] | None = None
+        self.hint_queries = 0
+        """``member_chats`` queries run for hints (one per batch of hinted users)."""
 
     async def load_connection(self, connection_id: str, user_id: UUID) -> None:
         """Join a registered connection to its user's active chats (raises on DB errors).
@@ -219,18 +237,101 @@ class MembershipFeed:
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         token = parse_barrier(payload)
         if token is not None:
-            heard = self._heard
-            heard[token] = None
-            if len(heard) > HEARD_TOKENS:
-                del heard[next(iter(heard))]
-            if self.on_barrier is not None:
-                self.on_barrier(token)
+            if self._hints_applied < self._hints_heard:
+                self._held_tokens.append((self._hints_heard, token))
+            else:
+                self._token_heard(token)
             return
         change = parse_change(payload)
         if change is None:
             log.warning("membership_notification_invalid")
             return
-        self._tracker.apply(change)
+        if change.active is None:
+            self._hint(change.user_id)
+        else:
+            self._tracker.apply(change)
+
+    def _token_heard(self, token: str) -> None:
+        heard = self._heard
+        heard[token] = None
+        if len(heard) > HEARD_TOKENS:
+            del heard[next(iter(heard))]
+        if self.on_barrier is not None:
+            self.on_barrier(token)
+
+    def _hint(self, user_id: UUID) -> None:
+        if not self._tracker.hint(user_id):
+            return  # nobody of that user here: their next connection reads them anyway
+        self._hints_heard += 1
+        self._hinted[user_id] = self._hints_heard
+        if self._rereader is None:
+            self._rereader = asyncio.create_task(self._reread(), name="hub-membership-hints")
+
+    async def _reread(self) -> None:
+        """Read the hinted users again, a batch per query, until none is left."""
+        try:
+            while self._hinted:
+                users = list(itertools.islice(self._hinted, LOAD_BATCH))
+                for user in users:
+                    del self._hinted[user]
+                token = self._tracker.begin_load()
+                self.hint_queries += 1
+                try:
+                    rows = await self._require_pool().fetch(
+                        self._member_chats, users, timeout=self._query_timeout
+                    )
+                except BaseException:
+                    self._tracker.cancel_load(token)
+                    raise
+                self._tracker.finish_load(
+                    token, ((r["user_id"], r["chat_id"]) for r in rows), users=users
+                )
+                # Every hint before the oldest still queued is applied (a user hinted during
+                # the query is queued again: that query's answer was left out for them).
+                waiting = min(self._hinted.values(), default=self._hints_heard + 1)
+                self._hints_settled(waiting - 1)
+        except Exception as exc:  # any failure: reconnect, and so resync
+            # What the hinted users are now is unknown: reconnect, which resyncs everyone.
+            log.warning("membership_hint_failed", error=type(exc).__name__)
+            self._drop_hints()
+            self._lost.set()
+        finally:
+            self._rereader = None
+
+    def _hints_settled(self, count: int) -> None:
+        count = self._hints_applied = max(count, self._hints_applied)
+        waiting, self._hint_waiters = self._hint_waiters, []
+        for needed, future in waiting:
+            if needed <= count:
+                if not future.done():
+                    future.set_result(True)
+            else:
+                self._hint_waiters.append((needed, future))
+        held, self._held_tokens = self._held_tokens, []
+        for needed, token in held:
+            if needed <= count:
+                self._token_heard(token)
+            else:
+                self._held_tokens.append((needed, token))
+
+    def _drop_hints(self) -> None:
+        """Forget the hints in flight (the session ended, or a re-read failed): who waits for
+        them is told no, and the next session's resync reads every connected user."""
+        self._hinted.clear()
+        self._hints_applied = self._hints_heard
+        self._held_tokens.clear()
+        waiting, self._hint_waiters = self._hint_waiters, []
+        for _, future in waiting:
+            if not future.done():
+                future.set_result(False)
+
+    async def _hints_applied_now(self) -> bool:
+        """Wait until every hint heard so far is applied; False if they were dropped."""
+        if self._hints_applied >= self._hints_heard:
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._hint_waiters.append((self._hints_heard, future))
+        return await future
 
     async def _ping(self) -> None:
         async with self._lock:
@@ -238,6 +339,12 @@ class MembershipFeed:
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
+        self._drop_hints()
+        rereader = self._rereader
+        if rereader is not None:
+            rereader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rereader
         await close_quietly(conn)
 
     def heard(self, tokens: Collection[str]) -> bool:
@@ -269,7 +376,8 @@ class MembershipFeed:
                 async with asyncio.timeout(within):
                     await self.ready.wait()
                     await self._conn.fetchval("SELECT 1")
-                ok = True
+                    # the hints heard before that round trip: their users read again
+                    ok = await self._hints_applied_now()
         except (*DB_ERRORS, AttributeError):
             ok = False
             if self.ready.is_set():

@@ -13,7 +13,12 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.request_guard import BodyRule
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    request_token,
+    www_authenticate,
+)
 from realtime_dispatch.hub.caps import ConnectionRefused
 from realtime_dispatch.hub.endpoint import serve_websocket
 from realtime_dispatch.hub.negotiate import negotiate_body
@@ -58,7 +63,8 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
             )
         except AuthError as exc:
             log.info("hub_auth_refused", code=exc.code, transport="negotiate")
-            return PlainTextResponse("Unauthorized", status_code=401)
+            headers = {"WWW-Authenticate": www_authenticate(exc)}
+            return PlainTextResponse("Unauthorized", status_code=401, headers=headers)
         except KeysUnavailable:
             log.warning("hub_auth_unavailable", transport="negotiate")
             return PlainTextResponse("Service Unavailable", status_code=503)

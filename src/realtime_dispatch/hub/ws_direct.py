@@ -60,6 +60,10 @@ INBOX_HIGH = 16
 _DISCONNECTED: Message = {"type": "websocket.disconnect", "code": 1006}
 
 
+_DENIAL_HEADERS = frozenset({"www-authenticate", "retry-after"})
+"""Headers of a denial response passed to the client (the rest are the handshake's own)."""
+
+
 class DirectWebSocket(asyncio.Protocol):
     __slots__ = (
         "_attachment",
@@ -216,9 +220,11 @@ class DirectWebSocket(asyncio.Protocol):
         self._response = None
         if self._lost:
             return
-        self._conn.send_response(
-            self._conn.reject(response.status_code, bytes(response.body).decode())
-        )
+        rejection = self._conn.reject(response.status_code, bytes(response.body).decode())
+        for name, value in response.headers.items():
+            if name in _DENIAL_HEADERS:
+                rejection.headers[name] = value
+        self._conn.send_response(rejection)
         self._flush()
 
     async def close(self, code: int = 1000) -> None:

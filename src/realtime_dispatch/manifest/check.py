@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import structlog
 
 from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, QueryContract
 from realtime_dispatch.manifest.manifest import Manifest
+
+_log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +72,14 @@ async def check_manifest(
 ) -> list[QueryCheck]:
     """One result per query of the contract, in contract order. A payload query left out is
     fine (its kinds are disabled), as is the optional one; a query whose role is in ``needs``
-    must be there."""
+    must be there. A deprecated query has a line only when set."""
     results: list[QueryCheck] = []
     for contract in CONTRACT.values():
         sql = manifest.sql(contract.name)
+        if contract.role == "deprecated":
+            if sql is not None:
+                results.append(await _deprecated(conn, contract, sql, manifest))
+            continue
         if sql is None:
             if contract.role in needs:
                 needed = f"missing (the {contract.role} needs it)"
@@ -86,6 +93,30 @@ async def check_manifest(
     return results
 
 
+# A deprecated query → the query that replaces it, and why.
+_REPLACED_BY = {
+    "chat_alive": (
+        "deleted_chats",
+        "the chat ids of $1 known to be deleted; with chat_alive a mistyped chat id ends"
+        " TargetGone, silently",
+    ),
+}
+
+
+async def _deprecated(
+    conn: Any, contract: QueryContract, sql: str, manifest: Manifest
+) -> QueryCheck:
+    """A deprecated query is still read when its replacement is not set (a manifest written
+    for an earlier version keeps working), with a warning; both set is refused."""
+    replacement, why = _REPLACED_BY[contract.name]
+    if manifest.sql(replacement) is not None:
+        return QueryCheck(contract.name, False, f"set beside {replacement}: keep {replacement}")
+    checked = await check_query(conn, contract, sql)
+    if not checked.ok:
+        return checked
+    return QueryCheck(contract.name, True, f"deprecated: replace it with {replacement} ({why})")
+
+
 _UNSET = {
     "optional": "a row whose referenced entity is missing is quarantined",
     "hub": "the hub cannot run without it",
@@ -94,7 +125,10 @@ _UNSET = {
 
 
 async def require_valid(conn: Any, manifest: Manifest, *, needs: Collection[str]) -> None:
-    """Raise the manifest's one-line :class:`ConfigurationError` on its first failed query."""
+    """Raise the manifest's one-line :class:`ConfigurationError` on its first failed query; log
+    a deprecated query that is set (``manifest_query_deprecated``)."""
     for result in await check_manifest(conn, manifest, needs=needs):
         if not result.ok:
             raise manifest.problem(result.line())
+        if CONTRACT[result.name].role == "deprecated":
+            _log.warning("manifest_query_deprecated", line=result.line(), source=manifest.source)

@@ -42,7 +42,8 @@ class QueryContract:
     columns: tuple[Column, ...]
     role: str = "payload"
     """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub),
-    ``optional``, or ``sync`` (absent: ``GET /api/sync`` is off on that schema)."""
+    ``optional``, ``sync`` (absent: ``GET /api/sync`` is off on that schema) or ``deprecated``
+    (still read, ``check`` warns)."""
     param_type: str = UUID_ARRAY
     """The type ``$1`` must have, as asyncpg names it."""
 
@@ -243,13 +244,22 @@ chat_id uuid a chat where that user is an active member
         role="hub",
     ),
     QueryContract(
-        "chat_alive",
+        "deleted_chats",
         "a row whose referenced entity is missing: TargetGone or quarantine",
+        "chat_id",
+        _cols("""
+chat_id uuid a chat of $1 known to be deleted (a soft-delete column, a tombstone)
+"""),
+        role="optional",
+    ),
+    QueryContract(
+        "chat_alive",
+        "deprecated (deleted_chats replaces it): a missing entity's chat left out is TargetGone",
         "chat_id",
         _cols("""
 chat_id uuid a chat of $1 that is not gone (leave out only the chats known to be deleted)
 """),
-        role="optional",
+        role="deprecated",
     ),
     QueryContract(
         "member_spans",

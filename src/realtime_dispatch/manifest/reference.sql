@@ -75,13 +75,11 @@ WHERE s.id = ANY($1::uuid[]);
 SELECT user_id, chat_id FROM messenger.participants
 WHERE user_id = ANY($1::uuid[]) AND active;
 
--- name: chat_alive
--- Of the given chats, those not deleted: a deleted chat leaves a tombstone (migration 0013),
--- so a chat id that never existed is returned too, and a row that references it is
--- quarantined as the writer's defect, while a deleted chat's rows end TargetGone.
-SELECT t.id AS chat_id
-FROM unnest($1::uuid[]) AS t(id)
-WHERE NOT EXISTS (SELECT 1 FROM messenger.chat_tombstones d WHERE d.chat_id = t.id);
+-- name: deleted_chats
+-- Of the given chats, those deleted: a deleted chat leaves a tombstone (migration 0013), so a
+-- deleted chat's rows end TargetGone, while a row whose chat id never existed is quarantined
+-- as the writer's defect.
+SELECT chat_id FROM messenger.chat_tombstones WHERE chat_id = ANY($1::uuid[]);
 
 -- name: member_spans
 -- GET /api/sync: the caller's memberships. Only the active ones, each open from when it began:

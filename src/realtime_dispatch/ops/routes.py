@@ -25,7 +25,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, TokenVerifier, bearer
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    TokenVerifier,
+    bearer,
+    www_authenticate,
+)
 from realtime_dispatch.ops.service import OpsService
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -72,7 +78,9 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         try:
             identity = await verifier.verify(bearer(request.headers))
         except AuthError as exc:
-            return _error(401, f"admin token required ({exc.code})")
+            denied = _error(401, f"admin token required ({exc.code})")
+            denied.headers["WWW-Authenticate"] = www_authenticate(exc)
+            return denied
         except KeysUnavailable:
             return _error(503, "the identity provider's keys are unavailable; retry later")
         if not identity.admin:

@@ -121,10 +121,12 @@ VACUUM messenger.realtime_outbox;
 SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Pending';
 
 -- name: stats
+-- done: delivered (or nobody to deliver to); target_gone: Done without a push, the chat deleted.
 SELECT
     count(*) FILTER (WHERE status = 'Pending') AS pending,
     count(*) FILTER (WHERE status = 'Quarantined') AS quarantined,
-    count(*) FILTER (WHERE status = 'Done') AS done,
+    count(*) FILTER (WHERE status = 'Done' AND last_error LIKE 'TargetGone:%') AS target_gone,
+    count(*) FILTER (WHERE status = 'Done') AS done_all,
     coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'Pending')), 0)::float8
         AS oldest_pending_age_seconds
 FROM messenger.realtime_outbox;

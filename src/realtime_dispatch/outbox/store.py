@@ -46,13 +46,17 @@ class OutboxStats:
     pending: int
     quarantined: int
     done: int
+    """Done with a push (or a user push nobody was connected for): not :attr:`target_gone`."""
     oldest_pending_age_seconds: float
+    target_gone: int = 0
+    """Done without a push: the row's chat is deleted (``last_error`` = ``TargetGone:…``)."""
 
     def as_json(self) -> dict[str, int | float]:
         return {
             "pending": self.pending,
             "quarantined": self.quarantined,
             "done": self.done,
+            "targetGone": self.target_gone,
             "oldestPendingAgeSeconds": round(self.oldest_pending_age_seconds, 3),
         }
 
@@ -256,6 +260,7 @@ class OutboxStore:
         return OutboxStats(
             pending=int(record["pending"]),
             quarantined=int(record["quarantined"]),
-            done=int(record["done"]),
+            done=int(record["done_all"]) - int(record["target_gone"]),
             oldest_pending_age_seconds=float(record["oldest_pending_age_seconds"]),
+            target_gone=int(record["target_gone"]),
         )

@@ -12,7 +12,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import BaseRoute
 
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, TokenVerifier, bearer
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    TokenVerifier,
+    bearer,
+    www_authenticate,
+)
 from realtime_dispatch.contracts.rest import SyncPageOut
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.sync.cursor import CursorError
@@ -67,12 +73,12 @@ def sync_routes(
         concurrent pages, 503 past the page's statement timeout: both with `Retry-After`."""
         try:
             user = (await verifier.verify(bearer(request.headers))).user_id
-        except AuthError:
+        except AuthError as exc:
             return _error(
                 "Unauthorized",
                 "a valid bearer token is required",
                 401,
-                **{"WWW-Authenticate": "Bearer"},
+                **{"WWW-Authenticate": www_authenticate(exc)},
             )
         except KeysUnavailable:
             return _error("Unavailable", "the identity provider's keys are unavailable", 503)

@@ -10,7 +10,9 @@ never to the rest of the batch.
 The SQL comes from the projection manifest (:mod:`realtime_dispatch.manifest`): a builder whose
 query the manifest leaves out answers :func:`disabled` (``KindDisabled``, quarantined at once
 with the alert). A row whose referenced entity is missing is a defect (quarantined) unless the
-manifest's ``chat_alive`` says its chat is gone: then it is :class:`TargetGone`.
+manifest's ``deleted_chats`` returns its chat (known to be deleted): then it is
+:class:`TargetGone`. A manifest of an earlier version may still have ``chat_alive`` instead
+(deprecated): then a chat it leaves out counts as deleted.
 
 Every payload leaves here carrying its row's id as ``eventId``
 (:func:`~.encoding.stamp_event_id`): set once here, for all kinds.
@@ -76,15 +78,27 @@ def disabled(items: Sequence[RowIntent], query: str) -> BuildResults:
 
 def query_failed(exc: Exception, query: str) -> RealtimeDispatchError:
     """A projection query that raised: the rows it serves retry (the database may be back, the
-    operator may fix the manifest), bounded by max_attempts. The reason names the query and
-    the SQLSTATE, never the server's message (it can quote values)."""
+    operator may fix the manifest), bounded by max_attempts. The reason names the query, the
+    server's error class and SQLSTATE and, for a statement the server could not run as written
+    (class 42: a missing table or column, a type mismatch), its message: that one names the
+    statement's objects. Other messages can quote row values, so they are left out."""
     if is_unavailable(exc):
         return DatabaseUnavailable(f"the {query} query lost the database ({type(exc).__name__})")
     if isinstance(exc, TransientError):
         return exc
-    state = exc.sqlstate if isinstance(exc, asyncpg.PostgresError) else None
-    detail = f"SQLSTATE {state}" if state else type(exc).__name__
-    return TransientError(f"the {query} query failed ({detail})", code="QueryFailed")
+    return TransientError(f"the {query} query failed ({_server_error(exc)})", code="QueryFailed")
+
+
+def _server_error(exc: Exception) -> str:
+    """``UndefinedTableError, SQLSTATE 42P01: relation "x" does not exist``; no message for
+    SQLSTATE classes that may quote data."""
+    if not isinstance(exc, asyncpg.PostgresError) or not exc.sqlstate:
+        return type(exc).__name__
+    detail = f"{type(exc).__name__}, SQLSTATE {exc.sqlstate}"
+    message = str(exc.args[0]) if exc.args else ""
+    if exc.sqlstate.startswith("42") and message and "\n" not in message:
+        detail += f": {message[:200]}"
+    return detail
 
 
 async def build_apart(
@@ -103,11 +117,20 @@ async def build_apart(
 
 class CompositePayloadBuilder:
     def __init__(
-        self, builders: Iterable[KindBuilder], *, chat_alive_sql: str | None = None
+        self,
+        builders: Iterable[KindBuilder],
+        *,
+        deleted_chats_sql: str | None = None,
+        chat_alive_sql: str | None = None,
     ) -> None:
-        """``chat_alive_sql``: the manifest's ``chat_alive`` query (``None``: a row whose
-        referenced entity is missing is always quarantined)."""
-        self._chat_alive_sql = chat_alive_sql
+        """``deleted_chats_sql``: the manifest's ``deleted_chats`` query, or else
+        ``chat_alive_sql``, the deprecated ``chat_alive`` (neither: a row whose referenced
+        entity is missing is always quarantined)."""
+        self._gone: _GoneQuery | None = None
+        if deleted_chats_sql is not None:
+            self._gone = _GoneQuery("deleted_chats", deleted_chats_sql, returns_gone=True)
+        elif chat_alive_sql is not None:
+            self._gone = _GoneQuery("chat_alive", chat_alive_sql, returns_gone=False)
         self._by_kind: dict[RealtimeDispatchKind, KindBuilder] = {}
         for builder in builders:
             for kind in builder.kinds:
@@ -147,8 +170,8 @@ class CompositePayloadBuilder:
                         payload_json=stamp_event_id(result.payload_json, item.row.id),
                     )
                 results[item.row.id] = result
-        if self._chat_alive_sql is not None:
-            await _mark_gone_targets(conn, self._chat_alive_sql, rows, results)
+        if self._gone is not None:
+            await _mark_gone_targets(conn, self._gone, rows, results)
         return results
 
 
@@ -156,13 +179,21 @@ def _query_of(builder: KindBuilder) -> str:
     return str(getattr(builder, "query", type(builder).__name__))
 
 
+@dataclass(frozen=True, slots=True)
+class _GoneQuery:
+    name: str
+    sql: str
+    returns_gone: bool
+    """True: the query returns the deleted chats of $1; False (``chat_alive``): the others."""
+
+
 async def _mark_gone_targets(
-    conn: DbConnection, chat_alive_sql: str, rows: Sequence[ClaimedRow], results: BuildResults
+    conn: DbConnection, query: _GoneQuery, rows: Sequence[ClaimedRow], results: BuildResults
 ) -> None:
     """A row whose entity is missing because its chat was deleted (the cascade took the entity)
-    is not a defect: turn its not-found error into :class:`TargetGone` when ``chat_alive``
-    leaves its chat out. One query, and only when some row of the batch is not found; if it
-    fails, those rows retry (nothing tells gone from defect)."""
+    is not a defect: turn its not-found error into :class:`TargetGone` when the query says its
+    chat is deleted. One query, and only when some row of the batch is not found; if it fails,
+    those rows retry (nothing tells gone from defect)."""
     missing: dict[UUID, UUID] = {}
     for row in rows:
         result = results.get(row.id)
@@ -176,12 +207,12 @@ async def _mark_gone_targets(
         return
     chat_ids = list(set(missing.values()))
     try:
-        alive = {r["chat_id"] for r in await conn.fetch(chat_alive_sql, chat_ids)}
+        returned = {r["chat_id"] for r in await conn.fetch(query.sql, chat_ids)}
     except Exception as exc:
-        error = query_failed(exc, "chat_alive")
-        _log.error("projection_query_failed", query="chat_alive", error=error.describe())
+        error = query_failed(exc, query.name)
+        _log.error("projection_query_failed", query=query.name, error=error.describe())
         results.update(dict.fromkeys(missing, error))
         return
     for row_id, chat_id in missing.items():
-        if chat_id not in alive:
+        if (chat_id in returned) == query.returns_gone:
             results[row_id] = TargetGone("the target chat no longer exists", code="ChatGone")

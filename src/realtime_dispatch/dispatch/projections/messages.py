@@ -1,12 +1,19 @@
 """Message rows → payloads: one query for every message row of a batch; the chat id is
-part of the key, so a row is never built from another chat's message."""
+part of the key, so a row is never built from another chat's message.
+
+The payload's ``seq`` is the message's (the manifest's ``messages`` query). An outbox row whose
+own ``seq`` differs from it is a writer's slip, not a reason to withhold the push: it is
+delivered with the message's, and logged once per row (``outbox_seq_mismatch``, a warning with
+the row id and both numbers)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from uuid import UUID
 
 import asyncpg
 import orjson
+import structlog
 
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 from realtime_dispatch.database import DbConnection
@@ -25,6 +32,11 @@ _KINDS = frozenset(
 )
 
 
+_log = structlog.get_logger(__name__)
+
+WARNED_ROWS = 10_000
+"""Row ids a builder remembers having warned about, so that a retried row warns once."""
+
 # Per-kind constants, worked out once rather than per row.
 _EVENT_NAMES = {kind: kind.event_name for kind in _KINDS}
 
@@ -39,6 +51,7 @@ class MessagePayloadBuilder:
     def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
         self.sql = sql
         self.encoder = encoder
+        self._warned: dict[UUID, None] = {}
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         if self.sql is None:
@@ -55,6 +68,8 @@ class MessagePayloadBuilder:
                     "referenced message does not exist", code="MessageNotFound"
                 )
                 continue
+            if intent.seq is not None and intent.seq != record["seq"]:
+                self._seq_mismatch(item, record["seq"])
             try:
                 payload = encode(*shape_message(intent.kind, record))
             except PayloadBuildError as exc:
@@ -64,6 +79,21 @@ class MessagePayloadBuilder:
                 intent.group, _EVENT_NAMES[intent.kind], payload_json=payload
             )
         return results
+
+    def _seq_mismatch(self, item: RowIntent, message_seq: object) -> None:
+        row_id = item.row.id
+        if row_id in self._warned:
+            return
+        self._warned[row_id] = None
+        if len(self._warned) > WARNED_ROWS:
+            del self._warned[next(iter(self._warned))]
+        _log.warning(
+            "outbox_seq_mismatch",
+            outbox_entry_id=str(row_id),
+            kind=item.intent.kind.value,
+            outbox_seq=item.intent.seq,
+            message_seq=message_seq,
+        )
 
 
 def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:

@@ -84,5 +84,6 @@ def default_payload_builder(
     manifest = manifest or shipped_manifest()
     return CompositePayloadBuilder(
         default_builders(media, encoder=encoder, manifest=manifest),
+        deleted_chats_sql=manifest.sql("deleted_chats"),
         chat_alive_sql=manifest.sql("chat_alive"),
     )

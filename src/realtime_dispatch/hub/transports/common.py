@@ -14,7 +14,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_token
+from realtime_dispatch.auth.tokens import (
+    AuthError,
+    KeysUnavailable,
+    request_token,
+    www_authenticate,
+)
 from realtime_dispatch.hub.connection import Attachment, Writer
 from realtime_dispatch.hub.http_connections import HttpConnectionState
 from realtime_dispatch.hub.session import CloseReason
@@ -48,10 +53,15 @@ async def identity_of(hub: Hub, request: Request, transport: str) -> Identity:
         return await hub.verifier.verify(request_token(request.headers, request.query_params))
     except AuthError as exc:
         log.info("hub_auth_refused", code=exc.code, transport=transport)
-        raise Refused(PlainTextResponse("Unauthorized", status_code=401)) from exc
+        raise Refused(_unauthorized(exc)) from exc
     except KeysUnavailable as exc:
         log.warning("hub_auth_unavailable", transport=transport)
         raise Refused(PlainTextResponse("Service Unavailable", status_code=503)) from exc
+
+
+def _unauthorized(exc: AuthError) -> Response:
+    headers = {"WWW-Authenticate": www_authenticate(exc)}
+    return PlainTextResponse("Unauthorized", status_code=401, headers=headers)
 
 
 def state_of(hub: Hub, request: Request, user_id: UUID) -> HttpConnectionState:

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable
+from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, www_authenticate
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.messenger.api.send_rate import retry_after
 from realtime_dispatch.messenger.refusals import (
@@ -67,7 +67,7 @@ async def _domain(_request: Request, exc: Exception) -> JSONResponse:
 async def _auth(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AuthError)
     response = _body("Unauthorized", "a valid bearer token is required", 401)
-    response.headers["WWW-Authenticate"] = "Bearer"
+    response.headers["WWW-Authenticate"] = www_authenticate(exc)
     return response
 
 
