@@ -10,7 +10,7 @@ after a load began are recorded in that load and win over its snapshot.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -38,10 +38,12 @@ def parse_change(payload: str) -> MembershipChange | None:
 
 
 class MembershipTracker:
-    __slots__ = ("_ids", "_loads", "_registry")
+    __slots__ = ("_ids", "_loads", "_registry", "on_change")
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
+        self.on_change: Callable[[MembershipChange], None] | None = None
+        """Told of every live change once the registry has applied it (presence)."""
         self._loads: dict[int, dict[tuple[UUID, UUID], bool]] = {}
         self._ids = itertools.count(1)
 
@@ -63,6 +65,8 @@ class MembershipTracker:
                 self._registry.join(connection_id, group)
             else:
                 self._registry.leave(connection_id, group)
+        if self.on_change is not None:
+            self.on_change(change)
 
     def finish_load(
         self,

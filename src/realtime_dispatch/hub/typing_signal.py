@@ -2,7 +2,9 @@
 
 For an active member (the connection is in the chat's group), one ``user_typing``
 ``{chatId, userId, expiresAt}`` goes to the chat's members on this replica, leaving out every
-connection of the typist. At most one per (user, chat) per ``interval``
+connection of the typist; with the backplane, the same record goes in an envelope
+(:mod:`.signal_envelope`) to the other replicas, which leave out the typist's connections too
+(:meth:`TypingSignals.received`). At most one per (user, chat) per ``interval``
 (:class:`TypingGate`): invocations inside it are accepted and dropped. Nothing is written
 anywhere; a non-member, an unknown chat and a bad argument get the same bounded answer.
 """
@@ -10,14 +12,16 @@ anywhere; a non-member, an unknown chat and a bad argument get the same bounded 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
+from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
 from realtime_dispatch.hub.wire import HubProtocol
+from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -89,7 +93,12 @@ class TypingSignals:
         interval: float,
         count: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        origin: str = "",
     ) -> None:
+        self.relay: Callable[[str, bytes], None] | None = None
+        """With the backplane: publishes ``(group, envelope)`` to the other replicas."""
+        self.origin = origin
+        """This replica's id in the envelopes (its own come back from the backplane)."""
         self._registry = registry
         self._connections = connections
         self._interval = interval
@@ -114,12 +123,32 @@ class TypingSignals:
         expires = datetime.fromtimestamp(time.time() + self._interval, UTC)
         payload: JsonValue = {
             "chatId": chat_id,
-            "userId": str(user_id),
+            "userId": user_id_json(user_id),
             "expiresAt": expires.isoformat().replace("+00:00", "Z"),
         }
-        self.fan_out(group, user_id, invocation_frame(USER_TYPING, [payload]))
+        record = invocation_frame(USER_TYPING, [payload])
+        self.fan_out(group, user_id, record)
+        if self.relay is not None:
+            self.relay(group, encode_signal(self.origin, str(user_id), record))
         self._count("sent")
         return None
+
+    def received(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """Fan out the signals among what came from the backplane (but this replica's own);
+        returns the rest, the pushes, in order."""
+        pushes: list[tuple[str, bytes]] = []
+        for group, frame in items:
+            if not is_signal(frame):
+                pushes.append((group, frame))
+                continue
+            signal = decode_signal(frame)
+            user_id = None if signal is None else parse_user_id(signal.except_user)
+            if signal is None or user_id is None:
+                self._count("invalid")
+            elif signal.origin != self.origin:
+                self.fan_out(group, user_id, signal.record)
+                self._count("received")
+        return pushes
 
     def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
         """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s;

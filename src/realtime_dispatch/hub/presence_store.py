@@ -1,0 +1,144 @@
+"""Who is online across the replicas, in Redis: :class:`RedisPresenceStore`.
+
+One hash per user, ``realtime-dispatch:presence:{userId}`` (its own slot on a cluster):
+
+* ``r:{replica}`` → when that replica's claim expires (epoch seconds). A replica writes it when
+  the user's first connection there opens, rewrites every user's every ``refresh`` seconds
+  (pipelined), and deletes it when the user's last connection there closed ``grace`` ago.
+* ``seen`` → ``lastSeenAt``, written when the last claim goes.
+
+A user is online while one claim has not expired. The two transitions are Lua scripts, so two
+replicas racing cannot both miss (or both make) the announcement: going online answers whether
+no other replica held a live claim (then the replica announces it), going offline whether none
+is left. Nothing is written per connection, only per user's first and last connection on a
+replica, and a reconnect inside the grace writes nothing at all. The key lives
+:data:`SEEN_TTL` after its last write, which is how long ``lastSeenAt`` is remembered.
+
+A replica that dies without closing leaves its claims to expire (``3 × refresh``): answers are
+right after that, but watchers are not told those users went offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+SEEN_TTL = 30 * 24 * 3600
+CONCURRENT = 64
+"""Transitions (one script call each) in flight at once."""
+REFRESH_CHUNK = 1000
+
+_ONLINE = """
+local was, seen = 0, ''
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local f = fields[i]
+  if f == 'seen' then seen = fields[i + 1]
+  elseif f ~= ARGV[1] then
+    if tonumber(fields[i + 1]) > tonumber(ARGV[3]) then was = 1
+    else redis.call('HDEL', KEYS[1], f) end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return {was, seen}
+"""
+
+_OFFLINE = """
+redis.call('HDEL', KEYS[1], ARGV[1])
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if fields[i] ~= 'seen' and tonumber(fields[i + 1]) > tonumber(ARGV[2]) then return 0 end
+end
+redis.call('HSET', KEYS[1], 'seen', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+
+def presence_key(user_id: UUID) -> str:
+    return f"realtime-dispatch:presence:{{{user_id}}}"
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisPresenceStore:
+    def __init__(
+        self, client: aioredis.Redis | RedisCluster, *, replica_id: str, refresh: float
+    ) -> None:
+        self._client = client
+        self._field = f"r:{replica_id}"
+        self.refresh = refresh
+        self._ttl = 3 * refresh
+        self._online = client.register_script(_ONLINE)
+        self._offline = client.register_script(_OFFLINE)
+
+    async def went_online(self, users: Sequence[UUID]) -> dict[UUID, str | None]:
+        """Claim each user for this replica; those nobody else held, with their last
+        ``lastSeenAt`` (None if unknown): they are to be announced online."""
+        now = time.time()
+        args = (self._field, now + self._ttl, now, SEEN_TTL)
+        answers = await _bounded(self._online(keys=[presence_key(u)], args=args) for u in users)
+        fresh: dict[UUID, str | None] = {}
+        for user, (was, seen) in zip(users, answers, strict=True):
+            if not int(was):
+                fresh[user] = _text(seen) or None
+        return fresh
+
+    async def went_offline(self, users: Sequence[tuple[UUID, str]]) -> list[UUID]:
+        """Drop this replica's claims (``lastSeenAt`` given); the users nobody holds now: they
+        are to be announced offline."""
+        now = time.time()
+        answers = await _bounded(
+            self._offline(keys=[presence_key(u)], args=(self._field, now, seen, SEEN_TTL))
+            for u, seen in users
+        )
+        return [u for (u, _), gone in zip(users, answers, strict=True) if int(gone)]
+
+    async def keep(self, users: Iterable[UUID]) -> None:
+        """Rewrite this replica's claims on ``users`` (its online users), pipelined."""
+        listed = list(users)
+        expires = time.time() + self._ttl
+        for start in range(0, len(listed), REFRESH_CHUNK):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for user in listed[start : start + REFRESH_CHUNK]:
+                    key = presence_key(user)
+                    pipe.hset(key, self._field, expires)
+                    pipe.expire(key, SEEN_TTL)
+                await pipe.execute()
+
+    async def states(self, users: Sequence[UUID]) -> dict[UUID, tuple[bool, str | None]]:
+        """``(online, lastSeenAt)`` of each user, cluster-wide."""
+        if not users:
+            return {}
+        async with self._client.pipeline(transaction=False) as pipe:
+            for user in users:
+                pipe.hgetall(presence_key(user))
+            answers: list[Any] = await pipe.execute()
+        now = time.time()
+        states: dict[UUID, tuple[bool, str | None]] = {}
+        for user, fields in zip(users, answers, strict=True):
+            values = {_text(k): _text(v) for k, v in fields.items()}
+            seen = values.pop("seen", None)
+            online = any(float(expiry) > now for expiry in values.values())
+            states[user] = (online, seen)
+        return states
+
+
+async def _bounded(calls: Iterable[Any]) -> list[Any]:
+    """Await script calls, at most :data:`CONCURRENT` at once, answers in order."""
+    gate = asyncio.Semaphore(CONCURRENT)
+
+    async def one(call: Any) -> Any:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))

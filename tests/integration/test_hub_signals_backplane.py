@@ -1,0 +1,100 @@
+"""Typing and presence across two hub replicas, through the backplane (one Redis, and a real
+3-node Redis Cluster with its sharded channels): ``user_typing`` reaches the member on the other
+replica and none of the typist's connections on either; a watcher on one replica sees a user on
+the other go online and, a grace after their last connection, offline; a reconnect to the other
+replica inside the grace says nothing."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from realtime_dispatch.messenger.commands import create_chat
+from tests.conftest import wait_until
+from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def backplane_settings(request):
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        return hub_settings(backplane_enabled=True, redis_url=url)
+    url = request.getfixturevalue("redis_cluster_url")
+    return hub_settings(backplane="redis-cluster", redis_url=url)
+
+
+def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[str, object]:
+    record: dict[str, object] = {"type": 1, "target": target, "arguments": list(arguments)}
+    if invocation_id is not None:
+        record["invocationId"] = invocation_id
+    return record
+
+
+async def test_typing_reaches_members_on_the_other_replica(database_url, pool, backplane_settings):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = backplane_settings
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool) as one,
+        running_hub(settings, dsn=database_url, pool=pool) as two,
+        raw_client(one, make_token(alice)) as a1,
+        raw_client(two, make_token(alice)) as a2,
+        raw_client(two, make_token(bob)) as b,
+    ):
+        assert await one.hub.interest_settled()
+        assert await two.hub.interest_settled()
+        await a1.send_record(_invoke("1", "Typing", str(chat)))
+        assert await a1.next_of([3]) == {"type": 3, "invocationId": "1"}
+        [record] = await b.invocations(1)
+        assert record["target"] == "user_typing"
+        assert record["arguments"][0]["userId"] == str(alice)
+        await a2.assert_silent(0.3)  # the typist's connection on the other replica
+        await a1.assert_silent(0.1)
+        await b.assert_silent(0.2)  # once: replica one's echo of its own signal is skipped
+        assert two.hub.metrics.typing.labels("received")._value.get() == 1
+        assert one.hub.metrics.typing.labels("received")._value.get() == 0
+
+
+async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, backplane_settings):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = backplane_settings
+    options = options_for(settings, presence_grace=0.5)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
+        raw_client(one, make_token(alice)) as a,
+    ):
+        async with raw_client(two, make_token(bob)):
+            announced = two.hub.metrics.presence.labels("online")
+            await wait_until(lambda: announced._value.get() == 1)  # claimed in Redis
+            await a.send_record(_invoke("1", "WatchPresence", [str(bob)]))
+            answer = await a.next_of([3])
+            assert answer["result"] == [{"userId": str(bob), "online": True, "lastSeenAt": None}]
+        # (Bob's online announcement may still be on its way: states only, no order promised
+        # between an answer and an announcement made before it.)
+        offline = await a.next_of([1], within=5)
+        if offline["arguments"][0]["online"]:
+            offline = await a.next_of([1], within=5)
+        entry = offline["arguments"][0]
+        assert offline["target"] == "presence_changed"
+        assert (entry["userId"], entry["online"]) == (str(bob), False)
+        seen = entry["lastSeenAt"]
+        assert seen.endswith("Z")
+        async with raw_client(two, make_token(bob)):
+            [online] = await a.invocations(1, within=5)
+            assert online["arguments"] == [{"userId": str(bob), "online": True, "lastSeenAt": seen}]
+        # Bob's connection moves to replica one inside the grace: no flap.
+        async with raw_client(one, make_token(bob)):
+            await a.assert_silent(1.0)
+        [offline] = await a.invocations(1, within=5)
+        assert offline["arguments"][0]["online"] is False
+        # A new watcher, on the other replica, reads the cluster-wide state.
+        async with raw_client(two, make_token(alice)) as a2:
+            await a2.send_record(_invoke("2", "WatchPresence", [str(bob)]))
+            [state] = (await a2.next_of([3]))["result"]
+            assert state["online"] is False
+            assert state["lastSeenAt"] is not None
