@@ -98,3 +98,32 @@ async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, back
             [state] = (await a2.next_of([3]))["result"]
             assert state["online"] is False
             assert state["lastSeenAt"] is not None
+
+
+async def test_two_replicas_racing_claims_announce_once(redis_url):
+    """The store's scripts: of two replicas claiming one user at once, exactly one announces it
+    online; of the two dropping their claims, exactly the last announces it offline."""
+    from realtime_dispatch.hub.backplane import redis_client
+    from realtime_dispatch.hub.presence_store import RedisPresenceStore
+
+    client = redis_client(redis_url)
+    try:
+        one = RedisPresenceStore(client, replica_id="one", refresh=10)
+        two = RedisPresenceStore(client, replica_id="two", refresh=10)
+        users = [uuid.uuid4() for _ in range(200)]
+        import asyncio
+
+        first, second = await asyncio.gather(one.went_online(users), two.went_online(users))
+        assert set(first) | set(second) == set(users)
+        assert not set(first) & set(second)
+        assert all(seen is None for seen in (first | second).values())
+        assert all(online for online, _ in (await one.states(users)).values())
+        assert await one.went_offline([(u, "2026-01-01T00:00:00Z") for u in users]) == []
+        gone = await two.went_offline([(u, "2026-01-01T00:00:01Z") for u in users])
+        assert gone == users
+        states = await two.states(users)
+        assert set(states.values()) == {(False, "2026-01-01T00:00:01Z")}
+        again = await one.went_online(users[:1])
+        assert again == {users[0]: "2026-01-01T00:00:01Z"}
+    finally:
+        await client.aclose()

@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 PRESENCE_CHANGED = "presence_changed"
 PRESENCE_PREFIX = "presence:"
 BAD_ARGUMENTS = "{method} takes one argument: a list of user ids."
-OVER_LIMIT = "WatchPresence refused: at most {limit} watched users per connection."
+OVER_LIMIT = "{method} refused: at most {limit} watched users per connection."
 BUSY = "WatchPresence refused: the previous WatchPresence has not completed."
 UNAVAILABLE = "WatchPresence failed: presence is unavailable, try again."
 ANNOUNCE_BATCH = 500
@@ -84,20 +84,20 @@ def presence_entry(user_id: UUID, online: bool, last_seen: str | None) -> JsonVa
     return {"userId": user_id_json(user_id), "online": online, "lastSeenAt": last_seen}
 
 
-def parse_ids(arguments: tuple[JsonValue, ...], limit: int) -> list[UUID] | None:
-    """The distinct user ids of a ``WatchPresence`` / ``UnwatchPresence``, in order; None when
-    the arguments are not one list of ids (checked no further than ``limit`` + 1 entries)."""
+def parse_ids(arguments: tuple[JsonValue, ...], method: str, limit: int) -> list[UUID] | str:
+    """The distinct user ids of a ``WatchPresence`` / ``UnwatchPresence``, in order, or the
+    error to answer: not one list of ids, or a list longer than ``limit`` (not read further)."""
     if len(arguments) != 1 or not isinstance(arguments[0], list):
-        return None
+        return BAD_ARGUMENTS.format(method=method)
     raw = arguments[0]
+    if len(raw) > limit:
+        return OVER_LIMIT.format(method=method, limit=limit)
     ids: dict[UUID, None] = {}
-    for entry in raw[: limit + 1]:
+    for entry in raw:
         user_id = parse_user_id(entry)
         if user_id is None:
-            return None
+            return BAD_ARGUMENTS.format(method=method)
         ids[user_id] = None
-    if len(raw) > limit + 1:
-        ids[UUID(int=0)] = None  # past the limit whatever the rest holds
     return list(ids)
 
 
@@ -231,11 +231,11 @@ class Presence:
     # methods ------------------------------------------------------------------------------
 
     def watch(self, connection: HubConnection, invocation: Invocation) -> None:
-        ids = parse_ids(invocation.arguments, self.watch_limit)
+        ids = parse_ids(invocation.arguments, "WatchPresence", self.watch_limit)
         connection_id = connection.connection_id
-        error = None
-        if ids is None:
-            error = BAD_ARGUMENTS.format(method="WatchPresence")
+        error: str | None = None
+        if isinstance(ids, str):
+            error = ids
         elif connection_id in self._busy:
             error = BUSY
         else:
@@ -243,8 +243,8 @@ class Presence:
                 u for u in ids if not self._registry.in_group(connection_id, presence_group(u))
             ]
             if self.watches.get(connection_id, 0) + len(added) > self.watch_limit:
-                error = OVER_LIMIT.format(limit=self.watch_limit)
-        if error is not None or ids is None:
+                error = OVER_LIMIT.format(method="WatchPresence", limit=self.watch_limit)
+        if error is not None or isinstance(ids, str):
             self._count("refused", 1)
             self._complete(connection, invocation.invocation_id, error, None)
             return
@@ -281,11 +281,10 @@ class Presence:
             self._busy.discard(connection_id)
 
     def unwatch(self, connection: HubConnection, invocation: Invocation) -> None:
-        ids = parse_ids(invocation.arguments, self.watch_limit)
-        if ids is None:
+        ids = parse_ids(invocation.arguments, "UnwatchPresence", self.watch_limit)
+        if isinstance(ids, str):
             self._count("refused", 1)
-            error = BAD_ARGUMENTS.format(method="UnwatchPresence")
-            self._complete(connection, invocation.invocation_id, error, None)
+            self._complete(connection, invocation.invocation_id, ids, None)
             return
         dropped = 0
         for user_id in ids:

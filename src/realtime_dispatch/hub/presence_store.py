@@ -30,8 +30,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 SEEN_TTL = 30 * 24 * 3600
-CONCURRENT = 64
-"""Transitions (one script call each) in flight at once."""
+CONCURRENT = 16
+"""On a cluster: transitions (one script call each) in flight at once; on one Redis they are
+pipelined, :data:`REFRESH_CHUNK` a round trip."""
 REFRESH_CHUNK = 1000
 
 _ONLINE = """
@@ -86,7 +87,7 @@ class RedisPresenceStore:
         ``lastSeenAt`` (None if unknown): they are to be announced online."""
         now = time.time()
         args = (self._field, now + self._ttl, now, SEEN_TTL)
-        answers = await _bounded(self._online(keys=[presence_key(u)], args=args) for u in users)
+        answers = await self._run(self._online, [([presence_key(u)], args) for u in users])
         fresh: dict[UUID, str | None] = {}
         for user, (was, seen) in zip(users, answers, strict=True):
             if not int(was):
@@ -97,11 +98,26 @@ class RedisPresenceStore:
         """Drop this replica's claims (``lastSeenAt`` given); the users nobody holds now: they
         are to be announced offline."""
         now = time.time()
-        answers = await _bounded(
-            self._offline(keys=[presence_key(u)], args=(self._field, now, seen, SEEN_TTL))
-            for u, seen in users
+        answers = await self._run(
+            self._offline,
+            [([presence_key(u)], (self._field, now, seen, SEEN_TTL)) for u, seen in users],
         )
         return [u for (u, _), gone in zip(users, answers, strict=True) if int(gone)]
+
+    async def _run(
+        self, script: Any, calls: list[tuple[list[str], tuple[object, ...]]]
+    ) -> list[Any]:
+        """A script's calls, answers in order: pipelined on one Redis, a few at a time on a
+        cluster (each key its own slot)."""
+        if isinstance(self._client, RedisCluster):
+            return await _bounded(script(keys=keys, args=args) for keys, args in calls)
+        answers: list[Any] = []
+        for start in range(0, len(calls), REFRESH_CHUNK):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for keys, args in calls[start : start + REFRESH_CHUNK]:
+                    await script(keys=keys, args=args, client=pipe)  # queued
+                answers += await pipe.execute()
+        return answers
 
     async def keep(self, users: Iterable[UUID]) -> None:
         """Rewrite this replica's claims on ``users`` (its online users), pipelined."""
