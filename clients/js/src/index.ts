@@ -1,5 +1,5 @@
-export { EVENT_NAMES, HUB_PATH, MessengerClient } from "./client.js";
-export type { ClientOptions, ClientStats, EventName } from "./client.js";
+export { EVENT_NAMES, HUB_PATH, MessengerClient, SIGNAL_NAMES } from "./client.js";
+export type { ClientOptions, ClientStats, EventName, HubMessages, SignalName } from "./client.js";
 export { MessengerRest, PAGE_LIMIT, RestError, SYNC_LIMIT, toTimeline } from "./rest.js";
 export type { ChatSummary, SendOptions } from "./rest.js";
 export { Timeline, merge } from "./timeline.js";
