@@ -53,12 +53,17 @@ class _Member:
         self.user_id = user_id
         self.sent: list[bytes] = []
         self.protocol = type("P", (), {"from_json": None})()
+        self.last_sent = 0.0
 
-    def send(self, record: bytes) -> None:
-        self.sent.append(record)
+    def offer(self, records, frames, data, touched) -> None:
+        touched.append(self)
+        self.sent.extend(records)
+
+    def flush(self) -> int:
+        return 1
 
 
-def test_received_signals_skip_the_typist_the_own_echo_and_bad_envelopes():
+async def test_received_signals_skip_the_typist_the_own_echo_and_bad_envelopes():
     registry = GroupRegistry()
     typist, other = uuid.uuid4(), uuid.uuid4()
     members = {"c1": _Member(typist), "c2": _Member(other)}

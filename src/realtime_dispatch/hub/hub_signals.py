@@ -104,6 +104,7 @@ def wire_signals(
         count=lambda outcome: typing_counts[outcome].inc(),
         origin=replica_id,
     )
+    typing.written = metrics.sent_frames.inc
     relay = None
     store = None
     if options.backplane_url:

@@ -11,12 +11,14 @@ anywhere; a non-member, an unknown chat and a bad argument get the same bounded 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
@@ -95,6 +97,8 @@ class TypingSignals:
         clock: Callable[[], float] = time.monotonic,
         origin: str = "",
     ) -> None:
+        self.written: Callable[[int], None] = lambda _records: None
+        """Counts the records written to transports (the hub's sent-frames counter)."""
         self.relay: Callable[[str, bytes], None] | None = None
         """With the backplane: publishes ``(group, envelope)`` to the other replicas."""
         self.origin = origin
@@ -151,10 +155,14 @@ class TypingSignals:
         return pushes
 
     def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
-        """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s;
-        re-encoded once per other protocol. Returns how many got it."""
+        """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s, the
+        way a push goes (:meth:`~.runtime.Hub.send_to_groups`): framed once, written straight
+        to each transport that takes it, re-encoded once per other protocol. Returns how many
+        got it."""
         connections = self._connections
-        encoded: dict[HubProtocol, bytes | None] = {}
+        frame = text_frame(record)
+        encoded: dict[HubProtocol, tuple[bytes, bytes] | None] = {}
+        touched: list[HubConnection] = []
         sent = 0
         for connection_id in self._registry.members(group):
             member = connections.get(connection_id)
@@ -162,16 +170,30 @@ class TypingSignals:
                 continue
             protocol = member.protocol
             if protocol.from_json is None:
-                member.send(record)
+                member.offer((record,), (frame,), frame, touched)
             else:
                 if protocol not in encoded:
-                    try:
-                        encoded[protocol] = protocol.from_json([record])[0]
-                    except ProtocolError:
-                        encoded[protocol] = None
+                    encoded[protocol] = _encode(protocol, record)
                 other = encoded[protocol]
                 if other is None:
                     continue
-                member.send(other)
+                member.offer((other[0],), (other[1],), other[1], touched)
             sent += 1
+        if touched:
+            loop_time = asyncio.get_running_loop().time()
+            written = 0
+            for member in touched:
+                written += member.flush()
+                member.last_sent = loop_time
+            self.written(written)
         return sent
+
+
+def _encode(protocol: HubProtocol, record: bytes) -> tuple[bytes, bytes] | None:
+    """A JSON record in ``protocol`` and its WebSocket frame; None when it has no equivalent."""
+    assert protocol.from_json is not None
+    try:
+        other = protocol.from_json([record])[0]
+    except ProtocolError:
+        return None
+    return other, (binary_frame if protocol.binary else text_frame)(other)
