@@ -22,7 +22,7 @@ from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
-from realtime_dispatch.hub.wire import HubProtocol
+from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
 from realtime_dispatch.push import JsonValue
 
@@ -163,13 +163,14 @@ class TypingSignals:
         frame = text_frame(record)
         encoded: dict[HubProtocol, tuple[bytes, bytes] | None] = {}
         touched: list[HubConnection] = []
-        sent = 0
+        typist = self._registry.connections_of(user_id)  # one to a few: cheaper than a check
+        sent = 0  # of every member's user
         for connection_id in self._registry.members(group):
-            member = connections.get(connection_id)
-            if member is None or member.user_id == user_id:
+            if connection_id in typist:
                 continue
+            member = connections[connection_id]  # the hub registers both at once
             protocol = member.protocol
-            if protocol.from_json is None:
+            if protocol is JSON:
                 member.offer((record,), (frame,), frame, touched)
             else:
                 if protocol not in encoded:
@@ -191,7 +192,8 @@ class TypingSignals:
 
 def _encode(protocol: HubProtocol, record: bytes) -> tuple[bytes, bytes] | None:
     """A JSON record in ``protocol`` and its WebSocket frame; None when it has no equivalent."""
-    assert protocol.from_json is not None
+    if protocol.from_json is None:
+        return record, text_frame(record)
     try:
         other = protocol.from_json([record])[0]
     except ProtocolError:
