@@ -24,6 +24,9 @@ per transition, see docs/hub.md).
    grace (no presence flip), and CPU per flip and per ``presence_changed`` delivered when they
    went offline and came back after it (each of them watched by ``--watch`` connections).
 
+4. **The Redis presence store** (``--redis``, on a private ``redis-server``): hub and Redis CPU
+   per user going online, per claim refreshed, per user going offline.
+
 Prints a table per part and writes ``bench/results/hub_signals-*.json``.
 """
 
@@ -68,6 +71,7 @@ from realtime_dispatch.hub.session import CloseReason, InboundSession
 from realtime_dispatch.hub.signal_envelope import encode_signal
 
 CHAT_SIZE, CHAT_STEP = 75, 25
+SEEN = "2026-12-01T10:00:00Z"
 
 
 class NullTransport:
@@ -332,6 +336,50 @@ async def _drain_announcements(hub: Hub) -> None:
         await presence_._announce(batch)
 
 
+# --- 4. the Redis presence store ---------------------------------------------------------------
+
+
+def redis_store(users: int, online: int) -> dict[str, Any]:
+    """The store's cost on a private ``redis-server``: ``online`` users going online (one
+    script call each), the refresh of ``users`` claims, and the same users going offline;
+    this process's CPU and the server's, per user."""
+    from _common import cpu_seconds, private_redis
+    from realtime_dispatch.hub.backplane import redis_client
+    from realtime_dispatch.hub.presence_store import RedisPresenceStore
+
+    async def run(url: str, pid: int) -> dict[str, Any]:
+        client = redis_client(url)
+        try:
+            store = RedisPresenceStore(client, replica_id="bench", refresh=10)
+            everyone = [uuid.uuid4() for _ in range(users)]
+            flipping = everyone[:online]
+            await store.went_online(flipping[:10])  # scripts loaded
+            costs: dict[str, float] = {}
+            for name, work in (
+                ("online", lambda: store.went_online(flipping)),
+                ("refresh", lambda: store.keep(everyone)),
+                (
+                    "offline",
+                    lambda: store.went_offline([(u, "2026-12-01T10:00:00Z") for u in flipping]),
+                ),
+            ):
+                t0, r0, w0 = cpu(), cpu_seconds(pid), time.perf_counter()
+                await work()
+                wall = time.perf_counter() - w0
+                count = users if name == "refresh" else online
+                costs[f"{name}_hub_cpu_us_per_user"] = round((cpu() - t0) / count * 1e6, 2)
+                costs[f"{name}_redis_cpu_us_per_user"] = round(
+                    (cpu_seconds(pid) - r0) / count * 1e6, 2
+                )
+                costs[f"{name}_wall_ms"] = round(wall * 1e3, 1)
+            return {"users": users, "flipping": online, **costs}
+        finally:
+            await client.aclose()
+
+    with private_redis() as (url, pid):
+        return asyncio.run(run(url, pid))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="10,100")
@@ -340,6 +388,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=15_000)
     parser.add_argument("--watch", type=int, default=50)
     parser.add_argument("--storm", type=int, default=5000)
+    parser.add_argument(
+        "--redis",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also price the Redis presence store on a private redis-server",
+    )
     args = parse_with_smoke(
         parser,
         {"members": "10", "signals": 100, "runs": 1, "connections": 300, "watch": 20, "storm": 100},
@@ -361,9 +415,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     presence_row = presence(args.connections, args.watch, args.storm)
     print_table(["measure", "value"], [[k, v] for k, v in presence_row.items()])
+    store_row = redis_store(args.connections, args.storm) if args.redis else None
+    if store_row is not None:
+        print_table(["redis store", "value"], [[k, v] for k, v in store_row.items()])
     path = write_json(
         "hub_signals-smoke" if args.smoke else "hub_signals",
-        {"machine": machine(), "args": vars(args), "typing": typing_rows, "presence": presence_row},
+        {
+            "machine": machine(),
+            "args": vars(args),
+            "typing": typing_rows,
+            "presence": presence_row,
+            "redis_store": store_row,
+        },
     )
     print(f"written {path}")
 

@@ -22,6 +22,7 @@ script call per user that really changed, none for those back within the grace.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -69,7 +70,9 @@ class PresenceStore(Protocol):
 
 
 def presence_group(user_id: UUID) -> str:
-    return f"{PRESENCE_PREFIX}{user_id}"
+    """The watchers' group of a user; interned, so that its thousands of watches share one
+    string (a third of a watch's memory otherwise)."""
+    return sys.intern(f"{PRESENCE_PREFIX}{user_id}")
 
 
 def _user_of_group(group: str) -> UUID | None:
