@@ -125,10 +125,11 @@ class RedisPresenceStore:
         expires = time.time() + self._ttl
         for start in range(0, len(listed), REFRESH_CHUNK):
             async with self._client.pipeline(transaction=False) as pipe:
+                # No EXPIRE: the transitions set the key's lifetime; a key that outlived it
+                # while its user stayed online is written again here, and given one at the
+                # user's next transition.
                 for user in listed[start : start + REFRESH_CHUNK]:
-                    key = presence_key(user)
-                    pipe.hset(key, self._field, expires)
-                    pipe.expire(key, SEEN_TTL)
+                    pipe.hset(presence_key(user), self._field, expires)
                 await pipe.execute()
 
     async def states(self, users: Sequence[UUID]) -> dict[UUID, tuple[bool, str | None]]:
