@@ -7,6 +7,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from realtime_dispatch.hub.session import CloseReason
 
+TYPING_OUTCOMES = ("sent", "throttled", "refused", "received", "invalid", "dropped")
+PRESENCE_EVENTS = ("watched", "unwatched", "refused", "online", "offline", "reconciled", "dropped")
+
 
 class HubMetrics:
     __slots__ = (
@@ -78,18 +81,27 @@ class HubMetrics:
             ["outcome"],
             registry=registry,
         )
-        for outcome in ("sent", "throttled", "refused", "received", "invalid", "dropped"):
+        for outcome in TYPING_OUTCOMES:
             self.typing.labels(outcome)
         self.presence = Counter(
             "messenger_realtime_hub_presence",
             "Presence, by event: watched / unwatched (ids a WatchPresence / UnwatchPresence"
             " took), refused (an invocation answered with an error), online / offline"
-            " (presence_changed this replica announced), dropped (an announcement not made:"
-            " the presence store failed).",
+            " (presence_changed this replica announced), reconciled (a change nobody announced,"
+            " found in the store and told to this replica's watchers), dropped (an"
+            " announcement not made: the presence store failed).",
             ["event"],
             registry=registry,
         )
-        for event in ("watched", "unwatched", "refused", "online", "offline", "dropped"):
+        for event in (
+            "watched",
+            "unwatched",
+            "refused",
+            "online",
+            "offline",
+            "reconciled",
+            "dropped",
+        ):
             self.presence.labels(event)
         self.presence_watches = Gauge(
             "messenger_realtime_hub_presence_watches",

@@ -117,6 +117,7 @@ class Presence:
         count: Callable[[str, int], None],
         blockers: Blockers | None = None,
         store: PresenceStore | None = None,
+        deliver_local: Callable[[Sequence[tuple[str, bytes]]], object] = lambda _frames: None,
     ) -> None:
         self._registry = registry
         self._grace = grace
@@ -127,6 +128,9 @@ class Presence:
         self._complete = complete
         self._count = count
         self.store = store
+        self._deliver_local = deliver_local
+        self._known: dict[UUID, bool] = {}
+        """With a store: the state this replica's watchers last heard of each watched user."""
         self.online: set[UUID] = set()
         """Users this replica holds online: with a connection here, or in their grace."""
         self._in_grace: dict[UUID, asyncio.TimerHandle] = {}
@@ -228,8 +232,36 @@ class Presence:
             await asyncio.sleep(store.refresh)
             try:
                 await store.keep(set(self.online))
+                await self._reconcile(store)
             except Exception as exc:  # retried at the next refresh; claims outlive three
                 log.warning("hub_presence_keep_failed", error=type(exc).__name__)
+
+    def observed(self, group: str, record: bytes) -> None:
+        """A ``presence_changed`` announcement came through the backplane (any replica's): the
+        state this replica's watchers now know."""
+        user_id = _user_of_group(group)
+        if user_id is not None and user_id in self._known:
+            self._known[user_id] = b'"online":true' in record
+
+    async def _reconcile(self, store: PresenceStore) -> None:
+        """Tell this replica's watchers of the changes nobody announced: the users of a replica
+        that died without closing (its claims expired), an announcement lost with Redis."""
+        watched = list(self._known)
+        for start in range(0, len(watched), ANNOUNCE_BATCH):
+            chunk = watched[start : start + ANNOUNCE_BATCH]
+            states = await store.states(chunk)
+            frames = []
+            for user_id in chunk:
+                online, seen = states[user_id]
+                if self._known.get(user_id, online) != online:
+                    self._known[user_id] = online
+                    entry = presence_entry(user_id, online, seen)
+                    frames.append(
+                        (presence_group(user_id), invocation_frame(PRESENCE_CHANGED, [entry]))
+                    )
+            if frames:
+                self._count("reconciled", len(frames))
+                self._deliver_local(frames)
 
     # methods ------------------------------------------------------------------------------
 
@@ -272,6 +304,9 @@ class Presence:
                     self.watch_count += 1
             states = await self._states(allowed)
             self._count("watched", len(allowed))
+            if self.store is not None:
+                for user_id in allowed:
+                    self._known[user_id] = states[user_id][0]
             result: JsonValue = [presence_entry(u, *states[u]) for u in allowed]
             self._complete(connection, invocation_id, None, result)
         except asyncio.CancelledError:
@@ -305,6 +340,7 @@ class Presence:
             user_id = _user_of_group(group)
             if user_id is not None:
                 self._chats.pop(user_id, None)
+                self._known.pop(user_id, None)
         return 1
 
     async def _shared(self, connection_id: str, caller: UUID, ids: list[UUID]) -> list[UUID]:
@@ -335,6 +371,7 @@ class Presence:
         for user_id in set(unknown) - set(allowed):  # nobody here watches them (yet)
             if not self._registry.members(presence_group(user_id)):
                 self._chats.pop(user_id, None)
+                self._known.pop(user_id, None)
         return allowed
 
     def _chat_ids(self, connection_id: str) -> set[UUID]:

@@ -14,8 +14,9 @@ is left. Nothing is written per connection, only per user's first and last conne
 replica, and a reconnect inside the grace writes nothing at all. The key lives
 :data:`SEEN_TTL` after its last write, which is how long ``lastSeenAt`` is remembered.
 
-A replica that dies without closing leaves its claims to expire (``3 × refresh``): answers are
-right after that, but watchers are not told those users went offline.
+A replica that dies without closing leaves its claims to expire (``3 × refresh``); the other
+replicas' reconciliation (:meth:`~.presence.Presence.observed` and the refresh loop) then tells
+their watchers.
 """
 
 from __future__ import annotations
