@@ -25,7 +25,8 @@ per transition, see docs/hub.md).
    went offline and came back after it (each of them watched by ``--watch`` connections).
 
 4. **The Redis presence store** (``--redis``, on a private ``redis-server``): hub and Redis CPU
-   per user going online, per claim refreshed, per user going offline.
+   per user going online, per claim refreshed, per watched user read by the reconciliation, per
+   user going offline.
 
 Prints a table per part and writes ``bench/results/hub_signals-*.json``.
 """
@@ -358,6 +359,7 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
             for name, work in (
                 ("online", lambda: store.went_online(flipping)),
                 ("refresh", lambda: store.keep(everyone)),
+                ("reconcile_read", lambda: store.states(everyone)),
                 (
                     "offline",
                     lambda: store.went_offline([(u, "2026-12-01T10:00:00Z") for u in flipping]),
@@ -366,7 +368,7 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
                 t0, r0, w0 = cpu(), cpu_seconds(pid), time.perf_counter()
                 await work()
                 wall = time.perf_counter() - w0
-                count = users if name == "refresh" else online
+                count = users if name in ("refresh", "reconcile_read") else online
                 costs[f"{name}_hub_cpu_us_per_user"] = round((cpu() - t0) / count * 1e6, 2)
                 costs[f"{name}_redis_cpu_us_per_user"] = round(
                     (cpu_seconds(pid) - r0) / count * 1e6, 2

@@ -48,6 +48,10 @@ OVER_LIMIT = "{method} refused: at most {limit} watched users per connection."
 BUSY = "WatchPresence refused: the previous WatchPresence has not completed."
 UNAVAILABLE = "WatchPresence failed: presence is unavailable, try again."
 ANNOUNCE_BATCH = 500
+RECONCILE_EVERY = 3
+"""Refreshes between two reconciliations (reading every watched user costs more than a claim)."""
+SEEN_KEPT = 100_000
+"""In process (no store): the users whose ``lastSeenAt`` is remembered, the latest gone."""
 
 MemberChats = Callable[[list[UUID]], Awaitable[list[tuple[UUID, UUID]]]]
 """``member_chats(users)`` → ``(user_id, chat_id)`` of their active memberships."""
@@ -135,7 +139,8 @@ class Presence:
         """Users this replica holds online: with a connection here, or in their grace."""
         self._in_grace: dict[UUID, asyncio.TimerHandle] = {}
         self._seen: dict[UUID, str] = {}
-        """``lastSeenAt`` of users this replica saw go (in process, without a store)."""
+        """``lastSeenAt`` of users this replica saw go (in process, without a store), the
+        longest gone first."""
         self._flips: dict[UUID, str | None] = {}
         """Transitions to announce: None online, else offline with that ``lastSeenAt``."""
         self._wake = asyncio.Event()
@@ -174,7 +179,11 @@ class Presence:
     def _gone(self, user_id: UUID, seen: str) -> None:
         del self._in_grace[user_id]
         self.online.discard(user_id)
-        self._seen[user_id] = seen
+        if self.store is None:  # in process, this is the only record of it (a store keeps it)
+            self._seen.pop(user_id, None)
+            self._seen[user_id] = seen
+            if len(self._seen) > SEEN_KEPT:
+                del self._seen[next(iter(self._seen))]  # the longest gone
         self._flip(user_id, seen)
 
     def _flip(self, user_id: UUID, seen: str | None) -> None:
@@ -228,11 +237,14 @@ class Presence:
         self._count("offline", len(off))
 
     async def _keep(self, store: PresenceStore) -> None:
+        rounds = 0
         while True:
             await asyncio.sleep(store.refresh)
+            rounds += 1
             try:
                 await store.keep(set(self.online))
-                await self._reconcile(store)
+                if rounds % RECONCILE_EVERY == 0:  # as often as a dead replica's claims expire
+                    await self._reconcile(store)
             except Exception as exc:  # retried at the next refresh; claims outlive three
                 log.warning("hub_presence_keep_failed", error=type(exc).__name__)
 
