@@ -25,8 +25,8 @@ per transition, see docs/hub.md).
    went offline and came back after it (each of them watched by ``--watch`` connections).
 
 4. **The Redis presence store** (``--redis``, on a private ``redis-server``): hub and Redis CPU
-   per user going online, per claim refreshed, per watched user read by the reconciliation, per
-   user going offline.
+   per user going online, per claim refreshed, per user going offline, and per user of a dead
+   replica swept.
 
 Prints a table per part and writes ``bench/results/hub_signals-*.json``.
 """
@@ -359,7 +359,6 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
             for name, work in (
                 ("online", lambda: store.went_online(flipping)),
                 ("refresh", lambda: store.keep(everyone)),
-                ("reconcile_read", lambda: store.states(everyone)),
                 (
                     "offline",
                     lambda: store.went_offline([(u, "2026-12-01T10:00:00Z") for u in flipping]),
@@ -368,12 +367,24 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
                 t0, r0, w0 = cpu(), cpu_seconds(pid), time.perf_counter()
                 await work()
                 wall = time.perf_counter() - w0
-                count = users if name in ("refresh", "reconcile_read") else online
+                count = users if name == "refresh" else online
                 costs[f"{name}_hub_cpu_us_per_user"] = round((cpu() - t0) / count * 1e6, 2)
                 costs[f"{name}_redis_cpu_us_per_user"] = round(
                     (cpu_seconds(pid) - r0) / count * 1e6, 2
                 )
                 costs[f"{name}_wall_ms"] = round(wall * 1e3, 1)
+            # A replica holding the flipping users dies: its heartbeat expires, this one sweeps.
+            from realtime_dispatch.hub.presence_store import REPLICAS_KEY
+
+            dead = RedisPresenceStore(client, replica_id="dead", refresh=10)
+            await dead.went_online(flipping)
+            await client.zadd(REPLICAS_KEY, {"dead": time.time() - 1})
+            t0, r0, w0 = cpu(), cpu_seconds(pid), time.perf_counter()
+            swept = await store.sweep()
+            costs["sweep_wall_ms"] = round((time.perf_counter() - w0) * 1e3, 1)
+            costs["sweep_hub_cpu_us_per_user"] = round((cpu() - t0) / online * 1e6, 2)
+            costs["sweep_redis_cpu_us_per_user"] = round((cpu_seconds(pid) - r0) / online * 1e6, 2)
+            assert len(swept) == online, len(swept)
             return {"users": users, "flipping": online, **costs}
         finally:
             await client.aclose()

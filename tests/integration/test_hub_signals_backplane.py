@@ -129,37 +129,42 @@ async def test_two_replicas_racing_claims_announce_once(redis_url):
         await client.aclose()
 
 
-async def test_a_replica_that_died_leaves_its_users_offline_after_its_claims_expire(
-    database_url, pool, redis_url
-):
-    """Bob's only claim is a replica's that died without closing (written here, due to expire
-    in a second): the watcher first reads him online, then, once the claim expired, is told
-    he is offline by its own replica's reconciliation, as nobody announced it."""
+async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, backplane_settings):
+    """Bob's only claim is a replica's that died without closing (written here as it would
+    have: its claim, its set of users, a heartbeat that has just expired): the watcher first
+    reads him online, then a live replica sweeps the dead one and announces him offline, with
+    the dead replica's last heartbeat as lastSeenAt, once."""
     import time
 
-    from realtime_dispatch.hub.backplane import redis_client
-    from realtime_dispatch.hub.presence_store import presence_key
+    from realtime_dispatch.hub.presence_store import (
+        REPLICAS_KEY,
+        presence_key,
+        replica_users_key,
+    )
 
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         await create_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings(backplane_enabled=True, redis_url=redis_url)
+    settings = backplane_settings
     options = options_for(settings, presence_refresh=0.2)
-    client = redis_client(redis_url)
-    try:
-        await client.hset(presence_key(bob), "r:ghost", time.time() + 1.0)
-        async with (
-            running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
-            raw_client(one, make_token(alice)) as a,
-        ):
-            await a.send_record(_invoke("1", "WatchPresence", [str(bob)]))
-            [state] = (await a.next_of([3]))["result"]
-            assert state["online"] is True
-            [offline] = await a.invocations(1, within=5)
-            assert offline["arguments"][0]["userId"] == str(bob)
-            assert offline["arguments"][0]["online"] is False
-            assert one.hub.metrics.presence.labels("reconciled")._value.get() == 1
-            await a.assert_silent(0.5)  # told once
-    finally:
+    ghost = f"ghost-{uuid.uuid4().hex}"
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
+        raw_client(one, make_token(alice)) as a,
+    ):
+        client = one.hub.signals.relay.client
+        now = time.time()
+        await client.hset(presence_key(bob), f"r:{ghost}", now + 30)
+        await client.sadd(replica_users_key(ghost), str(bob))
+        await client.zadd(REPLICAS_KEY, {ghost: now + 1.0})
+        await a.send_record(_invoke("1", "WatchPresence", [str(bob)]))
+        [state] = (await a.next_of([3]))["result"]
+        assert state["online"] is True
+        [offline] = await a.invocations(1, within=5)
+        entry = offline["arguments"][0]
+        assert (entry["userId"], entry["online"]) == (str(bob), False)
+        assert entry["lastSeenAt"].startswith(time.strftime("%Y-%m-%dT", time.gmtime(now)))
+        assert one.hub.metrics.presence.labels("swept")._value.get() == 1
+        await a.assert_silent(0.6)  # swept once
+        assert not await client.exists(replica_users_key(ghost))
         await client.delete(presence_key(bob))
-        await client.aclose()

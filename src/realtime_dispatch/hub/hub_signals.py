@@ -12,7 +12,7 @@ from uuid import UUID
 
 from realtime_dispatch.hub.methods import HubMethods, complete
 from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
-from realtime_dispatch.hub.presence import PRESENCE_PREFIX, Presence
+from realtime_dispatch.hub.presence import Presence
 from realtime_dispatch.hub.presence_store import RedisPresenceStore
 from realtime_dispatch.hub.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signal_envelope import is_signal
@@ -46,16 +46,12 @@ class HubSignals:
         """``deliver`` for the backplane subscriber, the signals among what it brings taken
         out first (and fanned out by ``Typing``)."""
         typing = self.typing
-        presence = self.presence
 
         async def delivering(items: Items, *rest: Any) -> object:
             if any(is_signal(frame) for _, frame in items):
                 items = typing.received(items)
                 if not items:
                     return True
-            for group, frame in items:
-                if group.startswith(PRESENCE_PREFIX):
-                    presence.observed(group, frame)
             return await deliver(items, *rest)
 
         return delivering
@@ -93,7 +89,6 @@ def wire_signals(
     replica_id: str,
     membership: MembershipFeed,
     publish: Callable[[Items], Awaitable[object]],
-    deliver_local: Callable[[Items], object],
 ) -> HubSignals:
     typing_counts = {o: metrics.typing.labels(o) for o in TYPING_OUTCOMES}
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
@@ -136,7 +131,6 @@ def wire_signals(
         complete=complete,
         count=lambda event, n: presence_counts[event].inc(n),
         store=store,
-        deliver_local=deliver_local,
     )
     metrics.presence_watches.set_function(lambda: presence.watch_count)
     return HubSignals(typing, presence, relay)

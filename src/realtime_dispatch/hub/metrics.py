@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from realtime_dispatch.hub.session import CloseReason
 
 TYPING_OUTCOMES = ("sent", "throttled", "refused", "received", "invalid", "dropped")
-PRESENCE_EVENTS = ("watched", "unwatched", "refused", "online", "offline", "reconciled", "dropped")
+PRESENCE_EVENTS = ("watched", "unwatched", "refused", "online", "offline", "swept", "dropped")
 
 
 class HubMetrics:
@@ -87,21 +87,13 @@ class HubMetrics:
             "messenger_realtime_hub_presence",
             "Presence, by event: watched / unwatched (ids a WatchPresence / UnwatchPresence"
             " took), refused (an invocation answered with an error), online / offline"
-            " (presence_changed this replica announced), reconciled (a change nobody announced,"
-            " found in the store and told to this replica's watchers), dropped (an"
-            " announcement not made: the presence store failed).",
+            " (presence_changed this replica announced), swept (offline announced for the"
+            " users of a replica that died without closing), dropped (an announcement not"
+            " made: the presence store failed).",
             ["event"],
             registry=registry,
         )
-        for event in (
-            "watched",
-            "unwatched",
-            "refused",
-            "online",
-            "offline",
-            "reconciled",
-            "dropped",
-        ):
+        for event in PRESENCE_EVENTS:
             self.presence.labels(event)
         self.presence_watches = Gauge(
             "messenger_realtime_hub_presence_watches",

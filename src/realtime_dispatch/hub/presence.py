@@ -48,8 +48,6 @@ OVER_LIMIT = "{method} refused: at most {limit} watched users per connection."
 BUSY = "WatchPresence refused: the previous WatchPresence has not completed."
 UNAVAILABLE = "WatchPresence failed: presence is unavailable, try again."
 ANNOUNCE_BATCH = 500
-RECONCILE_EVERY = 3
-"""Refreshes between two reconciliations (reading every watched user costs more than a claim)."""
 SEEN_KEPT = 100_000
 """In process (no store): the users whose ``lastSeenAt`` is remembered, the latest gone."""
 
@@ -67,6 +65,8 @@ class PresenceStore(Protocol):
     async def went_online(self, users: Sequence[UUID]) -> dict[UUID, str | None]: ...
 
     async def went_offline(self, users: Sequence[tuple[UUID, str]]) -> list[UUID]: ...
+
+    async def sweep(self) -> list[tuple[UUID, str]]: ...
 
     async def keep(self, users: Collection[UUID]) -> None: ...
 
@@ -121,7 +121,6 @@ class Presence:
         count: Callable[[str, int], None],
         blockers: Blockers | None = None,
         store: PresenceStore | None = None,
-        deliver_local: Callable[[Sequence[tuple[str, bytes]]], object] = lambda _frames: None,
     ) -> None:
         self._registry = registry
         self._grace = grace
@@ -132,9 +131,6 @@ class Presence:
         self._complete = complete
         self._count = count
         self.store = store
-        self._deliver_local = deliver_local
-        self._known: dict[UUID, bool] = {}
-        """With a store: the state this replica's watchers last heard of each watched user."""
         self.online: set[UUID] = set()
         """Users this replica holds online: with a connection here, or in their grace."""
         self._in_grace: dict[UUID, asyncio.TimerHandle] = {}
@@ -237,43 +233,25 @@ class Presence:
         self._count("offline", len(off))
 
     async def _keep(self, store: PresenceStore) -> None:
-        rounds = 0
         while True:
             await asyncio.sleep(store.refresh)
-            rounds += 1
             try:
                 await store.keep(set(self.online))
-                if rounds % RECONCILE_EVERY == 0:  # as often as a dead replica's claims expire
-                    await self._reconcile(store)
+                # The users of replicas that died without closing: announced offline here
+                # (by whichever live replica takes each dead one's sweep).
+                gone = await store.sweep()
+                if gone:
+                    frames = [
+                        (
+                            presence_group(u),
+                            invocation_frame(PRESENCE_CHANGED, [presence_entry(u, False, seen)]),
+                        )
+                        for u, seen in gone
+                    ]
+                    await self._publish(frames)
+                    self._count("swept", len(gone))
             except Exception as exc:  # retried at the next refresh; claims outlive three
                 log.warning("hub_presence_keep_failed", error=type(exc).__name__)
-
-    def observed(self, group: str, record: bytes) -> None:
-        """A ``presence_changed`` announcement came through the backplane (any replica's): the
-        state this replica's watchers now know."""
-        user_id = _user_of_group(group)
-        if user_id is not None and user_id in self._known:
-            self._known[user_id] = b'"online":true' in record
-
-    async def _reconcile(self, store: PresenceStore) -> None:
-        """Tell this replica's watchers of the changes nobody announced: the users of a replica
-        that died without closing (its claims expired), an announcement lost with Redis."""
-        watched = list(self._known)
-        for start in range(0, len(watched), ANNOUNCE_BATCH):
-            chunk = watched[start : start + ANNOUNCE_BATCH]
-            states = await store.states(chunk)
-            frames = []
-            for user_id in chunk:
-                online, seen = states[user_id]
-                if self._known.get(user_id, online) != online:
-                    self._known[user_id] = online
-                    entry = presence_entry(user_id, online, seen)
-                    frames.append(
-                        (presence_group(user_id), invocation_frame(PRESENCE_CHANGED, [entry]))
-                    )
-            if frames:
-                self._count("reconciled", len(frames))
-                self._deliver_local(frames)
 
     # methods ------------------------------------------------------------------------------
 
@@ -316,9 +294,6 @@ class Presence:
                     self.watch_count += 1
             states = await self._states(allowed)
             self._count("watched", len(allowed))
-            if self.store is not None:
-                for user_id in allowed:
-                    self._known[user_id] = states[user_id][0]
             result: JsonValue = [presence_entry(u, *states[u]) for u in allowed]
             self._complete(connection, invocation_id, None, result)
         except asyncio.CancelledError:
@@ -352,7 +327,6 @@ class Presence:
             user_id = _user_of_group(group)
             if user_id is not None:
                 self._chats.pop(user_id, None)
-                self._known.pop(user_id, None)
         return 1
 
     async def _shared(self, connection_id: str, caller: UUID, ids: list[UUID]) -> list[UUID]:
@@ -383,7 +357,6 @@ class Presence:
         for user_id in set(unknown) - set(allowed):  # nobody here watches them (yet)
             if not self._registry.members(presence_group(user_id)):
                 self._chats.pop(user_id, None)
-                self._known.pop(user_id, None)
         return allowed
 
     def _chat_ids(self, connection_id: str) -> set[UUID]:

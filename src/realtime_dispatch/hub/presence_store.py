@@ -14,9 +14,13 @@ is left. Nothing is written per connection, only per user's first and last conne
 replica, and a reconnect inside the grace writes nothing at all. The key lives
 :data:`SEEN_TTL` after its last write, which is how long ``lastSeenAt`` is remembered.
 
-A replica that dies without closing leaves its claims to expire (``3 × refresh``); the other
-replicas' reconciliation (:meth:`~.presence.Presence.observed` and the refresh loop) then tells
-their watchers.
+A replica that dies without closing cannot say its users left. Every replica therefore
+heartbeats in :data:`REPLICAS_KEY` (at each refresh) and lists the users it holds online in a set
+of its own (:func:`replica_users_key`, written with the transitions and again at each refresh).
+At each refresh a replica looks for replicas whose heartbeat expired (``3 × refresh``); the one
+that takes a dead replica's sweep (``SET NX``) runs the offline script for each of its users,
+with its last heartbeat as ``lastSeenAt``, and announces those nobody holds any more. The cost
+is per failure, not per user and interval.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -64,12 +69,36 @@ return 1
 """
 
 
+REPLICAS_KEY = "{realtime-dispatch}:presence:replicas"
+"""Replica id → when its heartbeat expires (a sorted set)."""
+
+
 def presence_key(user_id: UUID) -> str:
     return f"realtime-dispatch:presence:{{{user_id}}}"
 
 
+def replica_users_key(replica_id: str) -> str:
+    """The users a replica holds online (a set)."""
+    return f"realtime-dispatch:presence-replica:{{{replica_id}}}"
+
+
+def sweep_key(replica_id: str) -> str:
+    return f"realtime-dispatch:presence-sweep:{{{replica_id}}}"
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _uuid(value: object) -> UUID | None:
+    try:
+        return UUID(_text(value))
+    except ValueError:
+        return None
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
 
 
 class RedisPresenceStore:
@@ -77,7 +106,9 @@ class RedisPresenceStore:
         self, client: aioredis.Redis | RedisCluster, *, replica_id: str, refresh: float
     ) -> None:
         self._client = client
+        self.replica_id = replica_id
         self._field = f"r:{replica_id}"
+        self._users = replica_users_key(replica_id)
         self.refresh = refresh
         self._ttl = 3 * refresh
         self._online = client.register_script(_ONLINE)
@@ -89,6 +120,7 @@ class RedisPresenceStore:
         now = time.time()
         args = (self._field, now + self._ttl, now, SEEN_TTL)
         answers = await self._run(self._online, [([presence_key(u)], args) for u in users])
+        await self._listed(b"SADD", users)
         fresh: dict[UUID, str | None] = {}
         for user, (was, seen) in zip(users, answers, strict=True):
             if not int(was):
@@ -103,7 +135,43 @@ class RedisPresenceStore:
             self._offline,
             [([presence_key(u)], (self._field, now, seen, SEEN_TTL)) for u, seen in users],
         )
+        await self._listed(b"SREM", [u for u, _ in users])
         return [u for (u, _), gone in zip(users, answers, strict=True) if int(gone)]
+
+    async def _listed(self, command: bytes, users: Sequence[UUID]) -> None:
+        """Add users to (``SADD``) or remove them from (``SREM``) this replica's set."""
+        for start in range(0, len(users), REFRESH_CHUNK):
+            chunk = [str(u) for u in users[start : start + REFRESH_CHUNK]]
+            if chunk:
+                await self._client.execute_command(command.decode(), self._users, *chunk)
+
+    async def sweep(self) -> list[tuple[UUID, str]]:
+        """Take the sweep of each replica whose heartbeat expired and drop its claims; the users
+        nobody holds any more, with the dead replica's last heartbeat as ``lastSeenAt``."""
+        now = time.time()
+        dead: list[Any] = await self._client.zrangebyscore(
+            REPLICAS_KEY, "-inf", now, withscores=True
+        )
+        gone: list[tuple[UUID, str]] = []
+        for member, expired_at in dead:
+            replica = _text(member)
+            if replica == self.replica_id:
+                continue
+            if not await self._client.set(sweep_key(replica), self.replica_id, nx=True, ex=60):
+                continue  # another replica sweeps it
+            seen = _iso(float(expired_at) - self._ttl)
+            users = [
+                u for u in map(_uuid, await self._client.smembers(replica_users_key(replica))) if u
+            ]
+            field = f"r:{replica}"
+            answers = await self._run(
+                self._offline,
+                [([presence_key(u)], (field, now, seen, SEEN_TTL)) for u in users],
+            )
+            gone += [(u, seen) for u, left in zip(users, answers, strict=True) if int(left)]
+            await self._client.delete(replica_users_key(replica))
+            await self._client.zrem(REPLICAS_KEY, replica)
+        return gone
 
     async def _run(
         self, script: Any, calls: list[tuple[list[str], tuple[object, ...]]]
@@ -124,6 +192,8 @@ class RedisPresenceStore:
         """Rewrite this replica's claims on ``users`` (its online users), pipelined."""
         listed = list(users)
         expires = time.time() + self._ttl
+        await self._client.zadd(REPLICAS_KEY, {self.replica_id: expires})
+        await self._listed(b"SADD", listed)  # again: the set may have been lost with Redis
         for start in range(0, len(listed), REFRESH_CHUNK):
             async with self._client.pipeline(transaction=False) as pipe:
                 # No EXPIRE: the transitions set the key's lifetime; a key that outlived it

@@ -217,7 +217,6 @@ class Hub:
             replica_id=self.replica_id,
             membership=self.membership,
             publish=self.publish_frames,
-            deliver_local=self.send_to_groups,
         )
         """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
         self.methods = self.signals.methods
