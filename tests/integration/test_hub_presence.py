@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import orjson
+
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
@@ -20,6 +22,10 @@ def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[
     if invocation_id is not None:
         record["invocationId"] = invocation_id
     return record
+
+
+def _member_chats_calls(hub) -> int:
+    return hub.hub.signals.presence.member_chats_queries
 
 
 def _watch(invocation_id: str, ids: list[object]) -> dict[str, object]:
@@ -132,3 +138,18 @@ async def test_bad_presence_input_is_refused(database_url, pool):
         assert hub.hub.signals.presence.watch_count == 0
         refused = hub.hub.metrics.presence.labels("refused")._value.get()
         assert refused == len(bad) + 3
+        # A flood: 300 WatchPresence in two frames. One runs (one query); the others, while it
+        # is in flight, are refused at once.
+        queries = _member_chats_calls(hub)
+        text = "".join(
+            orjson.dumps(_invoke(f"f{n}", "WatchPresence", [str(bob)])).decode() + "\x1e"
+            for n in range(300)
+        )
+        for start in range(0, len(text), 30_000):  # under the frame limit
+            await a.send(text[start : start + 30_000])
+        answers = [await a.next_of([3]) for _ in range(300)]
+        done = [r for r in answers if "error" not in r]
+        busy = [r for r in answers if "has not completed" in r.get("error", "")]
+        assert len(done) >= 1
+        assert len(done) + len(busy) == 300
+        assert _member_chats_calls(hub) - queries <= len(done)

@@ -147,6 +147,8 @@ class Presence:
         """Active chats of the watched users (while someone here watches them)."""
         self._loads: list[list[MembershipChange]] = []
         self._busy: set[str] = set()
+        self.member_chats_queries = 0
+        """``member_chats`` queries run for ``WatchPresence`` (ids nobody here watched yet)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # connections --------------------------------------------------------------------------
@@ -336,6 +338,7 @@ class Presence:
         if unknown:
             changes: list[MembershipChange] = []
             self._loads.append(changes)  # changes during the query win over its answer
+            self.member_chats_queries += 1
             try:
                 rows = await self._member_chats(unknown)
             finally:
