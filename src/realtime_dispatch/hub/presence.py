@@ -32,7 +32,7 @@ import structlog
 
 from realtime_dispatch.hub.membership import MembershipChange
 from realtime_dispatch.hub.protocol import Invocation, invocation_frame
-from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry
+from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, chat_group
 from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
 from realtime_dispatch.push import JsonValue
 
@@ -143,7 +143,7 @@ class Presence:
         self.watches: dict[str, int] = {}
         """Watched users per connection."""
         self.watch_count = 0
-        self._chats: dict[UUID, set[UUID]] = {}
+        self._chats: dict[UUID, set[str]] = {}
         """Active chats of the watched users (while someone here watches them)."""
         self._loads: list[list[MembershipChange]] = []
         self._busy: set[str] = set()
@@ -343,16 +343,17 @@ class Presence:
                 rows = await self._member_chats(unknown)
             finally:
                 self._loads.remove(changes)
-            loaded: dict[UUID, set[UUID]] = {u: set() for u in unknown}
+            # Compared as group names, so the chats' key type does not matter here.
+            loaded: dict[UUID, set[str]] = {u: set() for u in unknown}
             for user_id, chat_id in rows:
-                loaded.setdefault(user_id, set()).add(chat_id)
+                loaded.setdefault(user_id, set()).add(chat_group(chat_id))
             for change in changes:
                 if change.user_id in loaded:
                     chats = loaded[change.user_id]
-                    (chats.add if change.active else chats.discard)(change.chat_id)
+                    (chats.add if change.active else chats.discard)(chat_group(change.chat_id))
             for user_id, chats in loaded.items():
                 self._chats.setdefault(user_id, chats)
-        mine = self._chat_ids(connection_id)
+        mine = self._chat_groups(connection_id)
         allowed = [u for u in ids if u in self._chats and not self._chats[u].isdisjoint(mine)]
         if allowed and self._blockers is not None:
             blocked = set(await self._blockers(caller, allowed))
@@ -362,15 +363,8 @@ class Presence:
                 self._chats.pop(user_id, None)
         return allowed
 
-    def _chat_ids(self, connection_id: str) -> set[UUID]:
-        chats: set[UUID] = set()
-        for group in self._registry.groups_of(connection_id):
-            if group.startswith(CHAT_PREFIX):
-                try:
-                    chats.add(UUID(group[len(CHAT_PREFIX) :]))
-                except ValueError:
-                    continue
-        return chats
+    def _chat_groups(self, connection_id: str) -> set[str]:
+        return {g for g in self._registry.groups_of(connection_id) if g.startswith(CHAT_PREFIX)}
 
     async def _states(self, users: list[UUID]) -> dict[UUID, tuple[bool, str | None]]:
         if self.store is not None:
@@ -387,7 +381,7 @@ class Presence:
         user_id = change.user_id
         chats = self._chats.get(user_id)
         if chats is not None:
-            (chats.add if change.active else chats.discard)(change.chat_id)
+            (chats.add if change.active else chats.discard)(chat_group(change.chat_id))
         if change.active:
             return
         registry = self._registry
@@ -395,13 +389,13 @@ class Presence:
         group = presence_group(user_id)
         if chats is not None:
             for connection_id in registry.members(group):
-                if chats.isdisjoint(self._chat_ids(connection_id)):
+                if chats.isdisjoint(self._chat_groups(connection_id)):
                     self._unwatch(connection_id, group)
         # The user's own watches.
         for connection_id in registry.connections_of(user_id):
             if not self.watches.get(connection_id):
                 continue
-            mine = self._chat_ids(connection_id)
+            mine = self._chat_groups(connection_id)
             for watched in registry.groups_of(connection_id):
                 if not watched.startswith(PRESENCE_PREFIX):
                     continue
