@@ -89,6 +89,7 @@ def wire_signals(
     replica_id: str,
     membership: MembershipFeed,
     publish: Callable[[Items], Awaitable[object]],
+    subscribed: Callable[[], Awaitable[object]] | None = None,
 ) -> HubSignals:
     typing_counts = {o: metrics.typing.labels(o) for o in TYPING_OUTCOMES}
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
@@ -131,6 +132,7 @@ def wire_signals(
         complete=complete,
         count=lambda event, n: presence_counts[event].inc(n),
         store=store,
+        subscribed=subscribed,
     )
     metrics.presence_watches.set_function(lambda: presence.watch_count)
     return HubSignals(typing, presence, relay)

@@ -121,6 +121,7 @@ class Presence:
         count: Callable[[str, int], None],
         blockers: Blockers | None = None,
         store: PresenceStore | None = None,
+        subscribed: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._registry = registry
         self._grace = grace
@@ -131,6 +132,9 @@ class Presence:
         self._complete = complete
         self._count = count
         self.store = store
+        self._subscribed = subscribed
+        """Waits until this replica receives the groups its connections joined (the
+        interest-routed backplane's subscriptions), so the state read after it misses nothing."""
         self.online: set[UUID] = set()
         """Users this replica holds online: with a connection here, or in their grace."""
         self._in_grace: dict[UUID, asyncio.TimerHandle] = {}
@@ -294,6 +298,8 @@ class Presence:
                     self._registry.join(connection_id, group)
                     self.watches[connection_id] = self.watches.get(connection_id, 0) + 1
                     self.watch_count += 1
+            if self._subscribed is not None and allowed:
+                await self._subscribed()
             states = await self._states(allowed)
             self._count("watched", len(allowed))
             result: JsonValue = [presence_entry(u, *states[u]) for u in allowed]

@@ -217,6 +217,7 @@ class Hub:
             replica_id=self.replica_id,
             membership=self.membership,
             publish=self.publish_frames,
+            subscribed=self.interest_settled,
         )
         """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
         self.methods = self.signals.methods
