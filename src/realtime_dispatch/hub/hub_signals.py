@@ -6,8 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from realtime_dispatch.hub.methods import HubMethods, complete
@@ -67,17 +66,23 @@ class HubSignals:
             await self.relay.aclose()
 
 
-@dataclass(frozen=True, slots=True)
-class SignalOptions:
-    """What of :class:`~.runtime.HubOptions` the signals take."""
+class SignalOptions(Protocol):
+    """What of :class:`~.runtime.HubOptions` the signals read (it is one)."""
 
-    typing_interval: float
-    presence_grace: float
-    presence_watch_limit: int
-    presence_refresh: float
-    presence_blocks: bool
-    backplane_url: str | None
-    sharded: bool
+    @property
+    def typing_interval(self) -> float: ...
+    @property
+    def presence_grace(self) -> float: ...
+    @property
+    def presence_watch_limit(self) -> int: ...
+    @property
+    def presence_refresh(self) -> float: ...
+    @property
+    def presence_blocks(self) -> bool: ...
+    @property
+    def backplane_url(self) -> str | None: ...
+    @property
+    def backplane_mode(self) -> str: ...
 
 
 def wire_signals(
@@ -106,7 +111,7 @@ def wire_signals(
     if options.backplane_url:
         relay = SignalRelay(
             options.backplane_url,
-            sharded=options.sharded,
+            sharded=options.backplane_mode == "redis-cluster",
             on_dropped=typing_counts["dropped"].inc,
         )
         typing.relay = relay.send

@@ -49,7 +49,7 @@ from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.http_refusals import HttpRefusals
-from realtime_dispatch.hub.hub_signals import SignalOptions, wire_signals
+from realtime_dispatch.hub.hub_signals import wire_signals
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
 from realtime_dispatch.hub.metrics import HubMetrics
@@ -202,15 +202,7 @@ class Hub:
         self.replica_id = new_id().hex
         """This replica's id on the backplane (its heartbeat, its presence claims, its signals)."""
         self.signals = wire_signals(
-            SignalOptions(
-                typing_interval=options.typing_interval,
-                presence_grace=options.presence_grace,
-                presence_watch_limit=options.presence_watch_limit,
-                presence_refresh=options.presence_refresh,
-                presence_blocks=options.presence_blocks,
-                backplane_url=options.backplane_url,
-                sharded=self.sharded,
-            ),
+            options,
             self.registry,
             self.connections,
             self.metrics,
