@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 USER_TYPING = "user_typing"
 NOT_A_MEMBER = "Typing refused: not a member of this chat."
 BAD_ARGUMENTS = "Typing takes one argument: the chat id (a string or an integer)."
+PARSED_KEPT = 10_000
 
 
 class TypingGate:
@@ -109,10 +110,36 @@ class TypingSignals:
         self._count = count
         self._clock = clock
         self.gate = TypingGate(interval)
+        self._parsed: dict[str, tuple[JsonValue, str]] = {}
+        """Chat ids as sent → as the payload carries them and their group (parsing a UUID costs
+        more than the rest of the check); at most :data:`PARSED_KEPT`, then started over."""
+        self._expires: tuple[int, str] = (0, "")
+        """The last ``expiresAt`` written, by its 10 ms: the same text for every signal in it."""
+
+    def _chat(self, arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
+        raw = arguments[0] if len(arguments) == 1 else None
+        if isinstance(raw, str):
+            known = self._parsed.get(raw)
+            if known is not None:
+                return known
+        chat = chat_of(arguments)
+        if chat is not None and isinstance(raw, str):
+            if len(self._parsed) >= PARSED_KEPT:
+                self._parsed.clear()
+            self._parsed[raw] = chat
+        return chat
+
+    def _expires_at(self) -> str:
+        at = time.time() + self._interval
+        bucket = int(at * 100)
+        if bucket != self._expires[0]:
+            text = datetime.fromtimestamp(bucket / 100, UTC).isoformat(timespec="milliseconds")
+            self._expires = (bucket, text.replace("+00:00", "Z"))
+        return self._expires[1]
 
     def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
         """The error to answer, or None (sent, or dropped inside the interval)."""
-        chat = chat_of(arguments)
+        chat = self._chat(arguments)
         if chat is None:
             self._count("refused")
             return BAD_ARGUMENTS
@@ -124,16 +151,16 @@ class TypingSignals:
         if not self.gate.allow((user_id, group), self._clock()):
             self._count("throttled")
             return None
-        expires = datetime.fromtimestamp(time.time() + self._interval, UTC)
+        user_json = user_id_json(user_id)
         payload: JsonValue = {
             "chatId": chat_id,
-            "userId": user_id_json(user_id),
-            "expiresAt": expires.isoformat().replace("+00:00", "Z"),
+            "userId": user_json,
+            "expiresAt": self._expires_at(),
         }
         record = invocation_frame(USER_TYPING, [payload])
         self.fan_out(group, user_id, record)
         if self.relay is not None:
-            self.relay(group, encode_signal(self.origin, str(user_id), record))
+            self.relay(group, encode_signal(self.origin, str(user_json), record))
         self._count("sent")
         return None
 
