@@ -1,6 +1,7 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
 event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``, and the group shapes of
-``call_invited`` / ``call_ended`` in ``GROUP_EVENT_MODELS``) and every REST body
+``call_invited`` / ``call_ended`` in ``GROUP_EVENT_MODELS``), the live signals
+(``realtime_dispatch.contracts.signals.SIGNAL_MODELS``) and every REST body
 (``realtime_dispatch.contracts.rest``). pydantic gives the JSON Schema (wire names,
 serialization mode); ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it
 into TypeScript.
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 
 from realtime_dispatch.contracts import rest as schemas
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS
+from realtime_dispatch.contracts.signals import SIGNAL_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "clients/js/src/contracts.ts"
@@ -62,7 +64,7 @@ def _add(defs: dict[str, object], name: str, model: type[BaseModel]) -> None:
 
 def schema() -> dict[str, object]:
     defs: dict[str, object] = {}
-    for model in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values()):
+    for model in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values(), *SIGNAL_MODELS.values()):
         _add(defs, model.__name__, model)
     events = set(defs)
     for model in rest_models():
@@ -77,6 +79,16 @@ def schema() -> dict[str, object]:
         "required": sorted(event_names),
         "properties": {
             name: {"$ref": f"#/$defs/{model}"} for name, model in sorted(event_names.items())
+        },
+    }
+    signal_names = {name: model.__name__ for name, model in SIGNAL_MODELS.items()}
+    defs["HubSignals"] = {
+        "type": "object",
+        "title": "HubSignals",
+        "description": "Live signal name → its payload (never persisted, no eventId).",
+        "required": sorted(signal_names),
+        "properties": {
+            name: {"$ref": f"#/$defs/{model}"} for name, model in sorted(signal_names.items())
         },
     }
     # json2ts emits what the root reaches: the root names every definition.

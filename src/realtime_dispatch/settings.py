@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     hub_idle_timeout: float = Field(default=30.0, gt=0)
     hub_max_connections_per_user: int = Field(default=50, ge=1)
     hub_typing_interval: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    hub_presence_watch_limit: int = Field(default=500, ge=1, le=100_000)
+    """Users one connection may watch (``WatchPresence``); past it the invocation fails."""
+    hub_presence_grace: float = Field(default=5.0, ge=0, le=3600, allow_inf_nan=False)
+    """Seconds a user stays online after their last connection closed."""
 
     # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
     http_header_timeout: float = Field(default=10.0, gt=0)

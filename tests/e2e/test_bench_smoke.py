@@ -28,6 +28,7 @@ SMOKES: dict[str, list[str]] = {
     "hub_fanout": [],
     "hub_peers": [],
     "hub_revocation": [],
+    "hub_signals": [],
     "lag": [],
     "media_jobs": [],
     "negotiations": [],

@@ -83,8 +83,11 @@ async def test_two_users_chat_live_in_the_browser(database_url: str, tmp_path: P
             await expect(bob.locator("#messages .body")).to_have_text(["Hi Bob, noodles at noon?"])
             await expect(bob.locator("#conv-title")).to_have_text("Lunch plans")
 
-            # Bob answers; Alice sees it, and Bob's read receipt on her message.
+            # Bob answers; Alice sees him typing, online (they share a chat now), his answer,
+            # and his read receipt on her message.
             await bob.locator("#body").fill("Yes! See you there")
+            await expect(alice.locator("#typing")).to_have_text("Bob is typing…")
+            await expect(alice.locator("#chat-list .avatar .dot.on")).to_have_count(1)
             await bob.locator("#body").press("Enter")
             await expect(alice.locator("#messages .body")).to_have_text(
                 ["Hi Bob, noodles at noon?", "Yes! See you there"]

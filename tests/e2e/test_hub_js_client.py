@@ -17,6 +17,7 @@ from tests.hub_fixtures import (
     TcpProxy,
     hub_settings,
     make_token,
+    options_for,
     push,
     running_hub,
 )
@@ -140,3 +141,47 @@ async def test_typing_with_the_official_client(hub, pool, transport, protocol):
     finally:
         await typist.stop()
         await watcher.stop()
+
+
+@pytest.mark.parametrize(("transport", "protocol"), NODE_TRANSPORTS)
+async def test_presence_with_the_official_client(database_url, pool, transport, protocol):
+    """``connection.invoke("WatchPresence", [ids])`` answers the states of the people the
+    caller shares a chat with; ``presence_changed`` follows one online and, after the grace,
+    offline; ``UnwatchPresence`` completes; a list past the limit fails the invocation."""
+    alice, bob, stranger = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.2, presence_watch_limit=10)
+    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
+        url = f"{hub.http_url}/hubs/messenger"
+        config = {"transport": transport, "protocol": protocol}
+        watcher = await NodeClient.start(
+            url, make_token(alice), targets=["presence_changed"], **config
+        )
+        try:
+            assert (await watcher.event())["event"] == "started"
+            await watcher.send({"invoke": "WatchPresence", "args": [[str(bob), str(stranger)]]})
+            answer = await watcher.event()
+            assert answer == {
+                "event": "invoked",
+                "result": [{"userId": str(bob), "online": False, "lastSeenAt": None}],
+            }
+            other = await NodeClient.start(url, make_token(bob), **config)
+            assert (await other.event())["event"] == "started"
+            online = await watcher.event()
+            assert online["target"] == "presence_changed"
+            assert online["args"] == [{"userId": str(bob), "online": True, "lastSeenAt": None}]
+            await other.stop()
+            offline = await watcher.event()
+            assert offline["args"][0]["online"] is False
+            assert offline["args"][0]["lastSeenAt"].endswith("Z")
+            await watcher.send({"invoke": "UnwatchPresence", "args": [[str(bob)]]})
+            assert await watcher.event() == {"event": "invoked"}
+            too_many = [str(uuid.uuid4()) for _ in range(11)]
+            await watcher.send({"invoke": "WatchPresence", "args": [too_many]})
+            failed = await watcher.event()
+            assert failed["event"] == "invoke_failed"
+            assert "at most 10" in failed["error"]
+        finally:
+            await watcher.stop()

@@ -108,6 +108,29 @@ def test_tracker_hint_leaves_the_user_to_a_later_load():
         tracker.apply(MembershipChange(C1, U1))
 
 
+def test_tracker_tells_each_join_and_leave_live_or_by_snapshot():
+    """What presence hears: a live change, and the difference a snapshot (a hint's re-read, a
+    resync) makes to a connected user's chats; a user with no connection here is not told."""
+    registry = GroupRegistry()
+    tracker = MembershipTracker(registry)
+    told: list[tuple[uuid.UUID, str, bool]] = []
+    tracker.on_change = lambda user, group, joined: told.append((user, group, joined))
+    registry.add_connection("a", U1)
+    registry.add_connection("b", U1)
+    tracker.apply(MembershipChange(C1, U1, True))
+    assert told == [(U1, chat_group(C1), True)]
+    told.clear()
+    reread = tracker.begin_load()
+    tracker.finish_load(reread, [(U1, C2)], users=[U1, U2])
+    assert sorted(told, key=str) == sorted(
+        [(U1, chat_group(C2), True), (U1, chat_group(C1), False)], key=str
+    )
+    told.clear()
+    again = tracker.begin_load()
+    tracker.finish_load(again, [(U1, C2)], users=[U1])
+    assert told == []  # nothing changed
+
+
 def test_parse_change():
     payload = f'{{"chatId":"{C1}","userId":"{U1}","active":false}}'
     assert parse_change(payload) == MembershipChange(C1, U1, False)

@@ -20,7 +20,9 @@ import {
   HttpTransportType,
   LogLevel,
 } from "@microsoft/signalr";
-import type { HubEvents, MessageReceived, SyncPageOut } from "./contracts.js";
+import type {
+  HubEvents, HubSignals, MessageReceived, PresenceChanged, SyncPageOut,
+} from "./contracts.js";
 import { type ChatSummary, MessengerRest, RestError, SYNC_LIMIT, type SendOptions } from "./rest.js";
 import { type Change, Timeline, type TimelineMessage } from "./timeline.js";
 
@@ -41,6 +43,12 @@ export type ResyncReason = "start" | "limited" | "sync_off";
 /** A hub transport by the name the official client gives it. */
 export type TransportName = "WebSockets" | "ServerSentEvents" | "LongPolling";
 
+/** The hub's live signals: never persisted, no eventId, not deduplicated nor resynced. */
+export type SignalName = keyof HubSignals;
+export const SIGNAL_NAMES: readonly SignalName[] = ["user_typing", "presence_changed"];
+/** Every name `on` takes, and its payload. */
+export type HubMessages = HubEvents & HubSignals;
+
 export interface ClientOptions {
   /** Returns the current JWT; called for every connect and REST call. */
   token: () => string | Promise<string>;
@@ -56,7 +64,7 @@ export interface ClientOptions {
   /** eventIds remembered for the dedupe. */
   seenCapacity?: number;
   /** Seen before any processing: return false to drop a push (for tests and demos). */
-  inspect?: (event: EventName, payload: unknown) => boolean;
+  inspect?: (event: EventName | SignalName, payload: unknown) => boolean;
   logLevel?: LogLevel;
   fetch?: typeof fetch;
   /** A WebSocket constructor for the hub connection (the SignalR client's own option). */
@@ -88,7 +96,7 @@ export interface ClientStats {
   fullResyncs: number;
 }
 
-type Handler<K extends EventName> = (payload: HubEvents[K]) => void;
+type Handler<K extends EventName | SignalName> = (payload: HubMessages[K]) => void;
 
 export class MessengerClient {
   readonly stats: ClientStats = {
@@ -136,6 +144,7 @@ export class MessengerClient {
       .configureLogging(options.logLevel ?? LogLevel.Error)
       .build();
     for (const name of EVENT_NAMES) this.hub.on(name, (payload: unknown) => this.receive(name, payload));
+    for (const name of SIGNAL_NAMES) this.hub.on(name, (payload: unknown) => this.signal(name, payload));
     this.hub.onreconnecting(() => this.emitConnection(false, true));
     this.hub.onreconnected(() => this.connected(true));
     this.hub.onclose(() => {
@@ -165,11 +174,31 @@ export class MessengerClient {
 
   // --- public API -------------------------------------------------------------------------
 
-  /** A typed handler for one of the 26 events; duplicates never reach it. */
-  on<K extends EventName>(event: K, handler: Handler<K>): void {
+  /** A typed handler for one of the 26 events (duplicates never reach it) or of the live
+   *  signals (`user_typing`, `presence_changed`). */
+  on<K extends EventName | SignalName>(event: K, handler: Handler<K>): void {
     const list = this.handlers.get(event) ?? [];
     list.push(handler as (payload: never) => void);
     this.handlers.set(event, list);
+  }
+
+  /** Tell the chat's other members this user is typing (`user_typing`, shown until its
+   *  `expiresAt`). Repeats inside the hub's typing interval are accepted and dropped; a chat
+   *  the user is not a member of rejects. */
+  async typing(chatId: string | number): Promise<void> {
+    await this.hub.invoke("Typing", chatId);
+  }
+
+  /** Follow these users' presence (`presence_changed`); resolves to the current state of those
+   *  who share a chat with this user (others are left out). Past the hub's watch limit per
+   *  connection it rejects. Watches end with the connection: watch again on reconnect
+   *  (`onConnection`). */
+  async watchPresence(userIds: readonly string[]): Promise<PresenceChanged[]> {
+    return await this.hub.invoke<PresenceChanged[]>("WatchPresence", [...userIds]);
+  }
+
+  async unwatchPresence(userIds: readonly string[]): Promise<void> {
+    await this.hub.invoke("UnwatchPresence", [...userIds]);
   }
 
   onDuplicate(handler: (chatId: string, seq: number) => void): void {
@@ -463,6 +492,11 @@ export class MessengerClient {
       else if (!this.syncOff) void this.requestResume(); // the missing seq comes from the cursor on
     }
     return change !== "duplicate";
+  }
+
+  private signal(name: SignalName, payload: unknown): void {
+    if (this.options.inspect !== undefined && !this.options.inspect(name, payload)) return;
+    for (const handler of this.handlers.get(name) ?? []) (handler as (p: unknown) => void)(payload);
   }
 
   private duplicate(chatId: string | null, seq: number): void {

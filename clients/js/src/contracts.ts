@@ -41,6 +41,7 @@ export interface Contracts {
   GroupCallEnded?: GroupCallEnded;
   GroupCallInvited?: GroupCallInvited;
   HubEvents?: HubEvents;
+  HubSignals?: HubSignals;
   IceServer?: IceServer;
   MediaJoin?: MediaJoin;
   MessageDeleted?: MessageDeleted;
@@ -51,6 +52,7 @@ export interface Contracts {
   MessageReceived?: MessageReceived;
   MessageSent?: MessageSent;
   ParticipantOut?: ParticipantOut;
+  PresenceChanged?: PresenceChanged;
   ReadMark?: ReadMark;
   ReadReceiptUpdated?: ReadReceiptUpdated;
   RecordingAvailable?: RecordingAvailable;
@@ -72,6 +74,7 @@ export interface Contracts {
   SyncEventOut?: SyncEventOut;
   SyncPageOut?: SyncPageOut;
   UserRef?: UserRef;
+  UserTyping?: UserTyping;
 }
 export interface BlacklistChanged {
   eventId: string;
@@ -478,6 +481,23 @@ export interface ScreenShareStopped {
   chatId?: string | null;
   userId: string;
   stoppedAt: string;
+}
+/**
+ * Live signal name → its payload (never persisted, no eventId).
+ */
+export interface HubSignals {
+  presence_changed: PresenceChanged;
+  user_typing: UserTyping;
+}
+export interface PresenceChanged {
+  userId: string;
+  online: boolean;
+  lastSeenAt?: string | null;
+}
+export interface UserTyping {
+  chatId: string | number;
+  userId: string;
+  expiresAt: string;
 }
 /**
  * The answer to an edit.

@@ -172,3 +172,23 @@ test("an expired token triggers the refresh callback", async () => {
   await a.send(chatId, "with a fresh token");
   await until(() => a.timeline(chatId).size === 1, "the message");
 });
+
+test("typing and presence", async () => {
+  const alice = randomUUID(), bob = randomUUID();
+  const a = client(alice), b = client(bob);
+  const typing = [], presence = [];
+  a.on("user_typing", (t) => typing.push(t));
+  a.on("presence_changed", (p) => presence.push(p));
+  await a.start();
+  const { chatId } = await a.rest.createChat("signals", [bob]);
+  const states = await a.watchPresence([bob, randomUUID()]);
+  assert.deepEqual(states.map((s) => [s.userId, s.online]), [[bob, false]]);
+  await b.start();
+  await until(() => presence.some((p) => p.userId === bob && p.online), "Bob online");
+  await b.typing(chatId);
+  await until(() => typing.length === 1, "Bob typing");
+  assert.equal(typing[0].userId, bob);
+  assert.equal(typing[0].chatId, chatId);
+  await assert.rejects(b.typing(randomUUID()), /not a member/);
+  await a.unwatchPresence([bob]);
+});

@@ -79,6 +79,9 @@ def hub_options(
         max_connections_per_user=settings.hub_max_connections_per_user,
         max_negotiations_per_client=settings.http_max_connections_per_client,
         typing_interval=settings.hub_typing_interval,
+        presence_watch_limit=settings.hub_presence_watch_limit,
+        presence_grace=settings.hub_presence_grace,
+        presence_blocks=manifest is None or manifest.shipped,
     )
 
 

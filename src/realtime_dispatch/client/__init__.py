@@ -24,11 +24,19 @@ from realtime_dispatch.client.client import (
     ResyncReason,
 )
 from realtime_dispatch.client.connection import ConnectionOptions
-from realtime_dispatch.client.exceptions import ClientError, HubProtocolError, HubRefused, RestError
+from realtime_dispatch.client.exceptions import (
+    ClientError,
+    HubMethodError,
+    HubProtocolError,
+    HubRefused,
+    HubUnavailable,
+    RestError,
+)
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
 from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
+from realtime_dispatch.contracts.signals import PresenceChanged, UserTyping
 
 __all__ = [
     "Change",
@@ -37,16 +45,20 @@ __all__ = [
     "ClientOptions",
     "ClientStats",
     "ConnectionOptions",
+    "HubMethodError",
     "HubProtocolError",
     "HubRefused",
+    "HubUnavailable",
     "MessageDeleted",
     "MessageEdited",
     "MessageReceived",
     "MessengerClient",
     "MessengerRest",
+    "PresenceChanged",
     "ReadReceiptUpdated",
     "RestError",
     "ResyncReason",
     "Timeline",
     "TimelineMessage",
+    "UserTyping",
 ]

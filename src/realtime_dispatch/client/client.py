@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -52,6 +52,7 @@ from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
+from realtime_dispatch.contracts.signals import PresenceChanged
 
 log = structlog.get_logger(__name__)
 
@@ -135,6 +136,7 @@ class MessengerClient:
         self._http: httpx.AsyncClient | None = None
         self._group: asyncio.TaskGroup | None = None
         self._rest: MessengerRest | None = None
+        self._hub: HubClientConnection | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -146,6 +148,7 @@ class MessengerClient:
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         connection = HubClientConnection(self._base_url, self._token, self, self.options.connection)
+        self._hub = connection
         self._runner = self._group.create_task(connection.run(), name="messenger-client-hub")
         return self
 
@@ -188,6 +191,32 @@ class MessengerClient:
     def on(self, event_type: type[E], callback: Callable[[E], Awaitable[None] | None]) -> None:
         """Call ``callback`` with every new event of ``event_type`` (duplicates never reach it)."""
         self._callbacks.setdefault(event_type, []).append(callback)
+
+    # --- live signals (never persisted: nothing to resync) ----------------------------------
+
+    async def typing(self, chat_id: UUID | int | str) -> None:
+        """Tell the chat's other members this user is typing (``user_typing``); repeats inside
+        the hub's typing interval are accepted and dropped. Raises :class:`HubMethodError` for
+        a chat this user is not a member of, :class:`HubUnavailable` while not connected."""
+        await self._require_hub().invoke("Typing", str(chat_id))
+
+    async def watch_presence(self, user_ids: Iterable[UUID]) -> list[PresenceChanged]:
+        """Follow these users' presence (``presence_changed`` events, ``on(PresenceChanged,
+        …)``); the answer is the current state of those who share a chat with this user (the
+        others are left out). At most the hub's watch limit per connection: past it,
+        :class:`HubMethodError`. Watches end with the connection: call again after a
+        reconnect (``on_resumed``)."""
+        answer = await self._require_hub().invoke("WatchPresence", [str(u) for u in user_ids])
+        if not isinstance(answer, list):
+            raise HubProtocolError("WatchPresence: expected a list")
+        return [PresenceChanged.model_validate(entry) for entry in answer]
+
+    async def unwatch_presence(self, user_ids: Iterable[UUID]) -> None:
+        await self._require_hub().invoke("UnwatchPresence", [str(u) for u in user_ids])
+
+    def _require_hub(self) -> HubClientConnection:
+        assert self._hub is not None, "use the client inside `async with`"
+        return self._hub
 
     def on_duplicate(self, callback: Callable[[UUID, int], Awaitable[None] | None]) -> None:
         """``callback(chat_id, seq)`` when a push was dropped as a duplicate."""

@@ -21,14 +21,21 @@ import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from realtime_dispatch.client.exceptions import HubProtocolError, HubRefused
+from realtime_dispatch.client.exceptions import (
+    HubMethodError,
+    HubProtocolError,
+    HubRefused,
+    HubUnavailable,
+)
 from realtime_dispatch.client.protocol import (
     CLOSE,
     HANDSHAKE,
     PING,
     CloseRecord,
+    CompletionRecord,
     EventRecord,
     RecordSplitter,
+    invocation_record,
     parse_handshake_response,
     parse_server_record,
     reconnect_delay,
@@ -46,6 +53,7 @@ class ConnectionOptions:
     ping_interval: float = 15.0  # a SignalR ping this often (the hub drops clients silent 30 s)
     server_timeout: float = 35.0  # nothing from the hub this long (it pings every 15 s): dead
     open_timeout: float = 10.0
+    invoke_timeout: float = 10.0  # a hub method's answer (typing, watch_presence) within this
 
     def __post_init__(self) -> None:
         if not (0 <= self.reconnect_base <= self.reconnect_cap and self.reconnect_cap > 0):
@@ -94,6 +102,43 @@ class HubClientConnection:
         self._rng = rng
         self._sleep = sleep
         self.connects = 0
+        self._ws: ClientConnection | None = None
+        self._answers: dict[str, asyncio.Future[object]] = {}
+        self._invocations = 0
+
+    async def invoke(self, target: str, *arguments: object) -> object:
+        """Invoke a hub method and wait for its completion: its result (None when void).
+        Raises :class:`HubUnavailable` while not connected (or when the connection drops before
+        the answer) and :class:`HubMethodError` with the hub's text when it answers an error."""
+        ws = self._ws
+        if ws is None:
+            raise HubUnavailable(f"{target}: not connected to the hub")
+        self._invocations += 1
+        invocation_id = str(self._invocations)
+        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._answers[invocation_id] = answer
+        try:
+            await ws.send(invocation_record(invocation_id, target, list(arguments)))
+            async with asyncio.timeout(self._options.invoke_timeout):
+                return await answer
+        except (WebSocketException, TimeoutError) as exc:
+            raise HubUnavailable(f"{target}: no answer from the hub") from exc
+        finally:
+            self._answers.pop(invocation_id, None)
+
+    def _answered(self, record: CompletionRecord) -> None:
+        answer = self._answers.get(record.invocation_id)
+        if answer is None or answer.done():
+            return
+        if record.error is not None:
+            answer.set_exception(HubMethodError(record.error))
+        else:
+            answer.set_result(record.result)
+
+    def _lost_answers(self) -> None:
+        for answer in self._answers.values():
+            if not answer.done():
+                answer.set_exception(HubUnavailable("the hub connection dropped"))
 
     async def run(self) -> None:
         """Stay connected until cancelled; raises :class:`HubRefused` on 401/403."""
@@ -139,6 +184,7 @@ class HubClientConnection:
             await ws.send(HANDSHAKE)
             records = await self._handshake(ws, splitter)
             self.connects += 1
+            self._ws = ws
             await self._listener.hub_connected(reconnect=self.connects > 1)
             pinger = asyncio.create_task(self._ping(ws), name="hub-client-ping")
             try:
@@ -149,6 +195,8 @@ class HubClientConnection:
                     await ws.send(CLOSE)
                 raise
             finally:
+                self._ws = None
+                self._lost_answers()
                 pinger.cancel()
                 await asyncio.wait([pinger])  # ends it without swallowing our own cancellation
                 await self._listener.hub_disconnected()
@@ -178,6 +226,8 @@ class HubClientConnection:
                 message = parse_server_record(record)
                 if isinstance(message, EventRecord):
                     await self._listener.hub_event(message)
+                elif isinstance(message, CompletionRecord):
+                    self._answered(message)
                 elif isinstance(message, CloseRecord):
                     log.info(
                         "client_hub_closed",

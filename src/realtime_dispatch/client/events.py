@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
+from realtime_dispatch.contracts.signals import SIGNAL_MODELS
 
 E = TypeVar("E", bound=Contract)
 
@@ -22,6 +23,7 @@ BY_EVENT_NAME: Mapping[str, type[Contract]] = EVENT_MODELS
 EVENT_NAME: Mapping[type[Contract], str] = {
     **{m: name for name, m in GROUP_EVENT_MODELS.items()},
     **{m: name for name, m in EVENT_MODELS.items()},
+    **{m: name for name, m in SIGNAL_MODELS.items()},
 }
 
 
@@ -29,18 +31,18 @@ def _wire_names(model: type[Contract]) -> frozenset[str]:
     return frozenset(field.alias or name for name, field in model.model_fields.items())
 
 
-_KNOWN_FIELDS = {
-    model: _wire_names(model) for model in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values())
-}
+_ALL_MODELS = (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values(), *SIGNAL_MODELS.values())
+_KNOWN_FIELDS = {model: _wire_names(model) for model in _ALL_MODELS}
 
 
 def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
-    """The typed event of an invocation; ``None`` for an event name this SDK does not know."""
-    if target not in EVENT_MODELS:
+    """The typed event of an invocation (a push, or a live signal such as ``user_typing``);
+    ``None`` for an event name this SDK does not know."""
+    if target not in EVENT_MODELS and target not in SIGNAL_MODELS:
         return None
     if len(arguments) != 1 or not isinstance(arguments[0], dict):
         raise HubProtocolError(f"{target}: expected one object argument")
-    model = event_model(target, arguments[0])
+    model = SIGNAL_MODELS.get(target) or event_model(target, arguments[0])
     if model is None:
         return None
     known = _KNOWN_FIELDS[model]
@@ -60,6 +62,6 @@ def __getattr__(name: str) -> type[Contract]:
     return model
 
 
-_BY_CLASS_NAME = {m.__name__: m for m in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values())}
+_BY_CLASS_NAME = {m.__name__: m for m in _ALL_MODELS}
 
 __all__ = ["BY_EVENT_NAME", "EVENT_NAME", "parse_event"]

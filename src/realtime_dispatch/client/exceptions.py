@@ -4,6 +4,8 @@
     └── ClientError                  anything the SDK raises on purpose
         ├── HubRefused               the hub answered 401/403: the token is bad; no retry
         ├── HubProtocolError         the hub sent something the JSON hub protocol does not allow
+        ├── HubMethodError           a hub method (``typing``, ``watch_presence``) answered an error
+        ├── HubUnavailable           a hub method was called while not connected, or got no answer
         └── RestError                the REST API answered an error (``status``, ``error`` code)
 
 Transport failures (connection refused, dropped sockets) are not raised: the client reconnects
@@ -25,6 +27,14 @@ class HubRefused(ClientError):
 
 class HubProtocolError(ClientError):
     code = "HubProtocol"
+
+
+class HubMethodError(ClientError):
+    code = "HubMethodError"
+
+
+class HubUnavailable(ClientError):
+    code = "HubUnavailable"
 
 
 class RestError(ClientError):

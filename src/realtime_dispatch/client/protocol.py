@@ -21,7 +21,7 @@ HANDSHAKE = '{"protocol":"json","version":1}' + RECORD_SEPARATOR
 PING = '{"type":6}' + RECORD_SEPARATOR
 CLOSE = '{"type":7}' + RECORD_SEPARATOR
 
-_INVOCATION, _PING, _CLOSE = 1, 6, 7
+_INVOCATION, _COMPLETION, _PING, _CLOSE = 1, 3, 6, 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +39,33 @@ class CloseRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionRecord:
+    """The hub's answer to one of the client's invocations: a result, or an error."""
+
+    invocation_id: str
+    result: Any
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class OtherRecord:
     """A ping, a completion or a future message type: nothing to do."""
 
     type: int
 
 
-ServerRecord: TypeAlias = EventRecord | CloseRecord | OtherRecord
+ServerRecord: TypeAlias = EventRecord | CloseRecord | CompletionRecord | OtherRecord
+
+
+def invocation_record(invocation_id: str, target: str, arguments: list[Any]) -> str:
+    """A client invocation of a hub method (``Typing``, ``WatchPresence``)."""
+    record = {
+        "type": _INVOCATION,
+        "invocationId": invocation_id,
+        "target": target,
+        "arguments": arguments,
+    }
+    return orjson.dumps(record).decode() + RECORD_SEPARATOR
 
 
 class RecordSplitter:
@@ -93,6 +113,13 @@ def parse_server_record(record: str) -> ServerRecord:
         error = value.get("error")
         return CloseRecord(
             error if isinstance(error, str) else None, value.get("allowReconnect") is True
+        )
+    if kind == _COMPLETION:
+        invocation_id, error = value.get("invocationId"), value.get("error")
+        if not isinstance(invocation_id, str):
+            raise HubProtocolError("completion without an invocation id")
+        return CompletionRecord(
+            invocation_id, value.get("result"), error if isinstance(error, str) else None
         )
     return OtherRecord(kind)
 

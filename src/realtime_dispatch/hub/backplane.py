@@ -32,6 +32,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from realtime_dispatch.hub.resp import Stream, open_stream, pack, read_into
+from realtime_dispatch.hub.signal_envelope import is_signal
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +99,9 @@ def decode_batch(data: bytes) -> list[tuple[str, bytes]] | None:
             frame = data[length_end + 1 : frame_end]
             if group_end == at or not frame or frame_end > end:
                 return None
-            if not frame.isascii():  # checked, never kept as str: the bytes go out as they are
+            # checked, never kept as str: the bytes go out as they are (a signal's envelope is
+            # checked when it is opened, :mod:`.signal_envelope`)
+            if not frame.isascii() and not is_signal(frame):
                 frame.decode()
             items.append((data[at:group_end].decode(), frame))
             at = frame_end

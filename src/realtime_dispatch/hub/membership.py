@@ -15,7 +15,7 @@ may predate the change, and the re-read that follows sets the user's every conne
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -48,10 +48,14 @@ def parse_change(payload: str) -> MembershipChange | None:
 
 
 class MembershipTracker:
-    __slots__ = ("_ids", "_loads", "_registry", "_stale")
+    __slots__ = ("_ids", "_loads", "_registry", "_stale", "on_change")
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
+        self.on_change: Callable[[UUID, str, bool], None] | None = None
+        """Told ``(user, chat group, joined)`` for each chat a user with connections here joined
+        or left, by a live change or by a snapshot (a hint's re-read, a resync)."""
+        """Told of every live change once the registry has applied it (presence)."""
         self._loads: dict[int, dict[tuple[UUID, UUID], bool]] = {}
         self._stale: dict[int, set[UUID]] = {}  # per load: users hinted while it ran
         self._ids = itertools.count(1)
@@ -85,6 +89,8 @@ class MembershipTracker:
                 self._registry.join(connection_id, group)
             else:
                 self._registry.leave(connection_id, group)
+        if self.on_change is not None:
+            self.on_change(change.user_id, group, change.active)
 
     def finish_load(
         self,
@@ -114,10 +120,25 @@ class MembershipTracker:
             if connections is not None
             else [c for user in users for c in self._registry.connections_of(user)]
         )
+        before: dict[UUID, frozenset[str]] = {}
         for connection_id in targets:
             owner = self._registry.user_of(connection_id)
             if owner is None or owner not in chats:
                 continue
+            if owner not in before:
+                before[owner] = self._chat_groups(connection_id)
             self._registry.set_groups_with_prefix(
                 connection_id, CHAT_PREFIX, (chat_group(chat) for chat in chats[owner])
             )
+        if self.on_change is not None:
+            for owner, old in before.items():
+                now = {chat_group(chat) for chat in chats[owner]}
+                for group in now - old:
+                    self.on_change(owner, group, True)
+                for group in old - now:
+                    self.on_change(owner, group, False)
+
+    def _chat_groups(self, connection_id: str) -> frozenset[str]:
+        return frozenset(
+            g for g in self._registry.groups_of(connection_id) if g.startswith(CHAT_PREFIX)
+        )

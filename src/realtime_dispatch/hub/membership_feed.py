@@ -170,6 +170,14 @@ class MembershipFeed:
             if not future.done():
                 future.set_result(None)
 
+    async def member_chats(self, users: list[UUID]) -> list[tuple[UUID, UUID]]:
+        """``(user_id, chat_id)`` of the users' active memberships: the manifest's
+        ``member_chats``, the query a connection's groups come from (presence's check)."""
+        rows = await self._require_pool().fetch(
+            self._member_chats, users, timeout=self._query_timeout
+        )
+        return [(r["user_id"], r["chat_id"]) for r in rows]
+
     def _require_pool(self) -> asyncpg.Pool:
         if self.pool is None:
             raise RuntimeError("membership feed has no pool")

@@ -7,6 +7,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from realtime_dispatch.hub.session import CloseReason
 
+TYPING_OUTCOMES = ("sent", "throttled", "refused", "received", "invalid", "dropped")
+PRESENCE_EVENTS = ("watched", "unwatched", "refused", "online", "offline", "swept", "dropped")
+
 
 class HubMetrics:
     __slots__ = (
@@ -14,6 +17,8 @@ class HubMetrics:
         "disconnects",
         "membership_barriers",
         "negotiations_evicted",
+        "presence",
+        "presence_watches",
         "pushes",
         "refused",
         "sent_frames",
@@ -70,12 +75,31 @@ class HubMetrics:
         self.typing = Counter(
             "messenger_realtime_hub_typing",
             "Typing invocations, by outcome: sent (fanned out), throttled (inside the typing"
-            " interval, dropped), refused (not a member, or a bad argument).",
+            " interval, dropped), refused (not a member, or a bad argument); and the signals"
+            " of other replicas: received (fanned out here), invalid (a malformed envelope),"
+            " dropped (not published: the relay's queue was full, or Redis failed).",
             ["outcome"],
             registry=registry,
         )
-        for outcome in ("sent", "throttled", "refused"):
+        for outcome in TYPING_OUTCOMES:
             self.typing.labels(outcome)
+        self.presence = Counter(
+            "messenger_realtime_hub_presence",
+            "Presence, by event: watched / unwatched (ids a WatchPresence / UnwatchPresence"
+            " took), refused (an invocation answered with an error), online / offline"
+            " (presence_changed this replica announced), swept (offline announced for the"
+            " users of a replica that died without closing), dropped (an announcement not"
+            " made: the presence store failed).",
+            ["event"],
+            registry=registry,
+        )
+        for event in PRESENCE_EVENTS:
+            self.presence.labels(event)
+        self.presence_watches = Gauge(
+            "messenger_realtime_hub_presence_watches",
+            "Watched (connection, user) pairs on this replica.",
+            registry=registry,
+        )
         for kind in ("round_trip", "marked"):
             self.membership_barriers.labels(kind)
         for code in ("TooManyConnections", "TooManyNegotiations"):

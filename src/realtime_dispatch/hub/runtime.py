@@ -49,9 +49,9 @@ from realtime_dispatch.hub.expiry import ExpiryTimer
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.http_connections import HttpTransports
 from realtime_dispatch.hub.http_refusals import HttpRefusals
+from realtime_dispatch.hub.hub_signals import wire_signals
 from realtime_dispatch.hub.membership import MembershipTracker
 from realtime_dispatch.hub.membership_feed import MembershipFeed
-from realtime_dispatch.hub.methods import HubMethods
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.negotiate import NegotiationStore
 from realtime_dispatch.hub.protocol import ProtocolError
@@ -66,7 +66,6 @@ from realtime_dispatch.hub.revocation_watch import RevocationWatch
 from realtime_dispatch.hub.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
-from realtime_dispatch.hub.typing_signal import TypingSignals
 from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
@@ -125,6 +124,17 @@ class HubOptions:
     member_chats_sql: str | None = None
     """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
     reference messenger's participants)."""
+    presence_watch_limit: int = 500
+    """Watched users per connection (``REALTIME_HUB_PRESENCE_WATCH_LIMIT``)."""
+    presence_grace: float = 5.0
+    """Seconds a user stays online after their last connection closed
+    (``REALTIME_HUB_PRESENCE_GRACE``)."""
+    presence_refresh: float = 10.0
+    """With the backplane: seconds between two rewrites of this replica's presence claims
+    (they expire after three)."""
+    presence_blocks: bool = True
+    """Leave out of ``WatchPresence`` the users who blocked the caller (the reference
+    messenger's blacklist; off on an adopter's schema)."""
 
     def token_options(self) -> TokenOptions:
         tokens = self.tokens if self.tokens is not None else TokenOptions()
@@ -175,16 +185,6 @@ class Hub:
         self._by_token: dict[str, HubConnection] = {}
         self._not_json = 0
         """How many connections speak another protocol than JSON (MessagePack)."""
-        typing_counts = {o: self.metrics.typing.labels(o) for o in ("sent", "throttled", "refused")}
-        self.methods = HubMethods(
-            TypingSignals(
-                self.registry,
-                self.connections,
-                interval=options.typing_interval,
-                count=lambda outcome: typing_counts[outcome].inc(),
-            )
-        )
-        """The hub methods clients invoke (``Typing``)."""
         self.http_transports = HttpTransports()
         """Server-Sent Events and long-polling connections by token (:mod:`.transports`)."""
         self._dsn = dsn
@@ -199,11 +199,28 @@ class Hub:
             member_chats_sql=options.member_chats_sql,
             subscriptions=[self.revocation_watch],
         )
+        self.replica_id = new_id().hex
+        """This replica's id on the backplane (its heartbeat, its presence claims, its signals)."""
+        self.signals = wire_signals(
+            options,
+            self.registry,
+            self.connections,
+            self.metrics,
+            replica_id=self.replica_id,
+            membership=self.membership,
+            publish=self.publish_frames,
+            subscribed=self.interest_settled,
+        )
+        """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
+        self.methods = self.signals.methods
+        self.tracker.on_change = self.signals.presence.membership_changed
         url = self.options.backplane_url
-        from_backplane = functools.partial(self.deliver, source=BACKPLANE)
+        from_backplane = self.signals.from_backplane(
+            functools.partial(self.deliver, source=BACKPLANE)
+        )
         self.backplane: BackplaneSubscriber | ShardedBackplaneSubscriber | None = None
         if url and self.sharded:
-            sharded = ShardedBackplaneSubscriber(url, from_backplane, replica_id=new_id().hex)
+            sharded = ShardedBackplaneSubscriber(url, from_backplane, replica_id=self.replica_id)
             self.registry.on_group_change = sharded.group_changed
             self.membership.on_barrier = sharded.barrier
             self.backplane = sharded
@@ -248,6 +265,8 @@ class Hub:
         self._spawn("housekeeping", self._housekeeping())
         if self.backplane is not None:
             self._spawn("backplane_subscriber", self.backplane.run())
+        for name, task in self.signals.tasks():
+            self._spawn(name, task)
         log.info("hub_started", backplane=url is not None)
         return self
 
@@ -264,6 +283,7 @@ class Hub:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
+        await self.signals.aclose()
         if self._publisher is not None:
             await self._publisher.aclose()
         if self._owned_pool is not None:
@@ -474,6 +494,7 @@ class Hub:
         self.registry.add_connection(connection.connection_id, connection.user_id)
         self.registry.join(connection.connection_id, user_group(connection.user_id))
         connection.invoke = self.methods.invoke
+        self.signals.presence.connected(connection.user_id)
         if connection.protocol is not JSON:
             self._not_json += 1
         self.expiry.track(connection.connection_id, connection.identity.expires_at)
@@ -532,6 +553,7 @@ class Hub:
         if self.connections.pop(connection.connection_id, None) is None:
             return
         self._by_token.pop(connection.token, None)
+        self.signals.presence.leaving(connection.connection_id, connection.user_id)
         self.registry.remove_connection(connection.connection_id)
         if connection.protocol is not JSON:
             self._not_json -= 1

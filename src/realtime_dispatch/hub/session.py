@@ -36,7 +36,7 @@ from realtime_dispatch.hub.protocol import (
 from realtime_dispatch.hub.wire import JSON, PROTOCOLS, HubProtocol
 
 _PROTOCOL_NAMES = frozenset(PROTOCOLS)
-HUB_METHODS = frozenset({"Typing"})
+HUB_METHODS = frozenset({"Typing", "WatchPresence", "UnwatchPresence"})
 """The methods a client may invoke; any other target is answered ``Unknown hub method``."""
 _RS = b"\x1e"
 

@@ -41,6 +41,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
+from realtime_dispatch.hub.signal_envelope import is_signal
+
 log = structlog.get_logger(__name__)
 
 # One hash tag for the replica registry and the acknowledgements: one slot, one shard.
@@ -292,7 +294,7 @@ class ShardedBackplaneSubscriber:
             return None
         group = group_of_channel(message["channel"])
         data = message["data"]
-        if group is None or not isinstance(data, bytes) or not _is_utf8(data):
+        if group is None or not isinstance(data, bytes) or not (_is_utf8(data) or is_signal(data)):
             log.warning("backplane_message_invalid")  # records go out as text frames
             return None
         return group, data

@@ -2,22 +2,28 @@
 
 For an active member (the connection is in the chat's group), one ``user_typing``
 ``{chatId, userId, expiresAt}`` goes to the chat's members on this replica, leaving out every
-connection of the typist. At most one per (user, chat) per ``interval``
+connection of the typist; with the backplane, the same record goes in an envelope
+(:mod:`.signal_envelope`) to the other replicas, which leave out the typist's connections too
+(:meth:`TypingSignals.received`). At most one per (user, chat) per ``interval``
 (:class:`TypingGate`): invocations inside it are accepted and dropped. Nothing is written
 anywhere; a non-member, an unknown chat and a bad argument get the same bounded answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
-from realtime_dispatch.hub.wire import HubProtocol
+from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
+from realtime_dispatch.hub.wire import JSON, HubProtocol
+from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
 USER_TYPING = "user_typing"
 NOT_A_MEMBER = "Typing refused: not a member of this chat."
 BAD_ARGUMENTS = "Typing takes one argument: the chat id (a string or an integer)."
+PARSED_KEPT = 10_000
 
 
 class TypingGate:
@@ -89,17 +96,50 @@ class TypingSignals:
         interval: float,
         count: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        origin: str = "",
     ) -> None:
+        self.written: Callable[[int], None] = lambda _records: None
+        """Counts the records written to transports (the hub's sent-frames counter)."""
+        self.relay: Callable[[str, bytes], None] | None = None
+        """With the backplane: publishes ``(group, envelope)`` to the other replicas."""
+        self.origin = origin
+        """This replica's id in the envelopes (its own come back from the backplane)."""
         self._registry = registry
         self._connections = connections
         self._interval = interval
         self._count = count
         self._clock = clock
         self.gate = TypingGate(interval)
+        self._parsed: dict[str, tuple[JsonValue, str]] = {}
+        """Chat ids as sent → as the payload carries them and their group (parsing a UUID costs
+        more than the rest of the check); at most :data:`PARSED_KEPT`, then started over."""
+        self._expires: tuple[int, str] = (0, "")
+        """The last ``expiresAt`` written, by its 10 ms: the same text for every signal in it."""
+
+    def _chat(self, arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
+        raw = arguments[0] if len(arguments) == 1 else None
+        if isinstance(raw, str):
+            known = self._parsed.get(raw)
+            if known is not None:
+                return known
+        chat = chat_of(arguments)
+        if chat is not None and isinstance(raw, str):
+            if len(self._parsed) >= PARSED_KEPT:
+                self._parsed.clear()
+            self._parsed[raw] = chat
+        return chat
+
+    def _expires_at(self) -> str:
+        at = time.time() + self._interval
+        bucket = int(at * 100)
+        if bucket != self._expires[0]:
+            text = datetime.fromtimestamp(bucket / 100, UTC).isoformat(timespec="milliseconds")
+            self._expires = (bucket, text.replace("+00:00", "Z"))
+        return self._expires[1]
 
     def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
         """The error to answer, or None (sent, or dropped inside the interval)."""
-        chat = chat_of(arguments)
+        chat = self._chat(arguments)
         if chat is None:
             self._count("refused")
             return BAD_ARGUMENTS
@@ -111,38 +151,78 @@ class TypingSignals:
         if not self.gate.allow((user_id, group), self._clock()):
             self._count("throttled")
             return None
-        expires = datetime.fromtimestamp(time.time() + self._interval, UTC)
+        user_json = user_id_json(user_id)
         payload: JsonValue = {
             "chatId": chat_id,
-            "userId": str(user_id),
-            "expiresAt": expires.isoformat().replace("+00:00", "Z"),
+            "userId": user_json,
+            "expiresAt": self._expires_at(),
         }
-        self.fan_out(group, user_id, invocation_frame(USER_TYPING, [payload]))
+        record = invocation_frame(USER_TYPING, [payload])
+        self.fan_out(group, user_id, record)
+        if self.relay is not None:
+            self.relay(group, encode_signal(self.origin, str(user_json), record))
         self._count("sent")
         return None
 
-    def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
-        """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s;
-        re-encoded once per other protocol. Returns how many got it."""
-        connections = self._connections
-        encoded: dict[HubProtocol, bytes | None] = {}
-        sent = 0
-        for connection_id in self._registry.members(group):
-            member = connections.get(connection_id)
-            if member is None or member.user_id == user_id:
+    def received(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """Fan out the signals among what came from the backplane (but this replica's own);
+        returns the rest, the pushes, in order."""
+        pushes: list[tuple[str, bytes]] = []
+        for group, frame in items:
+            if not is_signal(frame):
+                pushes.append((group, frame))
                 continue
+            signal = decode_signal(frame)
+            user_id = None if signal is None else parse_user_id(signal.except_user)
+            if signal is None or user_id is None:
+                self._count("invalid")
+            elif signal.origin != self.origin:
+                self.fan_out(group, user_id, signal.record)
+                self._count("received")
+        return pushes
+
+    def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
+        """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s, the
+        way a push goes (:meth:`~.runtime.Hub.send_to_groups`): framed once, written straight
+        to each transport that takes it, re-encoded once per other protocol. Returns how many
+        got it."""
+        connections = self._connections
+        frame = text_frame(record)
+        encoded: dict[HubProtocol, tuple[bytes, bytes] | None] = {}
+        touched: list[HubConnection] = []
+        typist = self._registry.connections_of(user_id)  # one to a few: cheaper than a check
+        sent = 0  # of every member's user
+        for connection_id in self._registry.members(group):
+            if connection_id in typist:
+                continue
+            member = connections[connection_id]  # the hub registers both at once
             protocol = member.protocol
-            if protocol.from_json is None:
-                member.send(record)
+            if protocol is JSON:
+                member.offer((record,), (frame,), frame, touched)
             else:
                 if protocol not in encoded:
-                    try:
-                        encoded[protocol] = protocol.from_json([record])[0]
-                    except ProtocolError:
-                        encoded[protocol] = None
+                    encoded[protocol] = _encode(protocol, record)
                 other = encoded[protocol]
                 if other is None:
                     continue
-                member.send(other)
+                member.offer((other[0],), (other[1],), other[1], touched)
             sent += 1
+        if touched:
+            loop_time = asyncio.get_running_loop().time()
+            written = 0
+            for member in touched:
+                written += member.flush()
+                member.last_sent = loop_time
+            self.written(written)
         return sent
+
+
+def _encode(protocol: HubProtocol, record: bytes) -> tuple[bytes, bytes] | None:
+    """A JSON record in ``protocol`` and its WebSocket frame; None when it has no equivalent."""
+    if protocol.from_json is None:
+        return record, text_frame(record)
+    try:
+        other = protocol.from_json([record])[0]
+    except ProtocolError:
+        return None
+    return other, (binary_frame if protocol.binary else text_frame)(other)

@@ -28,6 +28,7 @@ const state = {
   chats: new Map(), current: null, gaps: new Set(), reconnected: false,
   counts: { events: 0, dupes: 0, refetch: 0 },
   loseNext: false, lastPush: null, readSent: new Map(), shown: new Set(),
+  presence: new Map(), typing: new Map(), typingSent: 0,
 };
 
 const userById = (id) => state.users.find((u) => u.userId === id);
@@ -163,6 +164,8 @@ async function loadChats() {
   }
   if (!state.current && data.items.length) state.current = data.items[0].chatId;
   render();
+  // Who shares a chat changes with the chats; watches end with a connection: so, every time.
+  await watchPresence();
 }
 
 // --- rendering -------------------------------------------------------------------------------
@@ -172,12 +175,57 @@ function avatar(user, small = false) {
   el.className = small ? "avatar small" : "avatar";
   el.style.background = user?.color ?? "#999";
   el.textContent = (user?.name ?? "?")[0];
+  const online = user && user.userId !== state.me?.userId ? state.presence.get(user.userId) : undefined;
+  if (online !== undefined) {
+    const dot = document.createElement("span");
+    dot.className = online ? "dot on" : "dot";
+    dot.title = online ? "online" : "offline";
+    el.append(dot);
+  }
   return el;
+}
+
+// --- live signals: presence dots and "… is typing" ----------------------------------------------
+
+async function watchPresence() {
+  const others = state.users.filter((u) => u.userId !== state.me.userId).map((u) => u.userId);
+  try {
+    for (const entry of await state.client.watchPresence(others)) state.presence.set(entry.userId, entry.online);
+    render();
+  } catch (error) { log("error", `presence: ${error.message}`); }
+}
+
+function onPresence(entry) {
+  state.presence.set(entry.userId, entry.online);
+  log("presence", `${nameOf(entry.userId)} is ${entry.online ? "online" : "offline"}`);
+  render();
+}
+
+function onTyping(entry) {
+  const typists = state.typing.get(entry.chatId) ?? new Map();
+  typists.set(entry.userId, Date.parse(entry.expiresAt));
+  state.typing.set(entry.chatId, typists);
+  renderTyping();
+}
+
+function renderTyping() {
+  const now = Date.now();
+  const typists = state.typing.get(state.current) ?? new Map();
+  const names = [...typists].filter(([, until]) => until > now).map(([userId]) => userById(userId)?.name ?? "someone");
+  $("typing").textContent = names.length ? `${names.join(", ")} ${names.length > 1 ? "are" : "is"} typing…` : "";
+}
+
+function typed() {
+  // The hub keeps one user_typing per (user, chat) per interval anyway; this spares the wire.
+  if (!state.current || Date.now() - state.typingSent < 1000) return;
+  state.typingSent = Date.now();
+  state.client.typing(state.current).catch((error) => log("error", `typing: ${error.message}`));
 }
 
 function render() {
   renderChats();
   renderConversation();
+  renderTyping();
   markRead();
 }
 
@@ -421,6 +469,8 @@ function start(user, token) {
     }
   });
   for (const name of EVENT_NAMES) client.on(name, (payload) => onEvent(name, payload));
+  client.on("presence_changed", onPresence);
+  client.on("user_typing", onTyping);
   client.start().catch((error) => log("error", `hub refused: ${error.message}`));
 }
 
@@ -474,6 +524,8 @@ async function boot() {
   $("file").onchange = sendFile;
   document.addEventListener("visibilitychange", markRead);
   setInterval(tick, 1000);
+  setInterval(renderTyping, 500);
+  $("body").addEventListener("input", typed);
   const saved = sessionStorage.getItem("demo-session");
   if (saved) { const { user, token } = JSON.parse(saved); start(user, token); }
 }

@@ -1,0 +1,46 @@
+"""The Python SDK's live signals against the messenger as ``serve`` assembles it: ``typing``
+reaches the other member as a typed ``UserTyping``; ``watch_presence`` answers typed states and
+``PresenceChanged`` follows the other user online and offline; the hub's refusals are
+``HubMethodError``."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from realtime_dispatch.client import HubMethodError, PresenceChanged, UserTyping
+from realtime_dispatch.messenger.commands import create_chat
+from tests.conftest import wait_until
+from tests.hub_fixtures import hub_settings
+from tests.integration.client_stack import messenger_stack
+
+
+async def test_typing_and_presence_through_the_sdk(database_url: str, pool: asyncpg.Pool) -> None:
+    settings = hub_settings(hub_presence_grace=0.2, hub_presence_watch_limit=5)
+    async with messenger_stack(database_url, pool, dispatcher=False, settings=settings) as stack:
+        async with pool.acquire() as conn:
+            chat = await create_chat(conn, creator=stack.alice, title="t", members=[stack.bob])
+        async with stack.client(stack.alice) as alice:
+            seen: list[PresenceChanged] = []
+            typing: list[UserTyping] = []
+            alice.on(PresenceChanged, seen.append)
+            alice.on(UserTyping, typing.append)
+            await alice.wait_connected()
+            [state] = await alice.watch_presence([stack.bob, uuid4()])
+            assert (state.user_id, state.online, state.last_seen_at) == (stack.bob, False, None)
+            async with stack.client(stack.bob) as bob:
+                await bob.wait_connected()
+                await wait_until(lambda: [p.online for p in seen] == [True])
+                await bob.typing(chat)
+                await wait_until(lambda: len(typing) == 1)
+                assert typing[0].user_id == stack.bob
+                assert typing[0].chat_id == chat
+                with pytest.raises(HubMethodError, match="not a member"):
+                    await bob.typing(uuid4())
+            await wait_until(lambda: [p.online for p in seen] == [True, False])
+            assert seen[1].last_seen_at is not None
+            await alice.unwatch_presence([stack.bob])
+            with pytest.raises(HubMethodError, match="at most 5"):
+                await alice.watch_presence([uuid4() for _ in range(6)])

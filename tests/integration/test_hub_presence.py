@@ -1,0 +1,182 @@
+"""Presence over a real socket, memberships from PostgreSQL, in one process (no backplane):
+``WatchPresence`` answers for the people the caller shares a chat with (not strangers, not
+those who blocked the caller), ``presence_changed`` follows them online and, a grace after their
+last connection, offline; a reconnect inside the grace says nothing; a removed member stops
+seeing the others; the limit and bad arguments are refused; nothing is written to PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import orjson
+
+from realtime_dispatch.messenger.blacklist import block_user
+from realtime_dispatch.messenger.commands import create_chat, set_participant
+from tests.conftest import wait_until
+from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+
+
+def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[str, object]:
+    record: dict[str, object] = {"type": 1, "target": target, "arguments": list(arguments)}
+    if invocation_id is not None:
+        record["invocationId"] = invocation_id
+    return record
+
+
+def _member_chats_calls(hub) -> int:
+    return hub.hub.signals.presence.member_chats_queries
+
+
+def _watch(invocation_id: str, ids: list[object]) -> dict[str, object]:
+    return _invoke(invocation_id, "WatchPresence", [str(i) for i in ids])
+
+
+async def _writes(pool) -> int:
+    return await pool.fetchval(
+        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables"
+    )
+
+
+async def test_watch_answers_shared_chats_only_and_follows_online_offline(database_url, pool):
+    alice, bob, carol, stranger, blocker = (uuid.uuid4() for _ in range(5))
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob, carol, blocker])
+        await block_user(conn, owner=blocker, blocked=alice)
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.3)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+        raw_client(hub, make_token(carol)),
+    ):
+        await a.send_record(_watch("1", [bob, carol, stranger, blocker]))
+        answer = await a.next_of([3])
+        assert answer["invocationId"] == "1"
+        assert answer["result"] == [
+            {"userId": str(bob), "online": False, "lastSeenAt": None},
+            {"userId": str(carol), "online": True, "lastSeenAt": None},
+        ]
+        async with raw_client(hub, make_token(bob)):
+            [online] = await a.invocations(1)
+            assert online["target"] == "presence_changed"
+            assert online["arguments"] == [{"userId": str(bob), "online": True, "lastSeenAt": None}]
+            await asyncio.sleep(0.05)
+        [offline] = await a.invocations(1, within=3)
+        entry = offline["arguments"][0]
+        assert (entry["userId"], entry["online"]) == (str(bob), False)
+        assert entry["lastSeenAt"].endswith("Z")
+        # Back within the grace: nothing said; the watch answer keeps lastSeenAt.
+        writes = await _writes(pool)
+        async with raw_client(hub, make_token(bob)):
+            assert (await a.invocations(1))[0]["arguments"][0]["online"] is True
+        async with raw_client(hub, make_token(bob)):
+            await a.assert_silent(0.5)
+        await a.invocations(1, within=3)  # offline at last
+        assert await _writes(pool) == writes  # no PostgreSQL write per connect / disconnect
+        # Unwatch: no more events.
+        await a.send_record(_invoke("2", "UnwatchPresence", [str(bob)]))
+        assert await a.next_of([3]) == {"type": 3, "invocationId": "2"}
+        async with raw_client(hub, make_token(bob)):
+            await a.assert_silent(0.3)
+        assert hub.hub.metrics.presence.labels("watched")._value.get() == 2
+
+
+async def test_removed_member_stops_seeing_presence(database_url, pool):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+        other = await create_chat(conn, creator=alice, title="u", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await a.send_record(_watch("1", [bob]))
+        assert len((await a.next_of([3]))["result"]) == 1
+        presence = hub.hub.signals.presence
+        async with pool.acquire() as conn:
+            await set_participant(conn, chat_id=chat, user_id=bob, active=False)
+        await asyncio.sleep(0.3)
+        assert presence.watch_count == 1  # still one chat shared
+        async with pool.acquire() as conn:
+            await set_participant(conn, chat_id=other, user_id=bob, active=False)
+        await wait_until(lambda: presence.watch_count == 0)
+        async with raw_client(hub, make_token(bob)):
+            await a.assert_silent(0.3)
+        await a.send_record(_watch("2", [bob]))
+        assert (await a.next_of([3]))["result"] == []
+
+
+async def test_a_hint_that_removes_the_watcher_ends_the_watch(database_url, pool):
+    """A membership hint (no ``active``: the hub reads the user's chats again) that takes the
+    watcher out of the only chat shared ends the watch, as a live change does."""
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await a.send_record(_watch("1", [bob]))
+        assert len((await a.next_of([3]))["result"]) == 1
+        presence = hub.hub.signals.presence
+        await pool.execute(
+            "UPDATE messenger.participants SET active = false WHERE chat_id = $1 AND user_id = $2",
+            chat,
+            alice,
+        )
+        hint = orjson.dumps({"chatId": str(chat), "userId": str(alice)}).decode()
+        await pool.execute("SELECT pg_notify('realtime_membership', $1)", hint)
+        await wait_until(lambda: presence.watch_count == 0)
+        async with raw_client(hub, make_token(bob)):
+            await a.assert_silent(0.3)
+
+
+async def test_bad_presence_input_is_refused(database_url, pool):
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_watch_limit=3)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        bad = [[], [None], ["x"], [[1]], [[None]], [["not-a-uuid"]], [[str(bob)], 2]]
+        for index, arguments in enumerate(bad):
+            await a.send_record(_invoke(f"b{index}", "WatchPresence", *arguments))
+            assert "list of user ids" in (await a.next_of([3]))["error"]
+        await a.send_record(_invoke("u", "UnwatchPresence", {"a": 1}))
+        assert "list of user ids" in (await a.next_of([3]))["error"]
+        # Past the limit (3), including a huge list: refused, nothing watched.
+        many = [str(uuid.uuid4()) for _ in range(4)]
+        await a.send_record(_invoke("l1", "WatchPresence", many))
+        assert "at most 3" in (await a.next_of([3]))["error"]
+        huge = [str(uuid.uuid4()) for _ in range(600)]  # under the frame limit
+        await a.send_record(_invoke("l2", "WatchPresence", huge))
+        assert "at most 3" in (await a.next_of([3]))["error"]
+        # Unknown ids (nobody shares a chat with them) answer empty and count nothing.
+        await a.send_record(_invoke("ok", "WatchPresence", many[:3]))
+        assert (await a.next_of([3]))["result"] == []
+        assert hub.hub.signals.presence.watch_count == 0
+        refused = hub.hub.metrics.presence.labels("refused")._value.get()
+        assert refused == len(bad) + 3
+        # A flood: 300 WatchPresence in two frames. One runs (one query); the others, while it
+        # is in flight, are refused at once.
+        queries = _member_chats_calls(hub)
+        text = "".join(
+            orjson.dumps(_invoke(f"f{n}", "WatchPresence", [str(bob)])).decode() + "\x1e"
+            for n in range(300)
+        )
+        for start in range(0, len(text), 30_000):  # under the frame limit
+            await a.send(text[start : start + 30_000])
+        answers = [await a.next_of([3]) for _ in range(300)]
+        done = [r for r in answers if "error" not in r]
+        busy = [r for r in answers if "has not completed" in r.get("error", "")]
+        assert len(done) >= 1
+        assert len(done) + len(busy) == 300
+        assert _member_chats_calls(hub) - queries <= len(done)
