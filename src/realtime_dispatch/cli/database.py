@@ -12,7 +12,9 @@ import asyncpg
 
 from realtime_dispatch.database import EmbeddedPostgres, default_data_dir, embedded_available
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.keys import UUID_KEYS, VARIABLE
 from realtime_dispatch.messenger.schema import migrate
+from realtime_dispatch.outbox.migrate import require_key_type
 from realtime_dispatch.settings import Settings
 
 EMBEDDED_EXTRA = "realtime-dispatch[embedded]"
@@ -57,13 +59,38 @@ def session_url(settings: Settings, url: str) -> str:
     return url
 
 
+def require_reference_keys(settings: Settings, *, with_messenger: bool) -> None:
+    """The reference messenger's tables, REST API and manifest are keyed by uuid: beside it
+    another key type can only mismatch, so it is refused (exit 2) before anything is done."""
+    if with_messenger and settings.keys() is not UUID_KEYS:
+        raise ConfigurationError(
+            VARIABLE,
+            f"{settings.key_type} is for an owner's own schema: the reference messenger's keys"
+            " are uuid (set REALTIME_PROJECTIONS to your manifest, or use migrate --only outbox)",
+        )
+
+
+async def check_outbox_keys(settings: Settings, url: str) -> None:
+    """Exit 2 (ConfigurationError naming both types) when the outbox there was created with
+    another key type than ``REALTIME_KEY_TYPE``."""
+    conn = await asyncpg.connect(session_url(settings, url))
+    try:
+        await require_key_type(conn, settings.keys())
+    finally:
+        await conn.close()
+
+
 @contextlib.asynccontextmanager
 async def database_url(
     settings: Settings, *, run_migrations: bool = False, only_outbox: bool = False
 ) -> AsyncIterator[str]:
     """The database's URL for the block. ``run_migrations``: apply the schema first, the
     outbox's alone when ``only_outbox`` or a projection manifest is set (the adopter's own
-    schema: no table of the reference messenger is created)."""
+    schema: no table of the reference messenger is created). Either way an outbox of another
+    key type than ``REALTIME_KEY_TYPE`` stops the command (exit 2) before the block."""
+    with_messenger = settings.reference_messenger and not only_outbox
+    if run_migrations:
+        require_reference_keys(settings, with_messenger=with_messenger)
     embedded: EmbeddedPostgres | None = None
     if settings.database_url is not None:
         url = settings.database_url.get_secret_value()
@@ -79,9 +106,11 @@ async def database_url(
             # Under a session advisory lock: on a session of its own, never through a pooler.
             conn = await asyncpg.connect(session_url(settings, url))
             try:
-                await migrate(conn, with_messenger=settings.reference_messenger and not only_outbox)
+                await migrate(conn, with_messenger=with_messenger, keys=settings.keys())
             finally:
                 await conn.close()
+        else:
+            await check_outbox_keys(settings, url)
         yield url
     finally:
         if embedded is not None:

@@ -12,27 +12,29 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from uuid import UUID
 
 import orjson
 
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, chat_group
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 
 @dataclass(frozen=True, slots=True)
 class MembershipChange:
-    chat_id: UUID
-    user_id: UUID
+    chat_id: Key
+    user_id: Key
     active: bool
 
 
-def parse_change(payload: str) -> MembershipChange | None:
-    """A ``realtime_membership`` notification payload; None when it is not one."""
+def parse_change(payload: str, keys: KeyCodec = UUID_KEYS) -> MembershipChange | None:
+    """A ``realtime_membership`` notification payload, its ids of type ``keys`` (a JSON
+    number or decimal string for bigint); None when it is not one."""
     try:
         value = orjson.loads(payload)
         if not isinstance(value, dict) or not isinstance(value.get("active"), bool):
             return None
-        return MembershipChange(UUID(value["chatId"]), UUID(value["userId"]), value["active"])
+        chat_id, user_id = keys.from_json(value["chatId"]), keys.from_json(value["userId"])
+        return MembershipChange(chat_id, user_id, value["active"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
@@ -42,7 +44,7 @@ class MembershipTracker:
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
-        self._loads: dict[int, dict[tuple[UUID, UUID], bool]] = {}
+        self._loads: dict[int, dict[tuple[Key, Key], bool]] = {}
         self._ids = itertools.count(1)
 
     def begin_load(self) -> int:
@@ -67,16 +69,16 @@ class MembershipTracker:
     def finish_load(
         self,
         token: int,
-        active_rows: Iterable[tuple[UUID, UUID]],
+        active_rows: Iterable[tuple[Key, Key]],
         *,
-        users: Collection[UUID],
+        users: Collection[Key],
         connections: Collection[str] | None = None,
     ) -> None:
         """Apply a snapshot: ``active_rows`` are ``(user_id, chat_id)`` active memberships of
         ``users``. It sets the chat groups of ``connections`` (default: every connection of
         ``users``)."""
         changes = self._loads.pop(token, {})
-        chats: dict[UUID, set[UUID]] = {user: set() for user in users}
+        chats: dict[Key, set[Key]] = {user: set() for user in users}
         for user, chat in active_rows:
             chats.setdefault(user, set()).add(chat)
         for (user, chat), active in changes.items():

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
-from uuid import UUID
 
 import asyncpg
 import structlog
@@ -31,6 +30,7 @@ from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_change
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.manifest.manifest import shipped_manifest
 from realtime_dispatch.membership_mark import parse_barrier
 
@@ -68,9 +68,10 @@ class MembershipFeed:
         dsn: str,
         pool: asyncpg.Pool | None,
         tracker: MembershipTracker,
-        connected_users: Callable[[], Collection[UUID]],
+        connected_users: Callable[[], Collection[Key]],
         member_chats_sql: str | None = None,
         subscriptions: Sequence[Subscription] = (),
+        keys: KeyCodec = UUID_KEYS,
         health_interval: float = 5.0,
         query_timeout: float = 5.0,
         reconnect_delay: float = 0.5,
@@ -80,10 +81,11 @@ class MembershipFeed:
         self.pool = pool
         self._tracker = tracker
         self._connected_users = connected_users
-        # The manifest's member_chats: $1 uuid[] user ids → (user_id, chat_id) of active
+        # The manifest's member_chats: $1 <key>[] user ids → (user_id, chat_id) of active
         # memberships; on connect (one user) and after a reconnect (every connected user).
         self._member_chats = member_chats_sql or shipped_member_chats()
         self._subscriptions = tuple(subscriptions)
+        self._keys = keys  # the ids of a notification
         self._health_interval = health_interval
         self._query_timeout = query_timeout
         self._reconnect_delay = reconnect_delay
@@ -93,7 +95,7 @@ class MembershipFeed:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._next_barrier: asyncio.Future[bool] | None = None
-        self._waiting_loads: list[tuple[str, UUID, asyncio.Future[None]]] = []
+        self._waiting_loads: list[tuple[str, Key, asyncio.Future[None]]] = []
         self._loader: asyncio.Task[None] | None = None
         self.load_queries = 0
         """``member_chats`` queries run for connections opening (one per batch of them)."""
@@ -101,7 +103,7 @@ class MembershipFeed:
         """Called with each barrier token, after every change notified before it is applied."""
         self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
 
-    async def load_connection(self, connection_id: str, user_id: UUID) -> None:
+    async def load_connection(self, connection_id: str, user_id: Key) -> None:
         """Join a registered connection to its user's active chats (raises on DB errors).
 
         Connections opening together share one query: those that ask while one runs are
@@ -122,7 +124,7 @@ class MembershipFeed:
         finally:
             self._loader = None
 
-    async def _load(self, batch: list[tuple[str, UUID, asyncio.Future[None]]]) -> None:
+    async def _load(self, batch: list[tuple[str, Key, asyncio.Future[None]]]) -> None:
         users = list({user_id for _, user_id, _ in batch})
         token = self._tracker.begin_load()
         self.load_queries += 1
@@ -226,7 +228,7 @@ class MembershipFeed:
             if self.on_barrier is not None:
                 self.on_barrier(token)
             return
-        change = parse_change(payload)
+        change = parse_change(payload, self._keys)
         if change is None:
             log.warning("membership_notification_invalid")
             return

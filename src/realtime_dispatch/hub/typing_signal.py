@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.wire import HubProtocol
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -39,12 +39,12 @@ class TypingGate:
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
-        self._passed: dict[tuple[UUID, str], float] = {}
+        self._passed: dict[tuple[Key, str], float] = {}
 
     def __len__(self) -> int:
         return len(self._passed)
 
-    def allow(self, key: tuple[UUID, str], now: float) -> bool:
+    def allow(self, key: tuple[Key, str], now: float) -> bool:
         passed = self._passed
         horizon = now - self._interval
         while passed:  # expired keys are at the front: each is dropped once, O(1) amortised
@@ -60,20 +60,25 @@ class TypingGate:
         return True
 
 
-def chat_of(arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
+def chat_of(
+    arguments: tuple[JsonValue, ...], keys: KeyCodec = UUID_KEYS
+) -> tuple[JsonValue, str] | None:
     """The chat id as the payload carries it and its group, from ``Typing``'s arguments; None
-    when they are not one string or integer id."""
+    when they are not one string or integer id. A key of ``keys``' type is spelled as the
+    groups spell it (a UUID lower case and dashed; ``"17"`` or ``17`` for bigint keys is the
+    number 17); anything else is kept as given, and no connection is in its group."""
     if len(arguments) != 1:
         return None
     raw = arguments[0]
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         return None
     value: JsonValue = raw
-    if isinstance(raw, str):
-        try:
-            value = str(UUID(raw))  # one spelling per chat: the groups' (lower case, dashed)
-        except ValueError:
-            value = raw
+    try:
+        key = keys.from_json(raw)
+    except ValueError:
+        pass
+    else:
+        value = keys.to_json(key)
     group = f"{CHAT_PREFIX}{value}"
     return (value, group) if is_valid_group(group) else None
 
@@ -89,7 +94,9 @@ class TypingSignals:
         interval: float,
         count: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        keys: KeyCodec = UUID_KEYS,
     ) -> None:
+        self._keys = keys
         self._registry = registry
         self._connections = connections
         self._interval = interval
@@ -99,7 +106,7 @@ class TypingSignals:
 
     def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
         """The error to answer, or None (sent, or dropped inside the interval)."""
-        chat = chat_of(arguments)
+        chat = chat_of(arguments, self._keys)
         if chat is None:
             self._count("refused")
             return BAD_ARGUMENTS
@@ -114,14 +121,14 @@ class TypingSignals:
         expires = datetime.fromtimestamp(time.time() + self._interval, UTC)
         payload: JsonValue = {
             "chatId": chat_id,
-            "userId": str(user_id),
+            "userId": self._keys.to_json(user_id),
             "expiresAt": expires.isoformat().replace("+00:00", "Z"),
         }
         self.fan_out(group, user_id, invocation_frame(USER_TYPING, [payload]))
         self._count("sent")
         return None
 
-    def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
+    def fan_out(self, group: str, user_id: Key, record: bytes) -> int:
         """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s;
         re-encoded once per other protocol. Returns how many got it."""
         connections = self._connections

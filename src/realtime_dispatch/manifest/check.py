@@ -13,7 +13,14 @@ from typing import Any
 
 import asyncpg
 
-from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, UUID_ARRAY, QueryContract
+from realtime_dispatch.keys import UUID_KEYS, KeyCodec
+from realtime_dispatch.manifest.contract import (
+    CONTRACT,
+    QueryContract,
+    column_types,
+    family_name,
+    parameter_types,
+)
 from realtime_dispatch.manifest.manifest import Manifest
 
 
@@ -29,13 +36,19 @@ class QueryCheck:
 
 
 def compare(
-    contract: QueryContract, params: list[str], columns: list[tuple[str, str]]
+    contract: QueryContract,
+    params: list[str],
+    columns: list[tuple[str, str]],
+    keys: KeyCodec = UUID_KEYS,
 ) -> str | None:
     """The first mismatch between a prepared query (its parameter type names, its result
-    columns as (name, type name)) and its contract, or ``None``. Pure."""
-    if params != [UUID_ARRAY]:
+    columns as (name, type name)) and its contract for ``keys`` (REALTIME_KEY_TYPE), or
+    ``None``. Pure."""
+    expected = parameter_types(contract, keys)
+    if params != expected:
         got = ", ".join(params) or "none"
-        return f"takes ({got}), expected one parameter $1 uuid[]"
+        hint = f" (REALTIME_KEY_TYPE={keys.name})" if keys is not UUID_KEYS else ""
+        return f"takes ({got}), expected one parameter $1 {expected[0]}{hint}"
     types = dict(columns)
     names = [name for name, _ in columns]
     twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
@@ -45,12 +58,16 @@ def compare(
         got_type = types.get(column.name)
         if got_type is None:
             return f"column {column.name} missing"
-        if got_type not in TYPE_FAMILIES[column.family]:
-            return f"column {column.name} is {got_type}, expected {column.family}"
+        if got_type not in column_types(column.family, keys):
+            return (
+                f"column {column.name} is {got_type}, expected {family_name(column.family, keys)}"
+            )
     return None
 
 
-async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryCheck:
+async def check_query(
+    conn: Any, contract: QueryContract, sql: str, keys: KeyCodec = UUID_KEYS
+) -> QueryCheck:
     try:
         stmt = await conn.prepare(sql)
     except asyncpg.PostgresError as exc:
@@ -58,18 +75,22 @@ async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryChec
         return QueryCheck(contract.name, False, f"does not prepare: {reason}")
     params = [t.name for t in stmt.get_parameters()]
     columns = [(a.name, a.type.name) for a in stmt.get_attributes()]
-    problem = compare(contract, params, columns)
+    problem = compare(contract, params, columns, keys)
     if problem is not None:
         return QueryCheck(contract.name, False, problem)
     return QueryCheck(contract.name, True, "ok")
 
 
 async def check_manifest(
-    conn: Any, manifest: Manifest, *, needs: Collection[str] = ("hub",)
+    conn: Any,
+    manifest: Manifest,
+    *,
+    needs: Collection[str] = ("hub",),
+    keys: KeyCodec = UUID_KEYS,
 ) -> list[QueryCheck]:
-    """One result per query of the contract, in contract order. A payload query left out is
-    fine (its kinds are disabled), as is the optional one; a query whose role is in ``needs``
-    must be there."""
+    """One result per query of the contract (keys of type ``keys``), in contract order. A
+    payload query left out is fine (its kinds are disabled), as is the optional one; a query
+    whose role is in ``needs`` must be there."""
     results: list[QueryCheck] = []
     for contract in CONTRACT.values():
         sql = manifest.sql(contract.name)
@@ -82,7 +103,7 @@ async def check_manifest(
             else:
                 results.append(QueryCheck(contract.name, True, "not set: " + _UNSET[contract.role]))
             continue
-        results.append(await check_query(conn, contract, sql))
+        results.append(await check_query(conn, contract, sql, keys))
     return results
 
 
@@ -92,8 +113,10 @@ _UNSET = {
 }
 
 
-async def require_valid(conn: Any, manifest: Manifest, *, needs: Collection[str]) -> None:
+async def require_valid(
+    conn: Any, manifest: Manifest, *, needs: Collection[str], keys: KeyCodec = UUID_KEYS
+) -> None:
     """Raise the manifest's one-line :class:`ConfigurationError` on its first failed query."""
-    for result in await check_manifest(conn, manifest, needs=needs):
+    for result in await check_manifest(conn, manifest, needs=needs, keys=keys):
         if not result.ok:
             raise manifest.problem(result.line())

@@ -3,7 +3,7 @@ part of the key, so a row is never built from another chat's message."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import asyncpg
 import orjson
@@ -13,6 +13,7 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.push import Push
 
@@ -36,9 +37,12 @@ class MessagePayloadBuilder:
     kinds = _KINDS
     query = "messages"
 
-    def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
+    def __init__(
+        self, *, sql: str | None, encoder: PayloadEncoder = FAST, keys: KeyCodec = UUID_KEYS
+    ) -> None:
         self.sql = sql
         self.encoder = encoder
+        self.to_json = keys.to_json
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         if self.sql is None:
@@ -46,7 +50,7 @@ class MessagePayloadBuilder:
         ids = list({item.intent.message_id for item in items if item.intent.message_id})
         records = {r["id"]: r for r in await conn.fetch(self.sql, ids)}
         results: BuildResults = {}
-        encode = self.encoder.encode
+        encode, to_json = self.encoder.encode, self.to_json
         for item in items:
             intent = item.intent
             record = records.get(intent.message_id) if intent.message_id else None
@@ -56,7 +60,7 @@ class MessagePayloadBuilder:
                 )
                 continue
             try:
-                payload = encode(*shape_message(intent.kind, record))
+                payload = encode(*shape_message(intent.kind, record, to_json))
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
@@ -66,13 +70,15 @@ class MessagePayloadBuilder:
         return results
 
 
-def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
+def shape_message(
+    kind: RealtimeDispatchKind, r: asyncpg.Record, to_json: Callable[[Key], str | int] = str
+) -> Shaped:
     """The payload's contract and fields; a deleted message keeps no content. Ids are given
-    as their strings (what the wire carries; orjson writes the driver's UUID type only through
-    a Python hook)."""
+    as the wire carries them (``to_json``: their strings for uuid keys, as orjson writes the
+    driver's UUID type only through a Python hook; the number itself for bigint keys)."""
     chat_id, message_id, seq, deleted_at = (
-        str(r["chat_id"]),
-        str(r["id"]),
+        to_json(r["chat_id"]),
+        to_json(r["id"]),
         r["seq"],
         r["deleted_at"],
     )
@@ -88,7 +94,7 @@ def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
             "chat_id": chat_id,
             "message_id": message_id,
             "seq": seq,
-            "sender_user_id": None if sender is None else str(sender),
+            "sender_user_id": None if sender is None else to_json(sender),
             "kind": r["kind"],
             "sent_at": r["sent_at"],
             "body": body,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.requests import Request
@@ -18,6 +17,7 @@ from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, request_to
 from realtime_dispatch.hub.connection import Attachment, Writer
 from realtime_dispatch.hub.http_connections import HttpConnectionState
 from realtime_dispatch.hub.session import CloseReason
+from realtime_dispatch.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -54,7 +54,7 @@ async def identity_of(hub: Hub, request: Request, transport: str) -> Identity:
         raise Refused(PlainTextResponse("Service Unavailable", status_code=503)) from exc
 
 
-def state_of(hub: Hub, request: Request, user_id: UUID) -> HttpConnectionState:
+def state_of(hub: Hub, request: Request, user_id: Key) -> HttpConnectionState:
     """The connection named by ``id``: 404 when this replica has none, 403 for another user."""
     state = hub.http_transports.get(request.query_params.get("id"))
     if state is None:
