@@ -143,6 +143,13 @@ async def test_bigint_keys_end_to_end(empty_database: str) -> None:
                 assert "Status code '401'" in refused["error"]
                 async with running("worker", env=worker_env, ready=b"dispatcher_connected"):
                     await exchange(conn, alice_client, bob_client)
+                # Revoking user 42 (a bigint in the revocations table, a number in its
+                # notification) closes Alice's connection on the hub.
+                revoked = run_cli("revoke", "--user", "42", "--json", env=env)
+                assert revoked.returncode == 0, revoked.stderr
+                assert '"userId":42' in revoked.stdout
+                assert (await alice_client.event(within=30))["event"] == "closed"
+                assert run_cli("revoke", "--user", "forty-two", env=env).returncode == 2
             finally:
                 await alice_client.stop()
                 await bob_client.stop()
