@@ -139,10 +139,10 @@ async def lock(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def user_key(settings: Settings, value: str) -> Key | None:
-    """A user's key from the command line, of ``REALTIME_KEY_TYPE`` (a UUID, a decimal integer
-    or a string); None when it is not one."""
+    """A user's key from the command line, of ``REALTIME_KEY_TYPE`` (a UUID in any spelling, a
+    decimal integer or a string); None when it is not one."""
     try:
-        return settings.keys().from_claim(value)
+        return settings.keys().from_json(value)
     except ValueError:
         return None
 
