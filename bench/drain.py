@@ -2,7 +2,7 @@
 
     python bench/drain.py [--dsn DSN] [--rows 50000] [--runs 3] [--done 200000]
                           [--scenarios base,spec_only,done_pile,done_pile_spec_only]
-                          [--modes dispatcher,redis,raw]
+                          [--modes dispatcher,redis,raw] [--key-types uuid,bigint]
 
 For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end), each run:
 
@@ -18,6 +18,12 @@ For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end),
    worker's rows/s with the backplane;
    ``raw``: drains it with a bare asyncpg loop issuing the same ``claim`` and ``mark_done``
    statements from ``QUERIES`` (one connection, no payloads): the floor of the SQL alone.
+
+``--key-types uuid,bigint`` measures the owner's key type instead (``REALTIME_KEY_TYPE``): an
+owner's schema (``_keyed.py``: chats, members, messages, and its manifest) in one scratch
+database per key type, the outbox migrated with that type; each run drains the same backlog in
+each (order alternating run by run) through the dispatcher (and ``raw``, if among the modes)
+with the payload builder over that manifest and key type. Scenarios and ``done`` do not apply.
 
 Modes alternate within each run so machine noise hits both alike. ``spec_only`` scenarios drop
 every outbox index except the primary key and the spec's ``ix_rto_due`` / ``ix_rto_chat``.
@@ -38,6 +44,7 @@ from typing import Any
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+import _keyed
 from _common import (
     DEFAULT_DSN,
     CpuMeter,
@@ -61,7 +68,9 @@ from realtime_dispatch.dispatch.alerts import LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
+from realtime_dispatch.keys import key_codec
 from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import OutboxStore
@@ -78,7 +87,10 @@ MEMBERS = 5
 
 
 async def drain_dispatcher(
-    url: str, options: RealtimeDispatchOptions, redis_url: str | None = None
+    url: str,
+    options: RealtimeDispatchOptions,
+    redis_url: str | None = None,
+    builder: PayloadBuilder | None = None,
 ) -> dict[str, Any]:
     pool = await create_pool(
         url, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
@@ -96,7 +108,7 @@ async def drain_dispatcher(
             publisher = RedisHubPublisher.from_url(redis_url)
         dispatcher = Dispatcher(
             store=OutboxStore(pool, options.backoff),
-            builder=default_payload_builder(),
+            builder=builder or default_payload_builder(),
             publisher=publisher,
             options=options,
             metrics=DispatchMetrics(CollectorRegistry()),
@@ -235,11 +247,96 @@ async def run_scenario(
     return summary
 
 
+def _run_record(out: dict[str, Any]) -> dict[str, Any]:
+    meter: CpuMeter = out["meter"]
+    return {
+        "rows_per_s": out["rows"] / meter.wall,
+        "seconds": meter.wall,
+        "client_cpu_s": meter.client,
+        "server_cpu_s": meter.server,
+        "machine_busy": meter.machine_busy,
+        "passes": out["passes"],
+    }
+
+
+async def run_keyed(args: argparse.Namespace) -> dict[str, Any]:
+    """The same backlog drained on uuid and on bigint keys (one database each), alternating."""
+    names = args.key_types.split(",")
+    modes = [m for m in args.modes.split(",") if m in {"dispatcher", "raw"}]
+    options = RealtimeDispatchOptions()
+    results: dict[str, list[dict[str, Any]]] = {f"{n}/{m}": [] for n in names for m in modes}
+    async with _keyed.keyed_databases(args.dsn, "drain", names) as urls:
+        for run in range(args.runs):
+            for name in names if run % 2 == 0 else list(reversed(names)):
+                keys = key_codec(name)
+                builder = default_payload_builder(manifest=_keyed.manifest(keys), keys=keys)
+                url = urls[name]
+                for mode in modes:
+                    admin = await asyncpg.connect(url)
+                    try:
+                        await _keyed.reset(admin)
+                        rosters = await _keyed.seed_chats(admin, keys, CHATS, MEMBERS)
+                        await _keyed.seed_backlog(admin, keys, rosters, args.rows)
+                        await _keyed.settle(admin)
+                        if mode == "raw":
+                            out = await drain_raw(url, options)
+                        else:
+                            out = await drain_dispatcher(url, options, builder=builder)
+                        left = await admin.fetchval(
+                            "SELECT count(*) FROM messenger.realtime_outbox WHERE status <> 'Done'"
+                        )
+                    finally:
+                        await admin.close()
+                    if out["rows"] != args.rows or left:
+                        raise RuntimeError(f"{name}/{mode}: drained {out['rows']}, {left} left")
+                    record = _run_record(out)
+                    results[f"{name}/{mode}"].append(record)
+                    print(
+                        f"  keys {name:<7} run {run + 1} {mode:<10}"
+                        f" {record['rows_per_s']:>9,.0f} rows/s ({record['seconds']:.2f} s,"
+                        f" client cpu {record['client_cpu_s']:.2f} s)",
+                        flush=True,
+                    )
+    return {
+        label: {
+            key: median_spread([r[key] for r in runs])
+            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
+        }
+        for label, runs in results.items()
+    }
+
+
+async def main_keyed(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:
+    summary = await run_keyed(args)
+    print()
+    print(f"drain of {args.rows:,} rows by key type, medians of {args.runs} runs")
+    rows = [
+        [label, s["rows_per_s"]["median"], s["rows_per_s"]["min"], s["rows_per_s"]["max"],
+         s["client_cpu_s"]["median"], s["server_cpu_s"]["median"]]
+        for label, s in summary.items()
+    ]  # fmt: skip
+    print_table(["keys/mode", "rows/s", "min", "max", "client cpu s", "server cpu s"], rows)
+    path = write_json(
+        "drain",
+        {
+            "benchmark": "drain",
+            "args": vars(args),
+            "machine": facts,
+            "elapsed_s": time.time() - started,
+            "key_types": summary,
+        },
+    )
+    print(f"wrote {path}")
+
+
 async def main(args: argparse.Namespace) -> None:
     quiet_production_logging()
     facts = {**machine(), **await server_facts(args.dsn)}
     print(f"machine: {facts}")
     started = time.time()
+    if args.key_types:
+        await main_keyed(args, facts, started)
+        return
     scenarios = []
     async with scratch_database(args.dsn, "drain") as url:
         admin = await asyncpg.connect(url)
@@ -305,11 +402,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--done", type=int, default=200_000, help="Done rows in done_pile runs")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--modes", default="dispatcher,raw", help="dispatcher, redis, raw")
+    parser.add_argument(
+        "--key-types",
+        default="",
+        help="e.g. uuid,bigint: the owner's key types compared on an owner's schema (see above)",
+    )
     smoke = {"rows": 500, "done": 1000, "runs": 1, "modes": "dispatcher,redis,raw"}
     args = parse_with_smoke(parser, smoke)
     for name in args.scenarios.split(","):
         if name not in SCENARIOS:
             parser.error(f"unknown scenario {name}")
+    for name in filter(None, args.key_types.split(",")):
+        if name not in {"uuid", "bigint", "text"}:
+            parser.error(f"unknown key type {name}")
     return args
 
 

@@ -4,6 +4,7 @@ publisher notes when each row is pushed.
 
     python bench/lag.py [--dsn DSN] [--rate 2000] [--seconds 10] [--runs 3]
                         [--owners 8] [--processes 2] [--scenarios notify,poll,ceiling]
+                        [--key-types uuid,bigint]
 
 Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
 
@@ -19,6 +20,12 @@ Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
   running (LISTEN on), once with the shipped idle-flag trigger and once with the trigger
   replaced (in the scratch database only) by one that always notifies: the commit rate ceiling
   of each.
+
+``--key-types uuid,bigint`` measures the owner's key type instead (``REALTIME_KEY_TYPE``):
+``notify`` on an owner's schema (``_keyed.py``) in one scratch database per key type, the outbox
+migrated with that type, owners writing a message (its id made by the database) and its outbox
+row in one transaction; the dispatcher builds payloads over that schema's manifest. Each run
+goes through the key types in turn, the order alternating run by run.
 
 Reports medians of ``--runs`` (with min and max) and writes JSON to ``bench/results/``.
 """
@@ -43,6 +50,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import uvloop
 
+import _keyed
 from _common import (
     DEFAULT_DSN,
     CpuMeter,
@@ -61,6 +69,7 @@ from _common import (
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.ids import new_id
+from realtime_dispatch.keys import Key, key_codec
 from realtime_dispatch.messenger.commands import send_message
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
@@ -136,7 +145,7 @@ class StampingPublisher:
 
 async def _owner(
     dsn: str,
-    chats: list[tuple[UUID, UUID]],
+    chats: Sequence[tuple[Key, Key]],
     *,
     rate: float,
     start_at: float,
@@ -148,7 +157,7 @@ async def _owner(
     from ``start_at`` + ``offset`` for ``seconds``; returns (outbox id, message id, commit ts)."""
     conn = await asyncpg.connect(dsn)
     out: list[tuple[str, str, float]] = []
-    seqs: dict[UUID, int] = {}  # enqueue owners: this owner is its chats' only writer
+    seqs: dict[Key, int] = {}  # enqueue owners: this owner is its chats' only writer
     try:
         await asyncio.sleep(max(0.0, start_at - time.time()))
         end = start_at + seconds
@@ -163,7 +172,12 @@ async def _owner(
             if time.time() >= end:
                 break
             chat, sender = chats[n % len(chats)]
-            if command in {"send_message", "send_idempotent"}:
+            if command == "keyed":
+                seqs[chat] = seq = seqs.get(chat, 0) + 1
+                outbox_id, message_id = await _keyed.send(conn, chat, sender, seq, f"lag {n}")
+            elif command in {"send_message", "send_idempotent"}:
+                assert isinstance(chat, UUID)
+                assert isinstance(sender, UUID)
                 # send_idempotent: the same send under a fresh clientMessageId (the claim row);
                 # plain sends pass no such argument, so older revisions can run this too.
                 extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
@@ -172,6 +186,8 @@ async def _owner(
                 )
                 outbox_id, message_id = sent.outbox_id, sent.message_id
             else:
+                assert isinstance(chat, UUID)
+                assert isinstance(sender, UUID)
                 seqs[chat] = seq = seqs.get(chat, 0) + 1
                 outbox_id, message_id = await _insert_and_enqueue(conn, chat, sender, seq, n)
             out.append((str(outbox_id), str(message_id), time.time()))
@@ -211,10 +227,11 @@ async def _insert_and_enqueue(
 
 
 async def _owner_process(spec: dict[str, Any]) -> list[tuple[str, str, float]]:
+    keys = key_codec(spec.get("key_type", "uuid"))
     tasks = [
         _owner(
             spec["dsn"],
-            [(UUID(c), UUID(s)) for c, s in chats],
+            [(keys.from_claim(c), keys.from_claim(s)) for c, s in chats],
             rate=spec["rate"],
             start_at=spec["start_at"],
             seconds=spec["seconds"],
@@ -236,13 +253,14 @@ def _read_rows(paths: list[str]) -> list[tuple[str, str, float]]:
 
 async def run_owners(
     url: str,
-    rosters: dict[UUID, list[UUID]],
+    rosters: dict[Key, list[Key]],
     *,
     owners: int,
     processes: int,
     rate: float,
     seconds: float,
     command: str,
+    key_type: str = "uuid",
 ) -> list[tuple[str, str, float]]:
     """Run ``owners`` owner connections in ``processes`` child processes; total ``rate``/s."""
     pairs = [(str(chat), str(users[0])) for chat, users in rosters.items()]
@@ -264,6 +282,7 @@ async def run_owners(
                 # Owner i starts i/rate late: the owners' commits interleave evenly.
                 "offsets": [i / rate if rate else 0.0 for i in mine],
                 "command": command,
+                "key_type": key_type,
                 "out": out,
             }
             procs.append(
@@ -285,12 +304,19 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[index]
 
 
-async def fresh_state(url: str, chats: int) -> dict[UUID, list[UUID]]:
+async def fresh_state(url: str, chats: int, key_type: str | None = None) -> dict[Key, list[Key]]:
+    """The reference messenger's chats, or (``key_type``) the owner's schema of ``_keyed``."""
     conn = await asyncpg.connect(url)
     try:
-        await reset_domain(conn)
-        rosters = await seed_chats(conn, chats, 3)
-        await settle(conn)
+        rosters: dict[Key, list[Key]]
+        if key_type is None:
+            await reset_domain(conn)
+            rosters = dict(await seed_chats(conn, chats, 3))
+            await settle(conn)
+        else:
+            await _keyed.reset(conn)
+            rosters = await _keyed.seed_chats(conn, key_codec(key_type), chats, 3)
+            await _keyed.settle(conn)
     finally:
         await conn.close()
     return rosters
@@ -351,6 +377,76 @@ async def lag_run(
         meter.stop()
         passes = service.runner.passes_run
     return lag_figures(commits, publisher.published, meter, passes)
+
+
+async def keyed_run(url: str, args: argparse.Namespace, key_type: str) -> dict[str, Any]:
+    """``notify`` on the owner's schema of ``_keyed`` with keys of ``key_type``."""
+    keys = key_codec(key_type)
+    rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER, key_type)
+    options = RealtimeDispatchOptions()
+    publisher = StampingPublisher()
+    meter = CpuMeter()
+    manifest = _keyed.manifest(keys)
+    async with dispatch_service(url, options, publisher, manifest=manifest, keys=keys) as service:
+        await asyncio.sleep(0.5)  # first pass done, idle flag set
+        meter.start()
+        commits = await run_owners(
+            url,
+            rosters,
+            owners=args.owners,
+            processes=args.processes,
+            rate=args.rate,
+            seconds=args.seconds,
+            command="keyed",
+            key_type=key_type,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
+        meter.stop()
+        passes = service.runner.passes_run
+    return lag_figures(commits, publisher.published, meter, passes)
+
+
+async def main_keyed(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:
+    names = args.key_types.split(",")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    async with _keyed.keyed_databases(args.dsn, "lag", names) as urls:
+        for run in range(args.runs):
+            for name in names if run % 2 == 0 else list(reversed(names)):
+                r = await keyed_run(urls[name], args, name)
+                runs[name].append(r)
+                print(f"  keys {name:<7} run {run + 1}: {_lag_line(r)}", flush=True)
+    results = {name: {"runs": rs, "summary": summarize(rs)} for name, rs in runs.items()}
+    print()
+    print(f"lag by key type at {args.rate:,.0f} commits/s target, medians of {args.runs} runs (ms)")
+    table = []
+    for name in names:
+        s = results[name]["summary"]
+        table.append(
+            [
+                name,
+                s["commit_rate"]["median"],
+                s["p50_ms"]["median"],
+                f"{s['p50_ms']['min']:.1f}–{s['p50_ms']['max']:.1f}",
+                s["p95_ms"]["median"],
+                f"{s['p95_ms']['min']:.1f}–{s['p95_ms']['max']:.1f}",
+                s["p99_ms"]["median"],
+                s["dispatcher_cpu_s"]["median"],
+            ]
+        )
+    headers = ["keys", "commits/s", "p50", "p50 range", "p95", "p95 range", "p99", "cpu s"]
+    print_table(headers, table)
+    path = write_json(
+        "lag",
+        {
+            "benchmark": "lag",
+            "args": vars(args),
+            "machine": facts,
+            "elapsed_s": time.time() - started,
+            "key_types": results,
+        },
+    )
+    print(f"wrote {path}")
 
 
 async def raw_run(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -485,6 +581,9 @@ async def main(args: argparse.Namespace) -> None:
     facts = {**machine(), **await server_facts(args.dsn)}
     print(f"machine: {facts}")
     started = time.time()
+    if args.key_types:
+        await main_keyed(args, facts, started)
+        return
     results: dict[str, Any] = {}
     scenarios = args.scenarios.split(",")
     unknown = set(scenarios) - {*LAG_SCENARIOS, "ceiling"}
@@ -576,10 +675,18 @@ def parse_args() -> argparse.Namespace:
         default="send_message",
         help="owner transaction: the real send_message command, or message INSERT + enqueue",
     )
+    parser.add_argument(
+        "--key-types",
+        default="",
+        help="e.g. uuid,bigint: notify on an owner's schema keyed by each type (see above)",
+    )
     parser.add_argument("--owner-process", help=argparse.SUPPRESS)
     smoke = {"rate": 200.0, "seconds": 2.0, "ceiling_seconds": 1.5, "runs": 1, "owners": 2,
              "processes": 1, "scenarios": "raw,notify,poll,ceiling"}  # fmt: skip
     args = parse_with_smoke(parser, smoke)
+    for name in filter(None, args.key_types.split(",")):
+        if name not in {"uuid", "bigint", "text"}:
+            parser.error(f"unknown key type {name}")
     if args.rows:
         args.seconds = args.rows / args.rate
     return args

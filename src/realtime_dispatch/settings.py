@@ -26,6 +26,7 @@ from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.forwarded import IPNetwork, parse_networks
+from realtime_dispatch.keys import KeyCodec, key_codec
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.api.send_rate import SendRate
@@ -75,6 +76,9 @@ class Settings(BaseSettings):
     projections: Path | None = None
     """The projection manifest (``REALTIME_PROJECTIONS``). Set: the adopter's own schema, and
     nothing of the reference messenger is created or run. Unset: the shipped manifest."""
+    key_type: Literal["uuid", "bigint", "text"] = "uuid"
+    """The type of the owner's keys (``REALTIME_KEY_TYPE``): the outbox's key columns, the
+    manifest's parameters and id columns, the tokens' user claim, groups and payload ids."""
     log_level: str = "info"
     dev: bool = False
     """Development mode with ``REALTIME_DATABASE_URL``: generated secrets and demo tokens when
@@ -223,10 +227,15 @@ class Settings(BaseSettings):
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: required with REALTIME_HUB_JWT_JWKS_URL")
 
+    def keys(self) -> KeyCodec:
+        """The codec of ``REALTIME_KEY_TYPE``."""
+        return key_codec(self.key_type)
+
     def token_options(self) -> TokenOptions:
         """Which hub/REST tokens are accepted (``REALTIME_HUB_JWT_*``)."""
         secret = self.hub_jwt_secret
         return TokenOptions(
+            keys=self.keys(),
             secret=secret.get_secret_value() if secret is not None else None,
             jwks_url=self.hub_jwt_jwks_url,
             issuer=self.hub_jwt_issuer,

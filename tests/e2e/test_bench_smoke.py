@@ -72,6 +72,24 @@ def test_bench_smoke_runs(name: str, pg_server_url: str) -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", ["drain", "lag"])
+def test_bench_key_types_smoke_runs(name: str, pg_server_url: str) -> None:
+    """The ``--key-types`` runs: an owner's schema on uuid and on bigint keys."""
+    env = {**os.environ, "REALTIME_DATABASE_URL": pg_server_url}
+    done = subprocess.run(
+        [sys.executable, f"bench/{name}.py", "--smoke", "--key-types", "uuid,bigint"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "bigint" in done.stdout
+
+
 def test_bench_e2e_smoke_delivers_everything(pg_server_url: str) -> None:
     before = set(RESULTS.glob("e2e-smoke-*.json"))
     done = run_smoke("e2e", pg_server_url)

@@ -7,7 +7,8 @@ to the connection, not to the token."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from uuid import UUID
+
+from realtime_dispatch.keys import Key
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +19,9 @@ class Identity:
     None when the token has none, which a revocation of the user refuses).
     """
 
-    user_id: UUID
+    user_id: Key
+    """The user's key, of ``REALTIME_KEY_TYPE`` (a ``UUID`` unless an owner's schema says
+    otherwise)."""
     expires_at: float
     issued_at: float | None = None
     admin: bool = False

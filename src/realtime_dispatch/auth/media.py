@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from uuid import UUID
 
 import jwt
 from pydantic import SecretStr
 
 from realtime_dispatch.contracts.media import IceServer, MediaJoin
+from realtime_dispatch.keys import Key
 
 JITSI_AUDIENCE = "jitsi"
 
@@ -54,8 +54,8 @@ def room_token(
     secret: str,
     *,
     room_name: str,
-    user_id: UUID | None,
-    chat_id: UUID | None,
+    user_id: Key | None,
+    chat_id: Key | None,
     now: int,
     expires: int,
 ) -> str:
@@ -90,7 +90,7 @@ class MediaMinter:
         return self.options.jitsi_app_secret is not None
 
     def mint(
-        self, room_name: str, *, user_id: UUID | None = None, chat_id: UUID | None = None
+        self, room_name: str, *, user_id: Key | None = None, chat_id: Key | None = None
     ) -> MediaJoin | None:
         secret = self.options.jitsi_app_secret
         if secret is None:

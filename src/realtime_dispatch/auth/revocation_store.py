@@ -4,12 +4,11 @@ trigger on ``NOTIFY realtime_revocation``, whoever writes it."""
 
 from __future__ import annotations
 
-from uuid import UUID
-
 import asyncpg
 
 from realtime_dispatch.auth.revocations import Revocation
 from realtime_dispatch.database import translate_errors
+from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.queries import load_queries
 
 QUERIES = load_queries("realtime_dispatch.auth")
@@ -19,7 +18,7 @@ def _revocation(record: asyncpg.Record) -> Revocation:
     return Revocation(user_id=record["user_id"], revoked_at=record["revoked_at"])
 
 
-async def revoke(pool: asyncpg.Pool, user_id: UUID) -> Revocation:
+async def revoke(pool: asyncpg.Pool, user_id: Key) -> Revocation:
     """Refuse ``user_id``'s tokens issued until now; their connections close on every hub."""
     async with translate_errors():
         record = await pool.fetchrow(QUERIES["revoke"], user_id)
@@ -27,7 +26,7 @@ async def revoke(pool: asyncpg.Pool, user_id: UUID) -> Revocation:
     return _revocation(record)
 
 
-async def lift(pool: asyncpg.Pool, user_id: UUID) -> Revocation | None:
+async def lift(pool: asyncpg.Pool, user_id: Key) -> Revocation | None:
     """Remove ``user_id``'s revocation; the one lifted, or None when there was none."""
     async with translate_errors():
         record = await pool.fetchrow(QUERIES["lift"], user_id)

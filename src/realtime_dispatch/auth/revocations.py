@@ -12,27 +12,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from uuid import UUID
 
 import orjson
 
 from realtime_dispatch.auth.identity import Identity
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 
 @dataclass(frozen=True, slots=True)
 class Revocation:
-    user_id: UUID
+    user_id: Key
     revoked_at: datetime
 
     def as_json(self) -> dict[str, str]:
         return {"userId": str(self.user_id), "revokedAt": self.revoked_at.isoformat()}
+
+    def as_json_with(self, keys: KeyCodec) -> dict[str, object]:
+        """:meth:`as_json` with the user id as ``keys`` write it (a number for bigint)."""
+        return {**self.as_json(), "userId": keys.to_json(self.user_id)}
 
 
 @dataclass(frozen=True, slots=True)
 class RevocationChange:
     """One notification: ``revoked_at`` (Unix seconds) set, or None when lifted."""
 
-    user_id: UUID
+    user_id: Key
     revoked_at: float | None
 
 
@@ -42,7 +46,7 @@ class Revocations:
     __slots__ = ("_at", "_during_load")
 
     def __init__(self) -> None:
-        self._at: dict[UUID, float] = {}
+        self._at: dict[Key, float] = {}
         self._during_load: list[RevocationChange] | None = None
 
     def __len__(self) -> int:
@@ -74,7 +78,7 @@ class Revocations:
         else:
             self._at[change.user_id] = change.revoked_at
 
-    def users(self) -> frozenset[UUID]:
+    def users(self) -> frozenset[Key]:
         return frozenset(self._at)
 
     def refuses(self, identity: Identity) -> bool:
@@ -85,12 +89,12 @@ class Revocations:
         return identity.issued_at is None or identity.issued_at < revoked_at
 
 
-def parse_change(payload: str) -> RevocationChange | None:
-    """The trigger's payload ``{"userId": …, "revokedAt": <Unix seconds> | null}``; None when it
-    is not one."""
+def parse_change(payload: str, keys: KeyCodec = UUID_KEYS) -> RevocationChange | None:
+    """The trigger's payload ``{"userId": …, "revokedAt": <Unix seconds> | null}`` (the user id
+    of type ``keys``); None when it is not one."""
     try:
         value = orjson.loads(payload)
-        user_id = UUID(value["userId"])
+        user_id = keys.from_json(value["userId"])
         at = value["revokedAt"]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -8,11 +8,13 @@ Two kinds of token are accepted, told apart by their header's ``alg``:
 * ``RS256`` / ``ES256`` signed by a key of the identity provider's JWKS
   (``REALTIME_HUB_JWT_JWKS_URL``, :mod:`.jwks`), found by the header's ``kid``.
 
-Either way ``exp`` and the user claim (``REALTIME_HUB_JWT_USER_CLAIM``, default ``sub``, a UUID
-in its canonical form: lowercase, hyphenated) are required; ``exp``, ``nbf`` and ``iat`` must
-be JSON numbers (RFC 7519's NumericDate: PyJWT alone takes ``"exp": "1700000000"``); ``iss`` /
-``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` / ``REALTIME_HUB_JWT_AUDIENCE`` when those are
-set. A token issued before its user's revocation (:mod:`.revocations`) is refused.
+Either way ``exp`` and the user claim (``REALTIME_HUB_JWT_USER_CLAIM``, default ``sub``, a key
+of ``REALTIME_KEY_TYPE``: a UUID in its canonical form, lowercase and hyphenated; a decimal
+integer for ``bigint``, as a JSON number or string; a string for ``text``) are required;
+``exp``, ``nbf`` and ``iat`` must be JSON numbers (RFC 7519's NumericDate: PyJWT alone takes
+``"exp": "1700000000"``); ``iss`` / ``aud`` must match ``REALTIME_HUB_JWT_ISSUER`` /
+``REALTIME_HUB_JWT_AUDIENCE`` when those are set. A token issued before its user's revocation
+(:mod:`.revocations`) is refused.
 
 ::
 
@@ -32,7 +34,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 import jwt
 
@@ -41,6 +42,7 @@ from realtime_dispatch.auth.jwks import SIGNING_ALGORITHMS, JwksKeys
 from realtime_dispatch.auth.jwks import KeysUnavailable as KeysUnavailable  # noqa: PLC0414
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.keys import BIGINT_KEYS, UUID_KEYS, Key, KeyCodec
 
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0
@@ -76,6 +78,8 @@ class TokenOptions:
     issuer: str | None = None
     audience: str | None = None
     user_claim: str = "sub"
+    keys: KeyCodec = UUID_KEYS
+    """The type of the user claim (``REALTIME_KEY_TYPE``)."""
     leeway: float = LEEWAY_SECONDS
     jwks_refresh_after: float = 300.0
     """Seconds a fetched key set is used before it is fetched again (on use)."""
@@ -87,7 +91,7 @@ class TokenOptions:
         return (
             f"TokenOptions(secret={'***' if self.secret else None}, jwks_url={self.jwks_url!r},"
             f" issuer={self.issuer!r}, audience={self.audience!r},"
-            f" user_claim={self.user_claim!r})"
+            f" user_claim={self.user_claim!r}, keys={self.keys.name!r})"
         )
 
 
@@ -182,7 +186,11 @@ class TokenVerifier:
                 token,
                 key,
                 algorithms=[algorithm],
-                options={"require": ["exp", options.user_claim]},
+                # An integer ``sub`` is what bigint keys allow (the claim is checked below).
+                options={
+                    "require": ["exp", options.user_claim],
+                    "verify_sub": options.keys is not BIGINT_KEYS,
+                },
                 issuer=options.issuer,
                 audience=options.audience,
                 leeway=options.leeway,
@@ -210,13 +218,8 @@ class TokenVerifier:
         return claims
 
     def _identity(self, claims: dict[str, Any]) -> Identity:
-        subject = claims[self.options.user_claim]
         try:
-            if not isinstance(subject, str):
-                raise ValueError(subject)
-            user_id = UUID(subject)
-            if str(user_id) != subject:  # `{…}`, `urn:uuid:…`, upper case, no hyphens
-                raise ValueError(subject)
+            user_id = self.options.keys.from_claim(claims[self.options.user_claim])
         except ValueError as exc:
             claim = self.options.user_claim
             raise AuthError(
@@ -251,7 +254,7 @@ def service_key_matches(headers: Mapping[str, str], expected: str | None) -> boo
 
 def mint_token(
     secret: str,
-    user_id: UUID,
+    user_id: Key,
     *,
     ttl: float = 3600.0,
     admin: bool = False,
@@ -260,7 +263,8 @@ def mint_token(
     user_claim: str = "sub",
     now: float | None = None,
 ) -> str:
-    """A hub/REST access token: the user UUID as ``user_claim`` (and ``sub``), ``iat``,
+    """A hub/REST access token: the user's key as ``user_claim`` (and ``sub``; a string, as
+    RFC 7519 has it, for every key type), ``iat``,
     ``exp``, ``iss`` / ``aud`` when given and, for operators, the ``admin`` role claim.
 
     ``iat`` is whole seconds, so a token minted in the same second as a revocation of its user

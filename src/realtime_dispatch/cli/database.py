@@ -12,8 +12,9 @@ import asyncpg
 
 from realtime_dispatch.database import EmbeddedPostgres, default_data_dir, embedded_available
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.keys import UUID_KEYS, VARIABLE
 from realtime_dispatch.messenger.schema import migrate
-from realtime_dispatch.outbox.migrate import Migration
+from realtime_dispatch.outbox.migrate import Migration, require_key_type
 from realtime_dispatch.settings import Settings
 
 EMBEDDED_EXTRA = "realtime-dispatch[embedded]"
@@ -58,14 +59,36 @@ def session_url(settings: Settings, url: str) -> str:
     return url
 
 
+def require_reference_keys(settings: Settings, *, with_messenger: bool) -> None:
+    """The reference messenger's tables, REST API and manifest are keyed by uuid: beside it
+    another key type can only mismatch, so it is refused (exit 2) before anything is done."""
+    if with_messenger and settings.keys() is not UUID_KEYS:
+        raise ConfigurationError(
+            VARIABLE,
+            f"{settings.key_type} is for an owner's own schema: the reference messenger's keys"
+            " are uuid (set REALTIME_PROJECTIONS to your manifest, or use migrate --only outbox)",
+        )
+
+
+async def check_outbox_keys(settings: Settings, url: str) -> None:
+    """Exit 2 (ConfigurationError naming both types) when the outbox there was created with
+    another key type than ``REALTIME_KEY_TYPE``."""
+    conn = await asyncpg.connect(session_url(settings, url))
+    try:
+        await require_key_type(conn, settings.keys())
+    finally:
+        await conn.close()
+
+
 async def apply_migrations(settings: Settings, url: str, *, only_outbox: bool) -> list[Migration]:
     """Apply the pending migrations (the outbox's alone when ``only_outbox`` or a projection
-    manifest is set); return those this call applied."""
+    manifest is set), its key columns of ``REALTIME_KEY_TYPE``; return those this call
+    applied."""
     # Under a session advisory lock: on a session of its own, never through a pooler.
     conn = await asyncpg.connect(session_url(settings, url))
     try:
         with_messenger = settings.reference_messenger and not only_outbox
-        return await migrate(conn, with_messenger=with_messenger)
+        return await migrate(conn, with_messenger=with_messenger, keys=settings.keys())
     finally:
         await conn.close()
 
@@ -76,7 +99,11 @@ async def database_url(
 ) -> AsyncIterator[str]:
     """The database's URL for the block. ``run_migrations``: apply the schema first, the
     outbox's alone when ``only_outbox`` or a projection manifest is set (the adopter's own
-    schema: no table of the reference messenger is created)."""
+    schema: no table of the reference messenger is created). Either way an outbox of another
+    key type than ``REALTIME_KEY_TYPE`` stops the command (exit 2) before the block."""
+    with_messenger = settings.reference_messenger and not only_outbox
+    if run_migrations:
+        require_reference_keys(settings, with_messenger=with_messenger)
     embedded: EmbeddedPostgres | None = None
     if settings.database_url is not None:
         url = settings.database_url.get_secret_value()
@@ -90,6 +117,8 @@ async def database_url(
     try:
         if run_migrations:
             await apply_migrations(settings, url, only_outbox=only_outbox)
+        else:
+            await check_outbox_keys(settings, url)
         yield url
     finally:
         if embedded is not None:

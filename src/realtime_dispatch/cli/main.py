@@ -27,6 +27,7 @@ from realtime_dispatch.cli.database import (
     database_url,
     require_database,
     require_database_url,
+    require_reference_keys,
     session_url,
     transaction_pooled,
 )
@@ -111,15 +112,17 @@ def _parser() -> argparse.ArgumentParser:
     lock = sub.add_parser("lock", help="who holds the dispatcher's single-runner lock")
     lock.add_argument("--json", action="store_true")
     token = sub.add_parser("token", help="print a hub/REST JWT signed with REALTIME_HUB_JWT_SECRET")
-    token.add_argument("--user", type=UUID, required=True)
+    token.add_argument(
+        "--user", required=True, metavar="KEY", help="the user's key (REALTIME_KEY_TYPE)"
+    )
     token.add_argument("--ttl", type=float, default=3600.0)
     token.add_argument("--admin", action="store_true", help="add the admin role claim")
     revoke = sub.add_parser(
         "revoke", help="cut a user off: refuse their earlier tokens, close their connections"
     )
     action = revoke.add_mutually_exclusive_group(required=True)
-    action.add_argument("--user", type=UUID, metavar="UUID", help="revoke this user's tokens")
-    action.add_argument("--lift", type=UUID, metavar="UUID", help="lift this user's revocation")
+    action.add_argument("--user", metavar="KEY", help="revoke this user's tokens")
+    action.add_argument("--lift", metavar="KEY", help="lift this user's revocation")
     action.add_argument("--list", action="store_true", help="list the revocations in force")
     revoke.add_argument("--json", action="store_true")
     return parser
@@ -141,7 +144,9 @@ async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 def _print_sql(settings: Settings, args: argparse.Namespace) -> int:
     """``migrate --print-sql``: the schema ``migrate`` would apply, without a database."""
     with_messenger = settings.reference_messenger and args.only != "outbox"
-    print(migration_script(selected_migrations(with_messenger=with_messenger)), end="")
+    require_reference_keys(settings, with_messenger=with_messenger)
+    migrations = selected_migrations(with_messenger=with_messenger, keys=settings.keys())
+    print(migration_script(migrations), end="")
     return EXIT_OK
 
 
@@ -189,10 +194,13 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     if not math.isfinite(args.ttl) or args.ttl <= 0:
         raise UsageError("--ttl must be a finite number > 0")
     secret = settings.hub_jwt_secret.get_secret_value()
+    user = ops.user_key(settings, args.user)
+    if user is None:
+        raise UsageError(f"--user must be a key of REALTIME_KEY_TYPE={settings.key_type}")
     print(
         mint_token(
             secret,
-            args.user,
+            user,
             ttl=args.ttl,
             admin=args.admin,
             issuer=settings.hub_jwt_issuer,
@@ -245,6 +253,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                     pooled=transaction_pooled(settings),
                     manifest=manifest,
                     membership_marks=isinstance(publisher, RedisHubPublisher),
+                    keys=settings.keys(),
                 ) as service,
                 probe_server(
                     service,

@@ -15,8 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from realtime_dispatch.cli.database import database_url, transaction_pooled
-from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
+from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.database import create_pool
+from realtime_dispatch.keys import Key
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStats
@@ -139,9 +140,27 @@ async def lock(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def user_key(settings: Settings, value: str) -> Key | None:
+    """A user's key from the command line, of ``REALTIME_KEY_TYPE`` (a UUID in any spelling, a
+    decimal integer or a string); None when it is not one."""
+    try:
+        return settings.keys().from_json(value)
+    except ValueError:
+        return None
+
+
 async def revoke(settings: Settings, args: argparse.Namespace) -> int:
-    """``revoke --user UUID`` / ``--lift UUID`` / ``--list``: every hub replica applies a
+    """``revoke --user KEY`` / ``--lift KEY`` / ``--list``: every hub replica applies a
     change within moments (``NOTIFY realtime_revocation``)."""
+    given = args.user if args.user is not None else args.lift
+    user = None if given is None else user_key(settings, given)
+    if given is not None and user is None:
+        print(
+            f"realtime-dispatch: {given!r} is not a key of REALTIME_KEY_TYPE={settings.key_type}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    keys = settings.keys()
     async with database_url(settings) as url:
         pool = await create_pool(url, max_size=1)
         try:
@@ -149,9 +168,11 @@ async def revoke(settings: Settings, args: argparse.Namespace) -> int:
             if args.list:
                 items = await service.revocations()
             elif args.user is not None:
-                items = [await service.revoke(args.user)]
+                assert user is not None
+                items = [await service.revoke(user)]
             else:
-                lifted = await service.lift_revocation(args.lift)
+                assert user is not None
+                lifted = await service.lift_revocation(user)
                 if lifted is None:
                     print(f"realtime-dispatch: no revocation for user {args.lift}", file=sys.stderr)
                     return EXIT_FAILURE
@@ -162,7 +183,7 @@ async def revoke(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await pool.close()
     if args.json:
-        print(orjson.dumps([item.as_json() for item in items]).decode())
+        print(orjson.dumps([item.as_json_with(keys) for item in items]).decode())
     elif args.list:
         if not items:
             print("no revocations")

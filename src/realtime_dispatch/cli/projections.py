@@ -25,7 +25,7 @@ async def checked_manifest(url: str, settings: Settings, *, needs: Collection[st
     manifest = settings.projection_manifest()
     conn = await asyncpg.connect(url)
     try:
-        await require_valid(conn, manifest, needs=needs)
+        await require_valid(conn, manifest, needs=needs, keys=settings.keys())
     finally:
         await conn.close()
     return manifest
@@ -38,7 +38,7 @@ async def check(settings: Settings) -> int:
     async with database_url(settings) as url:
         conn = await asyncpg.connect(url)
         try:
-            results = await check_manifest(conn, manifest, needs=HUB)
+            results = await check_manifest(conn, manifest, needs=HUB, keys=settings.keys())
         finally:
             await conn.close()
     print(f"realtime-dispatch: checking {VARIABLE}: {manifest.source}", file=sys.stderr)

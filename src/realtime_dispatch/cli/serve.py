@@ -120,6 +120,7 @@ async def _maybe_dispatcher(
         pooled=transaction_pooled(settings),
         manifest=manifest,
         membership_marks=True,
+        keys=settings.keys(),
     ) as service:
         yield service
 

@@ -10,6 +10,8 @@ from uuid import UUID
 
 import structlog
 
+from realtime_dispatch.keys import Key
+
 _log = structlog.get_logger(__name__)
 
 
@@ -17,7 +19,7 @@ _log = structlog.get_logger(__name__)
 class RealtimeDispatchQuarantinedEvent:
     outbox_entry_id: UUID
     kind: str
-    chat_id: UUID | None
+    chat_id: Key | None
     attempts: int
     reason: str | None
 
@@ -32,7 +34,7 @@ class LogAlertSink:
             "realtime_dispatch_quarantined",
             outbox_entry_id=str(event.outbox_entry_id),
             kind=event.kind,
-            chat_id=str(event.chat_id) if event.chat_id else None,
+            chat_id=str(event.chat_id) if event.chat_id is not None else None,
             attempts=event.attempts,
             reason=event.reason,
         )

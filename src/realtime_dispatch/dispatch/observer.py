@@ -119,8 +119,10 @@ class DispatchObserver:
                 _log.debug(
                     "dispatched",
                     kind=row.kind,
-                    chat_id=str(row.chat_id) if row.chat_id else None,
-                    target_user_id=str(row.target_user_id) if row.target_user_id else None,
+                    chat_id=str(row.chat_id) if row.chat_id is not None else None,
+                    target_user_id=str(row.target_user_id)
+                    if row.target_user_id is not None
+                    else None,
                     seq=row.seq,
                     attempts=row.attempts,
                 )

@@ -33,6 +33,7 @@ from realtime_dispatch.dispatch.projections.registry import (
     media_invite_kinds,
 )
 from realtime_dispatch.dispatch.runner import DispatchRunner
+from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
@@ -81,6 +82,7 @@ async def dispatch_service(
     pooled: bool = False,
     manifest: Manifest | None = None,
     membership_marks: bool = False,
+    keys: KeyCodec = UUID_KEYS,
 ) -> AsyncIterator[DispatchService]:
     """Open the dispatcher's pool and run its loop in a task; stop it gracefully on exit.
 
@@ -90,7 +92,8 @@ async def dispatch_service(
     claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
     the default builder (the shipped one when ``None``). ``membership_marks``: the publisher
     hands on membership marks (the hub's in-process and Redis publishers): each runner keeps
-    them, and claims on its own connection (:mod:`realtime_dispatch.membership_mark`)."""
+    them, and claims on its own connection (:mod:`realtime_dispatch.membership_mark`). ``keys``:
+    the owner's key type (``REALTIME_KEY_TYPE``), how the payloads write ids."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())
     shares = partitions(options.partitions)
@@ -105,7 +108,7 @@ async def dispatch_service(
     try:
         claim_settings = transaction_settings_sql(DISPATCHER_SERVER_SETTINGS) if pooled else ""
         store = OutboxStore(pool, options.backoff, claim_settings=claim_settings)
-        payloads = builder or default_payload_builder(media, manifest=manifest)
+        payloads = builder or default_payload_builder(media, manifest=manifest, keys=keys)
         sink = alerts or LogAlertSink()
         observer = DispatchObserver(metrics, sink, unminted=unminted_invites(media, manifest))
         await store.forget_other_partitionings(options.partitions)

@@ -12,10 +12,10 @@ it (docs/reference.md, ``REALTIME_HUB_MAX_CONNECTIONS_PER_USER``).
 from __future__ import annotations
 
 from typing import Literal
-from uuid import UUID
 
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.registry import GroupRegistry
+from realtime_dispatch.keys import Key
 
 AdmissionStage = Literal["negotiate", "open"]
 
@@ -36,7 +36,7 @@ class Reservation:
 
     __slots__ = ("_admission", "_held", "user_id")
 
-    def __init__(self, admission: Admission, user_id: UUID, *, held: bool) -> None:
+    def __init__(self, admission: Admission, user_id: Key, *, held: bool) -> None:
         self._admission = admission
         self.user_id = user_id
         self._held = held
@@ -53,15 +53,15 @@ class Admission:
     def __init__(self, registry: GroupRegistry, max_per_user: int) -> None:
         self._registry = registry
         self.max_per_user = max_per_user
-        self._opening: dict[UUID, int] = {}
+        self._opening: dict[Key, int] = {}
         self.opening = 0
         """Places reserved, all users together: connections whose handshake has not finished
         (a WebSocket from its upgrade, an SSE stream or long poll from its first ``GET``)."""
 
-    def held_by(self, user_id: UUID) -> int:
+    def held_by(self, user_id: Key) -> int:
         return self._registry.connection_count(user_id) + self._opening.get(user_id, 0)
 
-    def admit(self, user_id: UUID, stage: AdmissionStage) -> Reservation:
+    def admit(self, user_id: Key, stage: AdmissionStage) -> Reservation:
         """Raise :class:`ConnectionRefused` (429) when the user holds the cap already. At
         ``open`` a place is reserved; at ``negotiate`` nothing is (the reservation is empty)."""
         if self.held_by(user_id) >= self.max_per_user:
@@ -76,7 +76,7 @@ class Admission:
         self.opening += 1
         return Reservation(self, user_id, held=True)
 
-    def unreserve(self, user_id: UUID) -> None:
+    def unreserve(self, user_id: Key) -> None:
         self.opening -= 1
         count = self._opening.get(user_id, 0) - 1
         if count > 0:

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-from uuid import UUID
 
 from starlette.websockets import WebSocket
 
@@ -31,6 +30,7 @@ from realtime_dispatch.hub.outbound import Outbound
 from realtime_dispatch.hub.protocol import Invocation
 from realtime_dispatch.hub.session import CloseReason, CloseRequest, Inbound, InboundSession
 from realtime_dispatch.hub.wire import HubProtocol, Transport
+from realtime_dispatch.keys import Key
 
 TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
 """At the token's ``exp``: the client reconnects with a fresh token from its token factory."""
@@ -256,7 +256,7 @@ class HubConnection:
         connection, :mod:`.methods`)."""
 
     @property
-    def user_id(self) -> UUID:
+    def user_id(self) -> Key:
         return self.identity.user_id
 
     @property

@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
 import structlog
 
@@ -22,6 +21,7 @@ from realtime_dispatch.hub.caps import Reservation
 from realtime_dispatch.hub.connection import HubConnection
 from realtime_dispatch.hub.session import InboundSession
 from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.keys import Key
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +111,7 @@ class HttpConnectionState:
     transport: Transport
     connection_id: str
     token: str
-    user_id: UUID
+    user_id: Key
     session: InboundSession
     created_at: float
     connection: HubConnection | None = None

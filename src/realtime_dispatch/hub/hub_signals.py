@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
-from uuid import UUID
 
 from realtime_dispatch.hub.methods import HubMethods, complete
 from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
@@ -16,6 +15,7 @@ from realtime_dispatch.hub.presence_store import RedisPresenceStore
 from realtime_dispatch.hub.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signal_envelope import is_signal
 from realtime_dispatch.hub.typing_signal import TypingSignals
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connection import HubConnection
@@ -95,6 +95,7 @@ def wire_signals(
     membership: MembershipFeed,
     publish: Callable[[Items], Awaitable[object]],
     subscribed: Callable[[], Awaitable[object]] | None = None,
+    keys: KeyCodec = UUID_KEYS,
 ) -> HubSignals:
     typing_counts = {o: metrics.typing.labels(o) for o in TYPING_OUTCOMES}
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
@@ -104,6 +105,7 @@ def wire_signals(
         interval=options.typing_interval,
         count=lambda outcome: typing_counts[outcome].inc(),
         origin=replica_id,
+        keys=keys,
     )
     typing.written = metrics.sent_frames.inc
     relay = None
@@ -119,10 +121,10 @@ def wire_signals(
             relay.client, replica_id=replica_id, refresh=options.presence_refresh
         )
 
-    async def member_chats(users: list[UUID]) -> list[tuple[UUID, UUID]]:
+    async def member_chats(users: list[Key]) -> list[tuple[Key, Key]]:
         return await membership.member_chats(users)
 
-    async def blockers(caller: UUID, users: list[UUID]) -> Collection[UUID]:
+    async def blockers(caller: Key, users: list[Key]) -> Collection[Key]:
         pool = membership.pool
         assert pool is not None
         return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]

@@ -17,24 +17,25 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from uuid import UUID
 
 import orjson
 
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, chat_group
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 
 @dataclass(frozen=True, slots=True)
 class MembershipChange:
-    chat_id: UUID
-    user_id: UUID
+    chat_id: Key
+    user_id: Key
     active: bool | None = None
     """``None``: a hint (the user's ``member_chats`` are read again), else the absolute state."""
 
 
-def parse_change(payload: str) -> MembershipChange | None:
-    """A ``realtime_membership`` notification payload; None when it is not one. Without
-    ``active`` (or with ``null``) it is a hint."""
+def parse_change(payload: str, keys: KeyCodec = UUID_KEYS) -> MembershipChange | None:
+    """A ``realtime_membership`` notification payload, its ids of type ``keys`` (a JSON
+    number or decimal string for bigint); None when it is not one. Without ``active`` (or with
+    ``null``) it is a hint."""
     try:
         value = orjson.loads(payload)
         if not isinstance(value, dict):
@@ -42,7 +43,8 @@ def parse_change(payload: str) -> MembershipChange | None:
         active = value.get("active")
         if active is not None and not isinstance(active, bool):
             return None
-        return MembershipChange(UUID(value["chatId"]), UUID(value["userId"]), active)
+        chat_id, user_id = keys.from_json(value["chatId"]), keys.from_json(value["userId"])
+        return MembershipChange(chat_id, user_id, active)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
@@ -52,12 +54,11 @@ class MembershipTracker:
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
-        self.on_change: Callable[[UUID, str, bool], None] | None = None
+        self.on_change: Callable[[Key, str, bool], None] | None = None
         """Told ``(user, chat group, joined)`` for each chat a user with connections here joined
         or left, by a live change or by a snapshot (a hint's re-read, a resync)."""
-        """Told of every live change once the registry has applied it (presence)."""
-        self._loads: dict[int, dict[tuple[UUID, UUID], bool]] = {}
-        self._stale: dict[int, set[UUID]] = {}  # per load: users hinted while it ran
+        self._loads: dict[int, dict[tuple[Key, Key], bool]] = {}
+        self._stale: dict[int, set[Key]] = {}  # per load: users hinted while it ran
         self._ids = itertools.count(1)
 
     def begin_load(self) -> int:
@@ -71,7 +72,7 @@ class MembershipTracker:
         self._loads.pop(token, None)
         self._stale.pop(token, None)
 
-    def hint(self, user_id: UUID) -> bool:
+    def hint(self, user_id: Key) -> bool:
         """A hint for ``user_id``: the loads in flight will leave that user alone. True when the
         user has connections here, and so must be read again (by a load begun after now)."""
         for stale in self._stale.values():
@@ -95,9 +96,9 @@ class MembershipTracker:
     def finish_load(
         self,
         token: int,
-        active_rows: Iterable[tuple[UUID, UUID]],
+        active_rows: Iterable[tuple[Key, Key]],
         *,
-        users: Collection[UUID],
+        users: Collection[Key],
         connections: Collection[str] | None = None,
     ) -> None:
         """Apply a snapshot: ``active_rows`` are ``(user_id, chat_id)`` active memberships of
@@ -105,7 +106,7 @@ class MembershipTracker:
         ``users``). A user hinted while it ran is left out: a later load sets that user."""
         changes = self._loads.pop(token, {})
         stale = self._stale.pop(token, set())
-        chats: dict[UUID, set[UUID]] = {user: set() for user in users if user not in stale}
+        chats: dict[Key, set[Key]] = {user: set() for user in users if user not in stale}
         for user, chat in active_rows:
             if user not in stale:
                 chats.setdefault(user, set()).add(chat)
@@ -120,7 +121,7 @@ class MembershipTracker:
             if connections is not None
             else [c for user in users for c in self._registry.connections_of(user)]
         )
-        before: dict[UUID, frozenset[str]] = {}
+        before: dict[Key, frozenset[str]] = {}
         for connection_id in targets:
             owner = self._registry.user_of(connection_id)
             if owner is None or owner not in chats:

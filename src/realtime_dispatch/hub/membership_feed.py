@@ -30,7 +30,6 @@ import contextlib
 import itertools
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
-from uuid import UUID
 
 import asyncpg
 import structlog
@@ -39,6 +38,7 @@ from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
 from realtime_dispatch.hub.membership import MembershipTracker, parse_change
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.manifest.manifest import shipped_manifest
 from realtime_dispatch.membership_mark import parse_barrier
 
@@ -76,9 +76,10 @@ class MembershipFeed:
         dsn: str,
         pool: asyncpg.Pool | None,
         tracker: MembershipTracker,
-        connected_users: Callable[[], Collection[UUID]],
+        connected_users: Callable[[], Collection[Key]],
         member_chats_sql: str | None = None,
         subscriptions: Sequence[Subscription] = (),
+        keys: KeyCodec = UUID_KEYS,
         health_interval: float = 5.0,
         query_timeout: float = 5.0,
         reconnect_delay: float = 0.5,
@@ -88,10 +89,11 @@ class MembershipFeed:
         self.pool = pool
         self._tracker = tracker
         self._connected_users = connected_users
-        # The manifest's member_chats: $1 uuid[] user ids → (user_id, chat_id) of active
+        # The manifest's member_chats: $1 <key>[] user ids → (user_id, chat_id) of active
         # memberships; on connect (one user) and after a reconnect (every connected user).
         self._member_chats = member_chats_sql or shipped_member_chats()
         self._subscriptions = tuple(subscriptions)
+        self._keys = keys  # the ids of a notification
         self._health_interval = health_interval
         self._query_timeout = query_timeout
         self._reconnect_delay = reconnect_delay
@@ -101,7 +103,7 @@ class MembershipFeed:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._next_barrier: asyncio.Future[bool] | None = None
-        self._waiting_loads: list[tuple[str, UUID, asyncio.Future[None]]] = []
+        self._waiting_loads: list[tuple[str, Key, asyncio.Future[None]]] = []
         self._loader: asyncio.Task[None] | None = None
         self.load_queries = 0
         """``member_chats`` queries run for connections opening (one per batch of them)."""
@@ -110,7 +112,7 @@ class MembershipFeed:
         self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
         # Hints: users to read again, the count of hints heard and of those applied, and what
         # waits for them (barrier callers, barrier tokens), each with the count it needs.
-        self._hinted: dict[UUID, int] = {}  # user → the count of hints heard at its latest
+        self._hinted: dict[Key, int] = {}  # user → the count of hints heard at its latest
         self._hints_heard = 0
         self._hints_applied = 0
         self._hint_waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -119,7 +121,7 @@ class MembershipFeed:
         self.hint_queries = 0
         """``member_chats`` queries run for hints (one per batch of hinted users)."""
 
-    async def load_connection(self, connection_id: str, user_id: UUID) -> None:
+    async def load_connection(self, connection_id: str, user_id: Key) -> None:
         """Join a registered connection to its user's active chats (raises on DB errors).
 
         Connections opening together share one query: those that ask while one runs are
@@ -140,7 +142,7 @@ class MembershipFeed:
         finally:
             self._loader = None
 
-    async def _load(self, batch: list[tuple[str, UUID, asyncio.Future[None]]]) -> None:
+    async def _load(self, batch: list[tuple[str, Key, asyncio.Future[None]]]) -> None:
         users = list({user_id for _, user_id, _ in batch})
         token = self._tracker.begin_load()
         self.load_queries += 1
@@ -170,7 +172,7 @@ class MembershipFeed:
             if not future.done():
                 future.set_result(None)
 
-    async def member_chats(self, users: list[UUID]) -> list[tuple[UUID, UUID]]:
+    async def member_chats(self, users: list[Key]) -> list[tuple[Key, Key]]:
         """``(user_id, chat_id)`` of the users' active memberships: the manifest's
         ``member_chats``, the query a connection's groups come from (presence's check)."""
         rows = await self._require_pool().fetch(
@@ -250,7 +252,7 @@ class MembershipFeed:
             else:
                 self._token_heard(token)
             return
-        change = parse_change(payload)
+        change = parse_change(payload, self._keys)
         if change is None:
             log.warning("membership_notification_invalid")
             return
@@ -267,7 +269,7 @@ class MembershipFeed:
         if self.on_barrier is not None:
             self.on_barrier(token)
 
-    def _hint(self, user_id: UUID) -> None:
+    def _hint(self, user_id: Key) -> None:
         if not self._tracker.hint(user_id):
             return  # nobody of that user here: their next connection reads them anyway
         self._hints_heard += 1

@@ -15,9 +15,9 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.keys import Key
 from realtime_dispatch.push import JsonObject, JsonValue
 
 AVAILABLE_TRANSPORTS: list[JsonValue] = [
@@ -30,7 +30,7 @@ AVAILABLE_TRANSPORTS: list[JsonValue] = [
 class Negotiation:
     connection_id: str
     token: str
-    user_id: UUID
+    user_id: Key
     stateful: bool
     expires_at: float
     address: str | None = None
@@ -67,7 +67,7 @@ class NegotiationStore:
         self._total = total
         self._by_token: dict[str, Negotiation] = {}
         self._by_id: dict[str, str] = {}
-        self._by_user: dict[UUID, dict[str, None]] = {}
+        self._by_user: dict[Key, dict[str, None]] = {}
         """Each user's tokens, oldest first."""
         self._by_address: dict[str, dict[str, None]] = {}
         """Each address's tokens, oldest first."""
@@ -77,11 +77,11 @@ class NegotiationStore:
     def __len__(self) -> int:
         return len(self._by_token)
 
-    def pending_for(self, user_id: UUID) -> int:
+    def pending_for(self, user_id: Key) -> int:
         return len(self._by_user.get(user_id, ()))
 
     def create(
-        self, user_id: UUID, *, stateful: bool, now: float, address: str | None = None
+        self, user_id: Key, *, stateful: bool, now: float, address: str | None = None
     ) -> Negotiation:
         """A new negotiation, making room by the bounds (never refused)."""
         self.sweep(now)
@@ -112,7 +112,7 @@ class NegotiationStore:
         while tokens and len(tokens) >= bound:
             self._forget(self._by_token[next(iter(tokens))])
 
-    def claim(self, id_param: str | None, user_id: UUID, *, now: float) -> Negotiation | None:
+    def claim(self, id_param: str | None, user_id: Key, *, now: float) -> Negotiation | None:
         """Take the negotiation named by ``id`` (its token, or its connection id as some
         clients send); None when absent, unknown, expired or negotiated by another user."""
         if not id_param:

@@ -26,13 +26,13 @@ import sys
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
-from uuid import UUID
 
 import structlog
 
 from realtime_dispatch.hub.protocol import Invocation, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, chat_group
 from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
+from realtime_dispatch.keys import Key
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -50,9 +50,9 @@ ANNOUNCE_BATCH = 500
 SEEN_KEPT = 100_000
 """In process (no store): the users whose ``lastSeenAt`` is remembered, the latest gone."""
 
-MemberChats = Callable[[list[UUID]], Awaitable[list[tuple[UUID, UUID]]]]
+MemberChats = Callable[[list[Key]], Awaitable[list[tuple[Key, Key]]]]
 """``member_chats(users)`` → ``(user_id, chat_id)`` of their active memberships."""
-Blockers = Callable[[UUID, list[UUID]], Awaitable[Collection[UUID]]]
+Blockers = Callable[[Key, list[Key]], Awaitable[Collection[Key]]]
 """``blockers(caller, users)`` → those of ``users`` who blocked ``caller``."""
 Publish = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 Complete = Callable[["HubConnection", str | None, str | None, JsonValue], None]
@@ -61,24 +61,24 @@ Complete = Callable[["HubConnection", str | None, str | None, JsonValue], None]
 class PresenceStore(Protocol):
     refresh: float
 
-    async def went_online(self, users: Sequence[UUID]) -> dict[UUID, str | None]: ...
+    async def went_online(self, users: Sequence[Key]) -> dict[Key, str | None]: ...
 
-    async def went_offline(self, users: Sequence[tuple[UUID, str]]) -> list[UUID]: ...
+    async def went_offline(self, users: Sequence[tuple[Key, str]]) -> list[Key]: ...
 
-    async def sweep(self) -> list[tuple[UUID, str]]: ...
+    async def sweep(self) -> list[tuple[Key, str]]: ...
 
-    async def keep(self, users: Collection[UUID]) -> None: ...
+    async def keep(self, users: Collection[Key]) -> None: ...
 
-    async def states(self, users: Sequence[UUID]) -> dict[UUID, tuple[bool, str | None]]: ...
+    async def states(self, users: Sequence[Key]) -> dict[Key, tuple[bool, str | None]]: ...
 
 
-def presence_group(user_id: UUID) -> str:
+def presence_group(user_id: Key) -> str:
     """The watchers' group of a user; interned, so that its thousands of watches share one
     string (a third of a watch's memory otherwise)."""
     return sys.intern(f"{PRESENCE_PREFIX}{user_id}")
 
 
-def _user_of_group(group: str) -> UUID | None:
+def _user_of_group(group: str) -> Key | None:
     return parse_user_id(group[len(PRESENCE_PREFIX) :])
 
 
@@ -86,11 +86,11 @@ def iso_now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def presence_entry(user_id: UUID, online: bool, last_seen: str | None) -> JsonValue:
+def presence_entry(user_id: Key, online: bool, last_seen: str | None) -> JsonValue:
     return {"userId": user_id_json(user_id), "online": online, "lastSeenAt": last_seen}
 
 
-def parse_ids(arguments: tuple[JsonValue, ...], method: str, limit: int) -> list[UUID] | str:
+def parse_ids(arguments: tuple[JsonValue, ...], method: str, limit: int) -> list[Key] | str:
     """The distinct user ids of a ``WatchPresence`` / ``UnwatchPresence``, in order, or the
     error to answer: not one list of ids, or a list longer than ``limit`` (not read further)."""
     if len(arguments) != 1 or not isinstance(arguments[0], list):
@@ -98,7 +98,7 @@ def parse_ids(arguments: tuple[JsonValue, ...], method: str, limit: int) -> list
     raw = arguments[0]
     if len(raw) > limit:
         return OVER_LIMIT.format(method=method, limit=limit)
-    ids: dict[UUID, None] = {}
+    ids: dict[Key, None] = {}
     for entry in raw:
         user_id = parse_user_id(entry)
         if user_id is None:
@@ -134,21 +134,21 @@ class Presence:
         self._subscribed = subscribed
         """Waits until this replica receives the groups its connections joined (the
         interest-routed backplane's subscriptions), so the state read after it misses nothing."""
-        self.online: set[UUID] = set()
+        self.online: set[Key] = set()
         """Users this replica holds online: with a connection here, or in their grace."""
-        self._in_grace: dict[UUID, asyncio.TimerHandle] = {}
-        self._seen: dict[UUID, str] = {}
+        self._in_grace: dict[Key, asyncio.TimerHandle] = {}
+        self._seen: dict[Key, str] = {}
         """``lastSeenAt`` of users this replica saw go (in process, without a store), the
         longest gone first."""
-        self._flips: dict[UUID, str | None] = {}
+        self._flips: dict[Key, str | None] = {}
         """Transitions to announce: None online, else offline with that ``lastSeenAt``."""
         self._wake = asyncio.Event()
         self.watches: dict[str, int] = {}
         """Watched users per connection."""
         self.watch_count = 0
-        self._chats: dict[UUID, set[str]] = {}
+        self._chats: dict[Key, set[str]] = {}
         """Active chats of the watched users (while someone here watches them)."""
-        self._loads: list[list[tuple[UUID, str, bool]]] = []
+        self._loads: list[list[tuple[Key, str, bool]]] = []
         self._busy: set[str] = set()
         self.member_chats_queries = 0
         """``member_chats`` queries run for ``WatchPresence`` (ids nobody here watched yet)."""
@@ -156,7 +156,7 @@ class Presence:
 
     # connections --------------------------------------------------------------------------
 
-    def connected(self, user_id: UUID) -> None:
+    def connected(self, user_id: Key) -> None:
         timer = self._in_grace.pop(user_id, None)
         if timer is not None:
             timer.cancel()  # back within the grace: nothing changed
@@ -164,7 +164,7 @@ class Presence:
             self.online.add(user_id)
             self._flip(user_id, None)
 
-    def leaving(self, connection_id: str, user_id: UUID) -> None:
+    def leaving(self, connection_id: str, user_id: Key) -> None:
         """Before a connection is removed from the registry: its watches end; the user's grace
         starts if it was their last connection here."""
         if self.watches.get(connection_id):
@@ -177,7 +177,7 @@ class Presence:
             seen = iso_now()
             self._in_grace[user_id] = loop.call_later(self._grace, self._gone, user_id, seen)
 
-    def _gone(self, user_id: UUID, seen: str) -> None:
+    def _gone(self, user_id: Key, seen: str) -> None:
         del self._in_grace[user_id]
         self.online.discard(user_id)
         if self.store is None:  # in process, this is the only record of it (a store keeps it)
@@ -187,7 +187,7 @@ class Presence:
                 del self._seen[next(iter(self._seen))]  # the longest gone
         self._flip(user_id, seen)
 
-    def _flip(self, user_id: UUID, seen: str | None) -> None:
+    def _flip(self, user_id: Key, seen: str | None) -> None:
         self._flips[user_id] = seen
         self._wake.set()
 
@@ -211,11 +211,11 @@ class Presence:
             if refresher is not None:
                 refresher.cancel()
 
-    async def _announce(self, batch: dict[UUID, str | None]) -> None:
+    async def _announce(self, batch: dict[Key, str | None]) -> None:
         went_on = [u for u, seen in batch.items() if seen is None]
         went_off = [(u, seen) for u, seen in batch.items() if seen is not None]
-        on: dict[UUID, str | None] = {u: self._seen.get(u) for u in went_on}
-        off: list[tuple[UUID, str]] = went_off
+        on: dict[Key, str | None] = {u: self._seen.get(u) for u in went_on}
+        off: list[tuple[Key, str]] = went_off
         if self.store is not None:
             try:
                 on = await self.store.went_online(went_on) if went_on else {}
@@ -284,7 +284,7 @@ class Presence:
         task.add_done_callback(self._tasks.discard)
 
     async def _watch(
-        self, connection: HubConnection, invocation_id: str | None, ids: list[UUID]
+        self, connection: HubConnection, invocation_id: str | None, ids: list[Key]
     ) -> None:
         connection_id = connection.connection_id
         try:
@@ -336,12 +336,12 @@ class Presence:
                 self._chats.pop(user_id, None)
         return 1
 
-    async def _shared(self, connection_id: str, caller: UUID, ids: list[UUID]) -> list[UUID]:
+    async def _shared(self, connection_id: str, caller: Key, ids: list[Key]) -> list[Key]:
         """Of ``ids``, those sharing an active chat with the caller (and, with ``blockers``,
         who did not block the caller); their chats are kept for the live checks."""
         unknown = [u for u in ids if u not in self._chats]
         if unknown:
-            changes: list[tuple[UUID, str, bool]] = []
+            changes: list[tuple[Key, str, bool]] = []
             self._loads.append(changes)  # changes during the query win over its answer
             self.member_chats_queries += 1
             try:
@@ -349,7 +349,7 @@ class Presence:
             finally:
                 self._loads.remove(changes)
             # Compared as group names, so the chats' key type does not matter here.
-            loaded: dict[UUID, set[str]] = {u: set() for u in unknown}
+            loaded: dict[Key, set[str]] = {u: set() for u in unknown}
             for user_id, chat_id in rows:
                 loaded.setdefault(user_id, set()).add(chat_group(chat_id))
             for user_id, group, joined in changes:
@@ -370,14 +370,14 @@ class Presence:
     def _chat_groups(self, connection_id: str) -> set[str]:
         return {g for g in self._registry.groups_of(connection_id) if g.startswith(CHAT_PREFIX)}
 
-    async def _states(self, users: list[UUID]) -> dict[UUID, tuple[bool, str | None]]:
+    async def _states(self, users: list[Key]) -> dict[Key, tuple[bool, str | None]]:
         if self.store is not None:
             return await self.store.states(users)
         return {u: (u in self.online, self._seen.get(u)) for u in users}
 
     # membership ---------------------------------------------------------------------------
 
-    def membership_changed(self, user_id: UUID, group: str, joined: bool) -> None:
+    def membership_changed(self, user_id: Key, group: str, joined: bool) -> None:
         """After the registry applied a change (live, or a snapshot's): keep the watched users'
         chats, and end the watches whose two users no longer share one."""
         for load in self._loads:

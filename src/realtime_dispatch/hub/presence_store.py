@@ -35,6 +35,8 @@ from uuid import UUID
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from realtime_dispatch.keys import Key
+
 SEEN_TTL = 30 * 24 * 3600
 CONCURRENT = 16
 """On a cluster: transitions (one script call each) in flight at once; on one Redis they are
@@ -73,7 +75,7 @@ REPLICAS_KEY = "{realtime-dispatch}:presence:replicas"
 """Replica id → when its heartbeat expires (a sorted set)."""
 
 
-def presence_key(user_id: UUID) -> str:
+def presence_key(user_id: Key) -> str:
     return f"realtime-dispatch:presence:{{{user_id}}}"
 
 
@@ -114,20 +116,20 @@ class RedisPresenceStore:
         self._online = client.register_script(_ONLINE)
         self._offline = client.register_script(_OFFLINE)
 
-    async def went_online(self, users: Sequence[UUID]) -> dict[UUID, str | None]:
+    async def went_online(self, users: Sequence[Key]) -> dict[Key, str | None]:
         """Claim each user for this replica; those nobody else held, with their last
         ``lastSeenAt`` (None if unknown): they are to be announced online."""
         now = time.time()
         args = (self._field, now + self._ttl, now, SEEN_TTL)
         answers = await self._run(self._online, [([presence_key(u)], args) for u in users])
         await self._listed(b"SADD", users)
-        fresh: dict[UUID, str | None] = {}
+        fresh: dict[Key, str | None] = {}
         for user, (was, seen) in zip(users, answers, strict=True):
             if not int(was):
                 fresh[user] = _text(seen) or None
         return fresh
 
-    async def went_offline(self, users: Sequence[tuple[UUID, str]]) -> list[UUID]:
+    async def went_offline(self, users: Sequence[tuple[Key, str]]) -> list[Key]:
         """Drop this replica's claims (``lastSeenAt`` given); the users nobody holds now: they
         are to be announced offline."""
         now = time.time()
@@ -138,21 +140,21 @@ class RedisPresenceStore:
         await self._listed(b"SREM", [u for u, _ in users])
         return [u for (u, _), gone in zip(users, answers, strict=True) if int(gone)]
 
-    async def _listed(self, command: bytes, users: Sequence[UUID]) -> None:
+    async def _listed(self, command: bytes, users: Sequence[Key]) -> None:
         """Add users to (``SADD``) or remove them from (``SREM``) this replica's set."""
         for start in range(0, len(users), REFRESH_CHUNK):
             chunk = [str(u) for u in users[start : start + REFRESH_CHUNK]]
             if chunk:
                 await self._client.execute_command(command.decode(), self._users, *chunk)
 
-    async def sweep(self) -> list[tuple[UUID, str]]:
+    async def sweep(self) -> list[tuple[Key, str]]:
         """Take the sweep of each replica whose heartbeat expired and drop its claims; the users
         nobody holds any more, with the dead replica's last heartbeat as ``lastSeenAt``."""
         now = time.time()
         dead: list[Any] = await self._client.zrangebyscore(
             REPLICAS_KEY, "-inf", now, withscores=True
         )
-        gone: list[tuple[UUID, str]] = []
+        gone: list[tuple[Key, str]] = []
         for member, expired_at in dead:
             replica = _text(member)
             if replica == self.replica_id:
@@ -188,7 +190,7 @@ class RedisPresenceStore:
                 answers += await pipe.execute()
         return answers
 
-    async def keep(self, users: Iterable[UUID]) -> None:
+    async def keep(self, users: Iterable[Key]) -> None:
         """Rewrite this replica's claims on ``users`` (its online users), pipelined."""
         listed = list(users)
         expires = time.time() + self._ttl
@@ -203,7 +205,7 @@ class RedisPresenceStore:
                     pipe.hset(presence_key(user), self._field, expires)
                 await pipe.execute()
 
-    async def states(self, users: Sequence[UUID]) -> dict[UUID, tuple[bool, str | None]]:
+    async def states(self, users: Sequence[Key]) -> dict[Key, tuple[bool, str | None]]:
         """``(online, lastSeenAt)`` of each user, cluster-wide."""
         if not users:
             return {}
@@ -212,7 +214,7 @@ class RedisPresenceStore:
                 pipe.hgetall(presence_key(user))
             answers: list[Any] = await pipe.execute()
         now = time.time()
-        states: dict[UUID, tuple[bool, str | None]] = {}
+        states: dict[Key, tuple[bool, str | None]] = {}
         for user, fields in zip(users, answers, strict=True):
             values = {_text(k): _text(v) for k, v in fields.items()}
             seen = values.pop("seen", None)

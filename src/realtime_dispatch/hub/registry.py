@@ -1,24 +1,27 @@
 """Which connection is in which group, and whose it is: :class:`GroupRegistry`. Pure; it knows
 nothing about sockets, only connection ids, user ids and group names.
 
-Group names are ``user:{userId}`` and ``chat:{chatId}`` (:func:`user_group`, :func:`chat_group`).
+Group names are ``user:{userId}`` and ``chat:{chatId}`` (:func:`user_group`, :func:`chat_group`),
+the key spelled as ``str`` spells it: a canonical UUID, ``17`` for a bigint key, a text key as it
+is (:mod:`realtime_dispatch.keys`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from uuid import UUID
+
+from realtime_dispatch.keys import Key
 
 CHAT_PREFIX = "chat:"
 USER_PREFIX = "user:"
 MAX_GROUP_NAME = 200
 
 
-def user_group(user_id: UUID) -> str:
+def user_group(user_id: Key) -> str:
     return f"{USER_PREFIX}{user_id}"
 
 
-def chat_group(chat_id: UUID) -> str:
+def chat_group(chat_id: Key) -> str:
     return f"{CHAT_PREFIX}{chat_id}"
 
 
@@ -36,8 +39,8 @@ class GroupRegistry:
         """Told of every group that gains its first member (True) or loses its last (False)."""
         self._members: dict[str, set[str]] = {}
         self._groups_of: dict[str, set[str]] = {}
-        self._user_of: dict[str, UUID] = {}
-        self._by_user: dict[UUID, set[str]] = {}
+        self._user_of: dict[str, Key] = {}
+        self._by_user: dict[Key, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._user_of)
@@ -45,7 +48,7 @@ class GroupRegistry:
     def __contains__(self, connection_id: object) -> bool:
         return connection_id in self._user_of
 
-    def add_connection(self, connection_id: str, user_id: UUID) -> None:
+    def add_connection(self, connection_id: str, user_id: Key) -> None:
         if connection_id in self._user_of:
             raise ValueError("connection already registered")
         self._user_of[connection_id] = user_id
@@ -108,16 +111,16 @@ class GroupRegistry:
     def groups_of(self, connection_id: str) -> frozenset[str]:
         return frozenset(self._groups_of.get(connection_id, ()))
 
-    def user_of(self, connection_id: str) -> UUID | None:
+    def user_of(self, connection_id: str) -> Key | None:
         return self._user_of.get(connection_id)
 
-    def connections_of(self, user_id: UUID) -> tuple[str, ...]:
+    def connections_of(self, user_id: Key) -> tuple[str, ...]:
         return tuple(self._by_user.get(user_id, ()))
 
-    def connection_count(self, user_id: UUID) -> int:
+    def connection_count(self, user_id: Key) -> int:
         return len(self._by_user.get(user_id, ()))
 
-    def users(self) -> frozenset[UUID]:
+    def users(self) -> frozenset[Key]:
         return frozenset(self._by_user)
 
     def group_count(self) -> int:

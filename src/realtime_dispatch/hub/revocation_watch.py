@@ -7,7 +7,6 @@ whole table: notifications sent while it was away are not lost, only late."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from uuid import UUID
 
 import asyncpg
 import structlog
@@ -15,6 +14,7 @@ import structlog
 from realtime_dispatch.auth.revocation_store import load_revocations
 from realtime_dispatch.auth.revocations import Revocations, parse_change
 from realtime_dispatch.channels import REVOCATION_CHANNEL
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 log = structlog.get_logger(__name__)
 
@@ -22,12 +22,15 @@ log = structlog.get_logger(__name__)
 class RevocationWatch:
     channel = REVOCATION_CHANNEL
 
-    def __init__(self, state: Revocations, cut: Callable[[UUID], object]) -> None:
+    def __init__(
+        self, state: Revocations, cut: Callable[[Key], object], keys: KeyCodec = UUID_KEYS
+    ) -> None:
         self._state = state
         self._cut = cut
+        self._keys = keys
 
     def notified(self, payload: str) -> None:
-        change = parse_change(payload)
+        change = parse_change(payload, self._keys)
         if change is None:
             log.warning("revocation_notification_invalid")
             return

@@ -22,7 +22,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
-from uuid import UUID
 
 import asyncpg
 import structlog
@@ -68,6 +67,7 @@ from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
 from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
+from realtime_dispatch.keys import Key
 from realtime_dispatch.push import HubPublisher, PublishResult
 
 log = structlog.get_logger(__name__)
@@ -161,6 +161,9 @@ class Hub:
         """The pushes counter by source, its labelled children looked up once."""
         self._barriers_marked = self.metrics.membership_barriers.labels("marked")
         self._barriers_waited = self.metrics.membership_barriers.labels("round_trip")
+        self.keys = options.token_options().keys
+        """The owner's key type (``REALTIME_KEY_TYPE``): tokens' user claim, notifications' ids,
+        ``Typing``'s chat id and ``user_typing``'s user id."""
         self.registry = GroupRegistry()
         self.tracker = MembershipTracker(self.registry)
         self.revocations = Revocations()
@@ -190,7 +193,7 @@ class Hub:
         self._dsn = dsn
         self._pool = pool
         self._owned_pool: asyncpg.Pool | None = None
-        self.revocation_watch = RevocationWatch(self.revocations, self.cut_revoked)
+        self.revocation_watch = RevocationWatch(self.revocations, self.cut_revoked, self.keys)
         self.membership = MembershipFeed(
             dsn=dsn,
             pool=pool,
@@ -198,6 +201,7 @@ class Hub:
             connected_users=self.registry.users,
             member_chats_sql=options.member_chats_sql,
             subscriptions=[self.revocation_watch],
+            keys=self.keys,
         )
         self.replica_id = new_id().hex
         """This replica's id on the backplane (its heartbeat, its presence claims, its signals)."""
@@ -210,6 +214,7 @@ class Hub:
             membership=self.membership,
             publish=self.publish_frames,
             subscribed=self.interest_settled,
+            keys=self.keys,
         )
         """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
         self.methods = self.signals.methods
@@ -470,7 +475,7 @@ class Hub:
 
     # connections ---------------------------------------------------------------------------
 
-    def admit_connection(self, user_id: UUID, stage: AdmissionStage) -> Reservation:
+    def admit_connection(self, user_id: Key, stage: AdmissionStage) -> Reservation:
         """The admission check of every transport: call it when a connection is negotiated
         (``negotiate``) and when one is opened (``open``, before accepting it; pass the
         reservation to :meth:`new_connection`, or release it if the connection never gets
@@ -515,7 +520,7 @@ class Hub:
         if connection is not None and connection.identity.expired(now):
             self._end(connection, TOKEN_EXPIRED)
 
-    def cut_revoked(self, user_id: UUID) -> int:
+    def cut_revoked(self, user_id: Key) -> int:
         """Close ``user_id``'s connections whose token the revocations now refuse; returns how
         many."""
         cut = 0
@@ -536,7 +541,7 @@ class Hub:
         else:
             connection.close(request)
 
-    def resumable(self, token: str | None, user_id: UUID) -> HubConnection | None:
+    def resumable(self, token: str | None, user_id: Key) -> HubConnection | None:
         if token is None:
             return None
         connection = self._by_token.get(token)

@@ -12,18 +12,19 @@ anywhere; a non-member, an unknown chat and a bad argument get the same bounded 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 from realtime_dispatch.hub.framing import binary_frame, text_frame
 from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
 from realtime_dispatch.hub.wire import JSON, HubProtocol
-from realtime_dispatch.hub.wire_ids import parse_user_id, user_id_json
+from realtime_dispatch.hub.wire_ids import parse_key, user_id_json
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -46,12 +47,12 @@ class TypingGate:
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
-        self._passed: dict[tuple[UUID, str], float] = {}
+        self._passed: dict[tuple[Key, str], float] = {}
 
     def __len__(self) -> int:
         return len(self._passed)
 
-    def allow(self, key: tuple[UUID, str], now: float) -> bool:
+    def allow(self, key: tuple[Key, str], now: float) -> bool:
         passed = self._passed
         horizon = now - self._interval
         while passed:  # expired keys are at the front: each is dropped once, O(1) amortised
@@ -67,20 +68,21 @@ class TypingGate:
         return True
 
 
-def chat_of(arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
+def chat_of(
+    arguments: tuple[JsonValue, ...], keys: KeyCodec = UUID_KEYS
+) -> tuple[JsonValue, str] | None:
     """The chat id as the payload carries it and its group, from ``Typing``'s arguments; None
-    when they are not one string or integer id."""
+    when they are not one string or integer id. A key of ``keys``' type is spelled as the
+    groups spell it (a UUID lower case and dashed; ``"17"`` or ``17`` for bigint keys is the
+    number 17); anything else is kept as given, and no connection is in its group."""
     if len(arguments) != 1:
         return None
     raw = arguments[0]
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         return None
     value: JsonValue = raw
-    if isinstance(raw, str):
-        try:
-            value = str(UUID(raw))  # one spelling per chat: the groups' (lower case, dashed)
-        except ValueError:
-            value = raw
+    with contextlib.suppress(ValueError):
+        value = keys.to_json(keys.from_json(raw))
     group = f"{CHAT_PREFIX}{value}"
     return (value, group) if is_valid_group(group) else None
 
@@ -97,7 +99,9 @@ class TypingSignals:
         count: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         origin: str = "",
+        keys: KeyCodec = UUID_KEYS,
     ) -> None:
+        self._keys = keys
         self.written: Callable[[int], None] = lambda _records: None
         """Counts the records written to transports (the hub's sent-frames counter)."""
         self.relay: Callable[[str, bytes], None] | None = None
@@ -122,7 +126,7 @@ class TypingSignals:
             known = self._parsed.get(raw)
             if known is not None:
                 return known
-        chat = chat_of(arguments)
+        chat = chat_of(arguments, self._keys)
         if chat is not None and isinstance(raw, str):
             if len(self._parsed) >= PARSED_KEPT:
                 self._parsed.clear()
@@ -151,7 +155,7 @@ class TypingSignals:
         if not self.gate.allow((user_id, group), self._clock()):
             self._count("throttled")
             return None
-        user_json = user_id_json(user_id)
+        user_json = user_id_json(user_id, self._keys)
         payload: JsonValue = {
             "chatId": chat_id,
             "userId": user_json,
@@ -173,7 +177,7 @@ class TypingSignals:
                 pushes.append((group, frame))
                 continue
             signal = decode_signal(frame)
-            user_id = None if signal is None else parse_user_id(signal.except_user)
+            user_id = None if signal is None else parse_key(signal.except_user, self._keys)
             if signal is None or user_id is None:
                 self._count("invalid")
             elif signal.origin != self.origin:
@@ -181,7 +185,7 @@ class TypingSignals:
                 self._count("received")
         return pushes
 
-    def fan_out(self, group: str, user_id: UUID, record: bytes) -> int:
+    def fan_out(self, group: str, user_id: Key, record: bytes) -> int:
         """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s, the
         way a push goes (:meth:`~.runtime.Hub.send_to_groups`): framed once, written straight
         to each transport that takes it, re-encoded once per other protocol. Returns how many

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.push import JsonValue
 
 
-def user_id_json(user_id: UUID) -> JsonValue:
-    """A user id as a payload carries it."""
-    return str(user_id)
+def user_id_json(user_id: Key, keys: KeyCodec = UUID_KEYS) -> JsonValue:
+    """A user id as a payload carries it: a number for bigint keys, a string otherwise."""
+    return keys.to_json(user_id)
+
+
+def parse_key(raw: object, keys: KeyCodec) -> Key | None:
+    """A key of ``keys``' type a client sent (or an envelope carried); None when not one."""
+    if isinstance(raw, str) and len(raw) > 200:
+        return None
+    try:
+        return keys.from_json(raw)
+    except ValueError:
+        return None
 
 
 def parse_user_id(raw: object) -> UUID | None:

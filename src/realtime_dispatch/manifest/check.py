@@ -14,7 +14,14 @@ from typing import Any
 import asyncpg
 import structlog
 
-from realtime_dispatch.manifest.contract import CONTRACT, TYPE_FAMILIES, QueryContract
+from realtime_dispatch.keys import UUID_KEYS, KeyCodec
+from realtime_dispatch.manifest.contract import (
+    CONTRACT,
+    QueryContract,
+    column_types,
+    family_name,
+    parameter_types,
+)
 from realtime_dispatch.manifest.manifest import Manifest
 
 _log = structlog.get_logger(__name__)
@@ -32,13 +39,19 @@ class QueryCheck:
 
 
 def compare(
-    contract: QueryContract, params: list[str], columns: list[tuple[str, str]]
+    contract: QueryContract,
+    params: list[str],
+    columns: list[tuple[str, str]],
+    keys: KeyCodec = UUID_KEYS,
 ) -> str | None:
     """The first mismatch between a prepared query (its parameter type names, its result
-    columns as (name, type name)) and its contract, or ``None``. Pure."""
-    if params != [contract.param_type]:
+    columns as (name, type name)) and its contract for ``keys`` (REALTIME_KEY_TYPE), or
+    ``None``. Pure."""
+    expected = parameter_types(contract, keys)
+    if params != expected:
         got = ", ".join(params) or "none"
-        return f"takes ({got}), expected one parameter $1 {contract.param_type}"
+        hint = f" (REALTIME_KEY_TYPE={keys.name})" if keys is not UUID_KEYS else ""
+        return f"takes ({got}), expected one parameter $1 {expected[0]}{hint}"
     types = dict(columns)
     names = [name for name, _ in columns]
     twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
@@ -48,12 +61,16 @@ def compare(
         got_type = types.get(column.name)
         if got_type is None:
             return f"column {column.name} missing"
-        if got_type not in TYPE_FAMILIES[column.family]:
-            return f"column {column.name} is {got_type}, expected {column.family}"
+        if got_type not in column_types(column.family, keys):
+            return (
+                f"column {column.name} is {got_type}, expected {family_name(column.family, keys)}"
+            )
     return None
 
 
-async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryCheck:
+async def check_query(
+    conn: Any, contract: QueryContract, sql: str, keys: KeyCodec = UUID_KEYS
+) -> QueryCheck:
     try:
         stmt = await conn.prepare(sql)
     except asyncpg.PostgresError as exc:
@@ -61,24 +78,28 @@ async def check_query(conn: Any, contract: QueryContract, sql: str) -> QueryChec
         return QueryCheck(contract.name, False, f"does not prepare: {reason}")
     params = [t.name for t in stmt.get_parameters()]
     columns = [(a.name, a.type.name) for a in stmt.get_attributes()]
-    problem = compare(contract, params, columns)
+    problem = compare(contract, params, columns, keys)
     if problem is not None:
         return QueryCheck(contract.name, False, problem)
     return QueryCheck(contract.name, True, "ok")
 
 
 async def check_manifest(
-    conn: Any, manifest: Manifest, *, needs: Collection[str] = ("hub",)
+    conn: Any,
+    manifest: Manifest,
+    *,
+    needs: Collection[str] = ("hub",),
+    keys: KeyCodec = UUID_KEYS,
 ) -> list[QueryCheck]:
-    """One result per query of the contract, in contract order. A payload query left out is
-    fine (its kinds are disabled), as is the optional one; a query whose role is in ``needs``
-    must be there. A deprecated query has a line only when set."""
+    """One result per query of the contract (keys of type ``keys``), in contract order. A
+    payload query left out is fine (its kinds are disabled), as is the optional one; a query
+    whose role is in ``needs`` must be there. A deprecated query has a line only when set."""
     results: list[QueryCheck] = []
     for contract in CONTRACT.values():
         sql = manifest.sql(contract.name)
         if contract.role == "deprecated":
             if sql is not None:
-                results.append(await _deprecated(conn, contract, sql, manifest))
+                results.append(await _deprecated(conn, contract, sql, manifest, keys))
             continue
         if sql is None:
             if contract.role in needs:
@@ -89,7 +110,7 @@ async def check_manifest(
             else:
                 results.append(QueryCheck(contract.name, True, "not set: " + _UNSET[contract.role]))
             continue
-        results.append(await check_query(conn, contract, sql))
+        results.append(await check_query(conn, contract, sql, keys))
     return results
 
 
@@ -104,14 +125,14 @@ _REPLACED_BY = {
 
 
 async def _deprecated(
-    conn: Any, contract: QueryContract, sql: str, manifest: Manifest
+    conn: Any, contract: QueryContract, sql: str, manifest: Manifest, keys: KeyCodec
 ) -> QueryCheck:
     """A deprecated query is still read when its replacement is not set (a manifest written
     for an earlier version keeps working), with a warning; both set is refused."""
     replacement, why = _REPLACED_BY[contract.name]
     if manifest.sql(replacement) is not None:
         return QueryCheck(contract.name, False, f"set beside {replacement}: keep {replacement}")
-    checked = await check_query(conn, contract, sql)
+    checked = await check_query(conn, contract, sql, keys)
     if not checked.ok:
         return checked
     return QueryCheck(contract.name, True, f"deprecated: replace it with {replacement} ({why})")
@@ -124,10 +145,12 @@ _UNSET = {
 }
 
 
-async def require_valid(conn: Any, manifest: Manifest, *, needs: Collection[str]) -> None:
+async def require_valid(
+    conn: Any, manifest: Manifest, *, needs: Collection[str], keys: KeyCodec = UUID_KEYS
+) -> None:
     """Raise the manifest's one-line :class:`ConfigurationError` on its first failed query; log
     a deprecated query that is set (``manifest_query_deprecated``)."""
-    for result in await check_manifest(conn, manifest, needs=needs):
+    for result in await check_manifest(conn, manifest, needs=needs, keys=keys):
         if not result.ok:
             raise manifest.problem(result.line())
         if CONTRACT[result.name].role == "deprecated":

@@ -4,12 +4,18 @@ and the columns (name, type family, meaning) the shipped builders read from its 
 Pure data. docs/reference.md ("Projection manifest") is this table written out; a test keeps
 the two in step. Extra columns are allowed (and ignored); a missing column or one of another
 type family is a mismatch.
+
+The ``uuid`` family is the owner's key (``REALTIME_KEY_TYPE``): the reference messenger's
+keys are uuid, an owner's may be bigint or text. :func:`parameter_types` and
+:func:`column_types` resolve the contract for one key type; nothing else here depends on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from realtime_dispatch.keys import KeyCodec
 
 # A type family: the PostgreSQL types a column may have (asyncpg's type names).
 TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(
@@ -21,8 +27,8 @@ TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(
         "json": frozenset({"json", "jsonb", "text", "varchar"}),
     }
 )
-UUID_ARRAY = "uuid[]"  # as asyncpg names the type
-UUID_KEY = "uuid"  # one key, not an array (``member_spans``)
+KEY_FAMILY = "uuid"
+"""The family of the owner's keys: the types of ``REALTIME_KEY_TYPE`` (uuid by default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +50,24 @@ class QueryContract:
     """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub),
     ``optional``, ``sync`` (absent: ``GET /api/sync`` is off on that schema) or ``deprecated``
     (still read, ``check`` warns)."""
-    param_type: str = UUID_ARRAY
-    """The type ``$1`` must have, as asyncpg names it."""
+    takes: str = "keys"
+    """Its ``$1``: ``keys`` (an array of keys, the batch's) or ``key`` (one key)."""
+
+
+def parameter_types(contract: QueryContract, keys: KeyCodec) -> list[str]:
+    """The parameter types (asyncpg's names) ``contract``'s query must take with ``keys``:
+    ``[uuid[]]``, ``[int8[]]``, ``[text[]]``, or the key's own type for a one-key query."""
+    return [keys.array_type if contract.takes == "keys" else keys.param_type]
+
+
+def column_types(family: str, keys: KeyCodec) -> frozenset[str]:
+    """The column types (asyncpg's names) of ``family`` with ``keys``."""
+    return keys.column_types if family == KEY_FAMILY else TYPE_FAMILIES[family]
+
+
+def family_name(family: str, keys: KeyCodec) -> str:
+    """``family`` as a message names it: the key type's name for the key family."""
+    return keys.name if family == KEY_FAMILY else family
 
 
 def _cols(spec: str) -> tuple[Column, ...]:
@@ -271,7 +293,7 @@ joined_at timestamptz when that membership began
 left_at timestamptz when it ended (null: still a member)
 """),
         role="sync",
-        param_type=UUID_KEY,
+        takes="key",
     ),
 )
 

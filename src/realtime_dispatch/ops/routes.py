@@ -19,7 +19,15 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -56,7 +64,8 @@ class RequeueRequest(BaseModel):
 class RevokeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    user_id: UUID = Field(alias="userId")
+    user_id: StrictStr | StrictInt = Field(alias="userId")
+    """The user's key as JSON gives it; read as a key of ``REALTIME_KEY_TYPE`` by the route."""
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -73,6 +82,7 @@ OPS_BODY_RULES = (BodyRule("/ops/api/.*", DEFAULT_MAX_BODY_BYTES, "token"),)
 
 def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
     page = resources.files("realtime_dispatch.ops").joinpath("static/ops.html").read_text("utf-8")
+    keys = verifier.options.keys  # the users' key type (REALTIME_KEY_TYPE)
 
     async def admin_error(request: Request) -> Response | None:
         try:
@@ -138,7 +148,8 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
         if (denied := await admin_error(request)) is not None:
             return denied
         if request.method == "GET":
-            return _json({"items": [r.as_json() for r in await service.revocations()]})
+            items = await service.revocations()
+            return _json({"items": [r.as_json_with(keys) for r in items]})
         try:
             command = RevokeRequest.model_validate(orjson.loads(await request.body()))
         except orjson.JSONDecodeError:
@@ -147,20 +158,24 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             return _error(422, f"{where}: {first['msg']}" if where else str(first["msg"]))
-        revocation = await service.revoke(command.user_id)
-        return _json(revocation.as_json(), 201)
+        try:
+            user = keys.from_json(command.user_id)
+        except ValueError:
+            return _error(422, f"userId: not a key of REALTIME_KEY_TYPE={keys.name}")
+        revocation = await service.revoke(user)
+        return _json(revocation.as_json_with(keys), 201)
 
     async def lift(request: Request) -> Response:
         if (denied := await admin_error(request)) is not None:
             return denied
         try:
-            user_id = UUID(request.path_params["user_id"])
+            user_id = keys.from_json(request.path_params["user_id"])
         except ValueError:
-            return _error(400, "userId must be a UUID")
+            return _error(400, f"userId must be a key of REALTIME_KEY_TYPE={keys.name}")
         lifted = await service.lift_revocation(user_id)
         if lifted is None:
             return _error(404, "no revocation for this user")
-        return _json(lifted.as_json())
+        return _json(lifted.as_json_with(keys))
 
     return [
         Route("/ops", ops_page, methods=["GET"]),

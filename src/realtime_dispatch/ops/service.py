@@ -13,6 +13,7 @@ from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.revocations import Revocation
 from realtime_dispatch.database import translate_errors
 from realtime_dispatch.ids import id_floor
+from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
@@ -20,13 +21,18 @@ from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
 QUERIES = load_queries("realtime_dispatch.ops")
 
 
+def _key_json(key: Key | None) -> str | int | None:
+    """An owner's key as the payloads write it: a UUID as its string, a bigint as a number."""
+    return str(key) if isinstance(key, UUID) else key
+
+
 @dataclass(frozen=True, slots=True)
 class QuarantinedRow:
     id: UUID
     kind: str
     target_kind: str
-    chat_id: UUID | None
-    target_user_id: UUID | None
+    chat_id: Key | None
+    target_user_id: Key | None
     session_kind: str | None
     attempts: int
     last_error: str | None
@@ -38,8 +44,8 @@ class QuarantinedRow:
             "id": str(self.id),
             "kind": self.kind,
             "targetKind": self.target_kind,
-            "chatId": str(self.chat_id) if self.chat_id else None,
-            "targetUserId": str(self.target_user_id) if self.target_user_id else None,
+            "chatId": _key_json(self.chat_id),
+            "targetUserId": _key_json(self.target_user_id),
             "sessionKind": self.session_kind,
             "attempts": self.attempts,
             "lastError": self.last_error,
@@ -134,11 +140,11 @@ class OpsService:
     ) -> int:
         return await self.store.requeue(ids=ids or (), kind=kind)
 
-    async def revoke(self, user_id: UUID) -> Revocation:
+    async def revoke(self, user_id: Key) -> Revocation:
         """Cut ``user_id`` off: tokens issued until now are refused, connections closed."""
         return await revocation_store.revoke(self._pool, user_id)
 
-    async def lift_revocation(self, user_id: UUID) -> Revocation | None:
+    async def lift_revocation(self, user_id: Key) -> Revocation | None:
         return await revocation_store.lift(self._pool, user_id)
 
     async def revocations(self) -> list[Revocation]:

@@ -11,6 +11,11 @@ once, is safe — the second waits for the lock and then finds nothing to do.
 included, for an adopter to fold into the migrations of their own tool; ``migrate`` then finds
 it applied. A migration that meets an existing object of the same name raises
 :class:`~realtime_dispatch.errors.SchemaConflict` naming the migration and the object.
+
+The outbox's key columns take the owner's key type (``REALTIME_KEY_TYPE``,
+:mod:`realtime_dispatch.keys`): its migrations name it by a placeholder, replaced here. An
+outbox created with another type is refused by :func:`require_key_type` (every command checks
+it before its work), since every query and group would then mismatch.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from importlib import resources
 
 import asyncpg
 
-from realtime_dispatch.errors import SchemaConflict
+from realtime_dispatch.errors import ConfigurationError, SchemaConflict
+from realtime_dispatch.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
 
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
 MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"
@@ -65,9 +71,16 @@ def migrations_in(package: str) -> list[Migration]:
     return found
 
 
-def packaged_migrations(extra: Sequence[Migration] = ()) -> list[Migration]:
-    """The outbox's migrations and ``extra`` (an owner service's), in version order."""
-    found = [*migrations_in("realtime_dispatch.outbox"), *extra]
+def packaged_migrations(
+    extra: Sequence[Migration] = (), keys: KeyCodec = UUID_KEYS
+) -> list[Migration]:
+    """The outbox's migrations, its key columns of type ``keys``, and ``extra`` (an owner
+    service's), in version order."""
+    outbox = [
+        Migration(m.version, m.name, m.sql.replace(PLACEHOLDER, keys.name))
+        for m in migrations_in("realtime_dispatch.outbox")
+    ]
+    found = [*outbox, *extra]
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):
@@ -83,15 +96,19 @@ async def applied_versions(conn: asyncpg.Connection) -> set[int]:
     return {int(r["version"]) for r in rows}
 
 
-async def migrate(conn: asyncpg.Connection, extra: Sequence[Migration] = ()) -> list[Migration]:
-    """Apply the pending migrations, the outbox's and ``extra``; return those applied by this
-    call."""
+async def migrate(
+    conn: asyncpg.Connection, extra: Sequence[Migration] = (), keys: KeyCodec = UUID_KEYS
+) -> list[Migration]:
+    """Apply the pending migrations, the outbox's (keys of type ``keys``) and ``extra``; return
+    those applied by this call. An outbox there already of another key type is refused before
+    anything is applied."""
     applied: list[Migration] = []
     await conn.execute(MIGRATION_LOCK_SQL)
     try:
+        await require_key_type(conn, keys)
         await conn.execute(BOOKKEEPING_SQL)
         done = await applied_versions(conn)
-        for migration in packaged_migrations(extra):
+        for migration in packaged_migrations(extra, keys):
             if migration.version in done:
                 continue
             try:
@@ -106,6 +123,33 @@ async def migrate(conn: asyncpg.Connection, extra: Sequence[Migration] = ()) -> 
     finally:
         await conn.execute(MIGRATION_UNLOCK_SQL)
     return applied
+
+
+KEY_COLUMNS = ("chat_id", "target_user_id", "message_id", "ref_id")
+_KEY_TYPES_SQL = """
+SELECT DISTINCT format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = to_regclass('messenger.realtime_outbox') AND attname = ANY($1::text[])
+  AND NOT attisdropped
+"""
+
+
+async def outbox_key_type(conn: asyncpg.Connection) -> str | None:
+    """The SQL type of the outbox's key columns (``uuid``, ``bigint``, ``text``; several,
+    comma-separated, if someone altered one), or None when there is no outbox yet."""
+    found = sorted(str(r[0]) for r in await conn.fetch(_KEY_TYPES_SQL, list(KEY_COLUMNS)))
+    return ", ".join(found) or None
+
+
+async def require_key_type(conn: asyncpg.Connection, keys: KeyCodec) -> None:
+    """ConfigurationError (exit 2) naming both types when the outbox's key columns are not of
+    ``keys``' type; nothing when there is no outbox yet."""
+    found = await outbox_key_type(conn)
+    if found is not None and found != keys.name:
+        raise ConfigurationError(
+            VARIABLE,
+            f"{keys.name}, but the outbox's key columns ({', '.join(KEY_COLUMNS)}) are {found}:"
+            f" set REALTIME_KEY_TYPE={found.split(',')[0]}, or recreate the outbox",
+        )
 
 
 def _first_line(exc: BaseException) -> str:

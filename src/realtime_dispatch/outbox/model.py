@@ -10,6 +10,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from realtime_dispatch.errors import IntentError
+from realtime_dispatch.keys import Key
 
 
 class RealtimeDispatchKind(StrEnum):
@@ -88,8 +89,9 @@ _USER_KINDS = frozenset(
 _MEDIA_KINDS = frozenset(set(K) - _MESSAGE_KINDS - _CHAT_KINDS - _USER_KINDS)
 
 
-def group_name(target: RealtimeTargetKind, chat_id: UUID | None, user_id: UUID | None) -> str:
-    """The hub group a row goes to: ``chat:{ChatId}`` or ``user:{UserId}``."""
+def group_name(target: RealtimeTargetKind, chat_id: Key | None, user_id: Key | None) -> str:
+    """The hub group a row goes to: ``chat:{ChatId}`` or ``user:{UserId}`` (the key as ``str``
+    spells it, whatever REALTIME_KEY_TYPE: ``chat:17`` for a bigint key)."""
     if target is RealtimeTargetKind.CHAT_GROUP:
         if chat_id is None:
             raise IntentError("ChatGroup target needs chat_id", code="MissingChatId")
@@ -101,14 +103,15 @@ def group_name(target: RealtimeTargetKind, chat_id: UUID | None, user_id: UUID |
 
 @dataclass(frozen=True, slots=True)
 class OutboxIntent:
-    """One push intent, as an owner enqueues it. Only ids and enums: never a body."""
+    """One push intent, as an owner enqueues it. Only ids and enums: never a body. The ids are
+    the owner's keys (``REALTIME_KEY_TYPE``: UUIDs for the reference messenger)."""
 
     kind: RealtimeDispatchKind
     target_kind: RealtimeTargetKind
-    chat_id: UUID | None = None
-    target_user_id: UUID | None = None
-    message_id: UUID | None = None
-    ref_id: UUID | None = None
+    chat_id: Key | None = None
+    target_user_id: Key | None = None
+    message_id: Key | None = None
+    ref_id: Key | None = None
     session_kind: SessionKind | None = None
     seq: int | None = None
 
@@ -183,10 +186,10 @@ class ClaimedRow:
     id: UUID
     kind: str
     target_kind: str
-    chat_id: UUID | None
-    target_user_id: UUID | None
-    message_id: UUID | None
-    ref_id: UUID | None
+    chat_id: Key | None
+    target_user_id: Key | None
+    message_id: Key | None
+    ref_id: Key | None
     session_kind: str | None
     seq: int | None
     attempts: int

@@ -38,6 +38,7 @@ from realtime_dispatch.errors import (
     TargetGone,
     TransientError,
 )
+from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
 from realtime_dispatch.push import Push
 
@@ -194,7 +195,7 @@ async def _mark_gone_targets(
     is not a defect: turn its not-found error into :class:`TargetGone` when the query says its
     chat is deleted. One query, and only when some row of the batch is not found; if it fails,
     those rows retry (nothing tells gone from defect)."""
-    missing: dict[UUID, UUID] = {}
+    missing: dict[UUID, Key] = {}
     for row in rows:
         result = results.get(row.id)
         if (

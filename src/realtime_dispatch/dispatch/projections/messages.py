@@ -8,7 +8,7 @@ the row id and both numbers)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from uuid import UUID
 
 import asyncpg
@@ -20,6 +20,7 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.push import Push
 
@@ -48,10 +49,13 @@ class MessagePayloadBuilder:
     kinds = _KINDS
     query = "messages"
 
-    def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
+    def __init__(
+        self, *, sql: str | None, encoder: PayloadEncoder = FAST, keys: KeyCodec = UUID_KEYS
+    ) -> None:
         self.sql = sql
         self.encoder = encoder
         self._warned: dict[UUID, None] = {}
+        self.to_json = keys.to_json
 
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         if self.sql is None:
@@ -59,7 +63,7 @@ class MessagePayloadBuilder:
         ids = list({item.intent.message_id for item in items if item.intent.message_id})
         records = {r["id"]: r for r in await conn.fetch(self.sql, ids)}
         results: BuildResults = {}
-        encode = self.encoder.encode
+        encode, to_json = self.encoder.encode, self.to_json
         for item in items:
             intent = item.intent
             record = records.get(intent.message_id) if intent.message_id else None
@@ -71,7 +75,7 @@ class MessagePayloadBuilder:
             if intent.seq is not None and intent.seq != record["seq"]:
                 self._seq_mismatch(item, record["seq"])
             try:
-                payload = encode(*shape_message(intent.kind, record))
+                payload = encode(*shape_message(intent.kind, record, to_json))
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
@@ -96,13 +100,15 @@ class MessagePayloadBuilder:
         )
 
 
-def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
+def shape_message(
+    kind: RealtimeDispatchKind, r: asyncpg.Record, to_json: Callable[[Key], str | int] = str
+) -> Shaped:
     """The payload's contract and fields; a deleted message keeps no content. Ids are given
-    as their strings (what the wire carries; orjson writes the driver's UUID type only through
-    a Python hook)."""
+    as the wire carries them (``to_json``: their strings for uuid keys, as orjson writes the
+    driver's UUID type only through a Python hook; the number itself for bigint keys)."""
     chat_id, message_id, seq, deleted_at = (
-        str(r["chat_id"]),
-        str(r["id"]),
+        to_json(r["chat_id"]),
+        to_json(r["id"]),
         r["seq"],
         r["deleted_at"],
     )
@@ -118,7 +124,7 @@ def shape_message(kind: RealtimeDispatchKind, r: asyncpg.Record) -> Shaped:
             "chat_id": chat_id,
             "message_id": message_id,
             "seq": seq,
-            "sender_user_id": None if sender is None else str(sender),
+            "sender_user_id": None if sender is None else to_json(sender),
             "kind": r["kind"],
             "sent_at": r["sent_at"],
             "body": body,

@@ -21,6 +21,7 @@ from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
+from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -51,15 +52,18 @@ def default_builders(
     *,
     encoder: PayloadEncoder = FAST,
     manifest: Manifest | None = None,
+    keys: KeyCodec = UUID_KEYS,
 ) -> list[KindBuilder]:
     """Every builder; ``media`` supplies the secrets for join tokens (without them the media
     invites go out without ``media``); ``encoder`` writes the payloads' JSON; ``manifest``
-    holds the SQL (a query it leaves out disables the kinds it serves)."""
+    holds the SQL (a query it leaves out disables the kinds it serves); ``keys`` is the
+    owner's key type (the other builders pass the driver's values through, which the encoder
+    writes as the type wants)."""
     minter = MediaMinter(media or MediaOptions())
     e = encoder
     q = (manifest or shipped_manifest()).sql
     return [
-        MessagePayloadBuilder(sql=q("messages"), encoder=e),
+        MessagePayloadBuilder(sql=q("messages"), encoder=e, keys=keys),
         ReadReceiptBuilder(sql=q("read_receipts"), encoder=e),
         ChatEventBuilder(sql=q("chat_events"), encoder=e),
         ContactRequestBuilder(sql=q("contact_requests"), encoder=e),
@@ -78,12 +82,13 @@ def default_payload_builder(
     *,
     encoder: PayloadEncoder = FAST,
     manifest: Manifest | None = None,
+    keys: KeyCodec = UUID_KEYS,
 ) -> CompositePayloadBuilder:
     """What the dispatcher calls: every shipped builder over ``manifest``'s queries (the
-    shipped reference manifest when ``None``)."""
+    shipped reference manifest when ``None``), ids written as ``keys`` want."""
     manifest = manifest or shipped_manifest()
     return CompositePayloadBuilder(
-        default_builders(media, encoder=encoder, manifest=manifest),
+        default_builders(media, encoder=encoder, manifest=manifest, keys=keys),
         deleted_chats_sql=manifest.sql("deleted_chats"),
         chat_alive_sql=manifest.sql("chat_alive"),
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.requests import Request
@@ -23,6 +22,7 @@ from realtime_dispatch.auth.tokens import (
 from realtime_dispatch.hub.connection import Attachment, Writer
 from realtime_dispatch.hub.http_connections import HttpConnectionState
 from realtime_dispatch.hub.session import CloseReason
+from realtime_dispatch.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -64,7 +64,7 @@ def _unauthorized(exc: AuthError) -> Response:
     return PlainTextResponse("Unauthorized", status_code=401, headers=headers)
 
 
-def state_of(hub: Hub, request: Request, user_id: UUID) -> HttpConnectionState:
+def state_of(hub: Hub, request: Request, user_id: Key) -> HttpConnectionState:
     """The connection named by ``id``: 404 when this replica has none, 403 for another user."""
     state = hub.http_transports.get(request.query_params.get("id"))
     if state is None:

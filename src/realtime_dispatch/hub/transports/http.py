@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
-from uuid import UUID
 
 import structlog
 from starlette.requests import Request
@@ -43,6 +42,7 @@ from realtime_dispatch.hub.transports.common import (
 from realtime_dispatch.hub.transports.longpolling import poll
 from realtime_dispatch.hub.transports.sse import serve_stream
 from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
@@ -78,7 +78,7 @@ class HttpTransportEndpoint:
             response = refused.response
         await response(scope, receive, send)
 
-    def _open(self, request: Request, transport: Transport, user_id: UUID) -> HttpConnectionState:
+    def _open(self, request: Request, transport: Transport, user_id: Key) -> HttpConnectionState:
         """Claim the negotiation named by ``id`` for a new SSE or long-polling connection."""
         hub = self._hub
         if hub.stopping:

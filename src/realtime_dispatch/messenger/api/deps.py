@@ -37,10 +37,14 @@ async def current_user(
     token is missing, expired, forged or revoked."""
     token = credentials.credentials if credentials is not None else None
     checked = verified_identity(request.scope, token)  # the request guard's, same token
-    if isinstance(checked, Identity):
-        return checked.user_id
-    verifier: TokenVerifier = request.app.state.verifier
-    return (await verifier.verify(token)).user_id
+    if not isinstance(checked, Identity):
+        verifier: TokenVerifier = request.app.state.verifier
+        checked = await verifier.verify(token)
+    user_id = checked.user_id
+    # The reference messenger runs on uuid keys only (the CLI refuses another REALTIME_KEY_TYPE
+    # beside it), so its users are UUIDs.
+    assert isinstance(user_id, UUID), type(user_id)
+    return user_id
 
 
 async def connection(request: Request) -> AsyncIterator[PooledConnection]:

@@ -1,14 +1,16 @@
--- The realtime outbox: one row per push intent, written in the owner's transaction.
+-- The realtime outbox: one row per push intent, written in the owner's transaction. The owner's
+-- keys (chat_id, target_user_id, message_id, ref_id) take REALTIME_KEY_TYPE's type (the placeholder is
+-- replaced when the migration is applied or printed); the row's own id is always a UUIDv7.
 CREATE SCHEMA IF NOT EXISTS messenger;
 
 CREATE TABLE messenger.realtime_outbox (
     id              uuid         PRIMARY KEY,
     kind            varchar(32)  NOT NULL,
     target_kind     varchar(16)  NOT NULL,
-    chat_id         uuid         NULL,
-    target_user_id  uuid         NULL,
-    message_id      uuid         NULL,
-    ref_id          uuid         NULL,
+    chat_id         @key_type@   NULL,
+    target_user_id  @key_type@   NULL,
+    message_id      @key_type@   NULL,
+    ref_id          @key_type@   NULL,
     session_kind    varchar(12)  NULL,
     seq             bigint       NULL,
     status          varchar(16)  NOT NULL DEFAULT 'Pending',

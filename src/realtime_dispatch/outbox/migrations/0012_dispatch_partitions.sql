@@ -3,7 +3,8 @@
 -- notifies when any flag is set). Partition 0 of 1 keeps the former single flag.
 
 -- hash(chat, else target user) mod N; IMMUTABLE and plain SQL, so the planner inlines it.
-CREATE FUNCTION messenger.realtime_partition(chat_id uuid, target_user_id uuid, partitions int)
+CREATE FUNCTION messenger.realtime_partition(chat_id @key_type@, target_user_id @key_type@,
+                                               partitions int)
 RETURNS int LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ((hashtextextended(coalesce(chat_id, target_user_id)::text, 0) % partitions
              + partitions) % partitions)::int

@@ -4,7 +4,7 @@
 -- hub replica applies it, whoever wrote the row.
 
 CREATE TABLE messenger.realtime_revocations (
-    user_id    uuid        PRIMARY KEY,
+    user_id    @key_type@  PRIMARY KEY,
     revoked_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
