@@ -38,6 +38,7 @@ import orjson
 
 from realtime_dispatch.database import DbConnection, translate_errors
 from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.push import Push
 from realtime_dispatch.sync import store
@@ -136,10 +137,10 @@ class SyncService:
         self._builder = builder
         self.options = options or SyncOptions()
         self.page_query = page_query
-        self._running: dict[UUID, int] = {}  # user → pages running now
+        self._running: dict[Key, int] = {}  # user → pages running now
         self._source: str | None = None
 
-    async def page(self, user_id: UUID, since: str | None, limit: int = DEFAULT_LIMIT) -> SyncPage:
+    async def page(self, user_id: Key, since: str | None, limit: int = DEFAULT_LIMIT) -> SyncPage:
         """Raises :class:`~realtime_dispatch.sync.cursor.CursorError` for a malformed ``since``
         (before touching the database), ``ValueError`` for a limit outside 1..1000,
         :class:`SyncBusy` past the per-user bound, :class:`SyncTimeout` past the timeout."""
@@ -157,7 +158,7 @@ class SyncService:
             if left:
                 self._running[user_id] = left
 
-    async def _page(self, user_id: UUID, cursor: SyncCursor | None, limit: int) -> SyncPage:
+    async def _page(self, user_id: Key, cursor: SyncCursor | None, limit: int) -> SyncPage:
         timeout = self.options.statement_timeout
         async with translate_errors():  # what is left: the database unavailable
             try:
@@ -176,7 +177,7 @@ class SyncService:
                 ) from exc
 
     async def _read(
-        self, conn: DbConnection, user_id: UUID, cursor: SyncCursor | None, limit: int
+        self, conn: DbConnection, user_id: Key, cursor: SyncCursor | None, limit: int
     ) -> SyncPage:
         source = self._source or await self._load_source(conn)
         if cursor is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
+from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.sync.cursor import source_name
@@ -46,7 +47,7 @@ async def horizon(conn: DbConnection) -> int:
 
 async def page(  # noqa: PLR0917 (the statement's parameters, in order)
     conn: DbConnection,
-    user_id: UUID,
+    user_id: Key,
     after_xid: int,
     after_id: UUID,
     limit: int,
