@@ -84,10 +84,11 @@ async def apply_migrations(settings: Settings, url: str, *, only_outbox: bool) -
     """Apply the pending migrations (the outbox's alone when ``only_outbox`` or a projection
     manifest is set), its key columns of ``REALTIME_KEY_TYPE``; return those this call
     applied."""
+    with_messenger = settings.reference_messenger and not only_outbox
+    require_reference_keys(settings, with_messenger=with_messenger)
     # Under a session advisory lock: on a session of its own, never through a pooler.
     conn = await asyncpg.connect(session_url(settings, url))
     try:
-        with_messenger = settings.reference_messenger and not only_outbox
         return await migrate(conn, with_messenger=with_messenger, keys=settings.keys())
     finally:
         await conn.close()
