@@ -184,19 +184,26 @@ async def run_nats(
     """NATS cluster: a subject per group, each replica on its own node."""
     counters.expected = len(plan)
     subscribers = []
+    ready = [asyncio.Event() for _ in range(REPLICAS)]
     for replica in range(REPLICAS):
         nc = await nats.connect(servers=[urls[replica]], pending_size=64 * 1024 * 1024)
 
         async def on_message(_msg: Any, replica: int = replica) -> None:
             counters.hit(replica)
 
+        async def on_ready(_msg: Any, replica: int = replica) -> None:
+            ready[replica].set()
+
         for i, group in enumerate(groups):
             if home(i) == replica:
                 await nc.subscribe(nats_subject(group), cb=on_message)
+        # Subscribed last: once a probe to it arrives from the publisher's node, the interest
+        # in every group above (sent before it over the same route) has arrived there too.
+        await nc.subscribe(f"bench.ready.{replica}", cb=on_ready)
         await nc.flush()
         subscribers.append(nc)
-    await asyncio.sleep(0.5)  # let the subscription interest reach the other nodes' routes
     publisher = await nats.connect(servers=[urls[0]], pending_size=64 * 1024 * 1024)
+    await _until_routed(publisher, ready)
     started = time.perf_counter()
     for chunk in _chunks(plan):
         for index in chunk:
@@ -207,6 +214,21 @@ async def run_nats(
     for nc in [publisher, *subscribers]:
         await nc.close()
     return elapsed
+
+
+async def _until_routed(publisher: Any, ready: list[asyncio.Event], within: float = 60) -> None:
+    """Probe each replica through the publisher's node until every one has answered: the
+    subscription interest has then crossed the cluster's routes (a fixed sleep did not always
+    cover it on a loaded machine, and pushes published before it were lost)."""
+    deadline = time.monotonic() + within
+    while not all(event.is_set() for event in ready):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the NATS cluster did not route the subscriptions")
+        for replica, event in enumerate(ready):
+            if not event.is_set():
+                await publisher.publish(f"bench.ready.{replica}", b"")
+        await publisher.flush()
+        await asyncio.sleep(0.05)
 
 
 async def _finish(
