@@ -67,7 +67,7 @@ from _common import (
     write_json,
 )
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.dispatch.service import dispatch_service
+from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.keys import Key, key_codec
 from realtime_dispatch.messenger.commands import send_message
@@ -144,7 +144,7 @@ class StampingPublisher:
 
 
 async def _owner(
-    dsn: str,
+    conn: asyncpg.Connection,
     chats: Sequence[tuple[Key, Key]],
     *,
     rate: float,
@@ -155,45 +155,39 @@ async def _owner(
 ) -> list[tuple[str, str, float]]:
     """One owner connection: ``send_message`` at ``rate`` per second (0 = as fast as it can)
     from ``start_at`` + ``offset`` for ``seconds``; returns (outbox id, message id, commit ts)."""
-    conn = await asyncpg.connect(dsn)
     out: list[tuple[str, str, float]] = []
     seqs: dict[Key, int] = {}  # enqueue owners: this owner is its chats' only writer
-    try:
-        await asyncio.sleep(max(0.0, start_at - time.time()))
-        end = start_at + seconds
-        due = start_at + offset
-        n = 0
-        while True:
-            if rate:
-                delay = due - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                due += 1.0 / rate
-            if time.time() >= end:
-                break
-            chat, sender = chats[n % len(chats)]
-            if command == "keyed":
-                seqs[chat] = seq = seqs.get(chat, 0) + 1
-                outbox_id, message_id = await _keyed.send(conn, chat, sender, seq, f"lag {n}")
-            elif command in {"send_message", "send_idempotent"}:
-                assert isinstance(chat, UUID)
-                assert isinstance(sender, UUID)
-                # send_idempotent: the same send under a fresh clientMessageId (the claim row);
-                # plain sends pass no such argument, so older revisions can run this too.
-                extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
-                sent = await send_message(
-                    conn, chat_id=chat, sender=sender, body=f"lag {n}", **extra
-                )
-                outbox_id, message_id = sent.outbox_id, sent.message_id
-            else:
-                assert isinstance(chat, UUID)
-                assert isinstance(sender, UUID)
-                seqs[chat] = seq = seqs.get(chat, 0) + 1
-                outbox_id, message_id = await _insert_and_enqueue(conn, chat, sender, seq, n)
-            out.append((str(outbox_id), str(message_id), time.time()))
-            n += 1
-    finally:
-        await conn.close()
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    end = start_at + seconds
+    due = start_at + offset
+    n = 0
+    while True:
+        if rate:
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            due += 1.0 / rate
+        if time.time() >= end:
+            break
+        chat, sender = chats[n % len(chats)]
+        if command == "keyed":
+            seqs[chat] = seq = seqs.get(chat, 0) + 1
+            outbox_id, message_id = await _keyed.send(conn, chat, sender, seq, f"lag {n}")
+        elif command in {"send_message", "send_idempotent"}:
+            assert isinstance(chat, UUID)
+            assert isinstance(sender, UUID)
+            # send_idempotent: the same send under a fresh clientMessageId (the claim row);
+            # plain sends pass no such argument, so older revisions can run this too.
+            extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
+            sent = await send_message(conn, chat_id=chat, sender=sender, body=f"lag {n}", **extra)
+            outbox_id, message_id = sent.outbox_id, sent.message_id
+        else:
+            assert isinstance(chat, UUID)
+            assert isinstance(sender, UUID)
+            seqs[chat] = seq = seqs.get(chat, 0) + 1
+            outbox_id, message_id = await _insert_and_enqueue(conn, chat, sender, seq, n)
+        out.append((str(outbox_id), str(message_id), time.time()))
+        n += 1
     return out
 
 
@@ -227,21 +221,38 @@ async def _insert_and_enqueue(
 
 
 async def _owner_process(spec: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """Connect every owner, say ``ready`` on stdout, and start at the time read from stdin: the
+    parent starts the clock only once every process is connected, however slowly a loaded
+    machine starts them."""
     keys = key_codec(spec.get("key_type", "uuid"))
-    tasks = [
-        _owner(
-            spec["dsn"],
-            [(keys.from_claim(c), keys.from_claim(s)) for c, s in chats],
-            rate=spec["rate"],
-            start_at=spec["start_at"],
-            seconds=spec["seconds"],
-            offset=offset,
-            command=spec["command"],
-        )
-        for chats, offset in zip(spec["chats"], spec["offsets"], strict=True)
-    ]
-    results = await asyncio.gather(*tasks)
+    conns = [await asyncpg.connect(spec["dsn"]) for _ in spec["chats"]]
+    try:
+        print("ready", flush=True)
+        start_at = float(await asyncio.to_thread(sys.stdin.readline))
+        tasks = [
+            _owner(
+                conn,
+                [(keys.from_claim(c), keys.from_claim(s)) for c, s in chats],
+                rate=spec["rate"],
+                start_at=start_at,
+                seconds=spec["seconds"],
+                offset=offset,
+                command=spec["command"],
+            )
+            for conn, chats, offset in zip(conns, spec["chats"], spec["offsets"], strict=True)
+        ]
+        results = await asyncio.gather(*tasks)
+    finally:
+        for conn in conns:
+            await conn.close()
     return [row for rows in results for row in rows]
+
+
+async def _until_ready(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdout is not None
+    while (line := await proc.stdout.readline()) != b"ready\n":
+        if not line:
+            raise RuntimeError("an owner process exited before it was ready")
 
 
 def _read_rows(paths: list[str]) -> list[tuple[str, str, float]]:
@@ -265,7 +276,6 @@ async def run_owners(
     """Run ``owners`` owner connections in ``processes`` child processes; total ``rate``/s."""
     pairs = [(str(chat), str(users[0])) for chat, users in rosters.items()]
     per_owner = [pairs[i::owners] for i in range(owners)]
-    start_at = time.time() + 1.5  # lets every child connect first
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         outs = []
@@ -277,7 +287,6 @@ async def run_owners(
                 "dsn": url,
                 "chats": [per_owner[i] for i in mine],
                 "rate": rate / owners if rate else 0.0,
-                "start_at": start_at,
                 "seconds": seconds,
                 # Owner i starts i/rate late: the owners' commits interleave evenly.
                 "offsets": [i / rate if rate else 0.0 for i in mine],
@@ -287,12 +296,30 @@ async def run_owners(
             }
             procs.append(
                 await asyncio.create_subprocess_exec(
-                    sys.executable, __file__, "--owner-process", json.dumps(spec)
+                    sys.executable,
+                    __file__,
+                    "--owner-process",
+                    json.dumps(spec),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
                 )
             )
-        for proc in procs:
-            if await proc.wait() != 0:
-                raise RuntimeError("an owner process failed")
+        try:
+            for proc in procs:
+                await _until_ready(proc)
+            start_at = time.time() + 0.2
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(f"{start_at}\n".encode())
+                await proc.stdin.drain()
+            for proc in procs:
+                if await proc.wait() != 0:
+                    raise RuntimeError("an owner process failed")
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
         return _read_rows(outs)
 
 
@@ -355,28 +382,14 @@ async def lag_run(
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
     options = replace(RealtimeDispatchOptions(), listen=listen)
     publisher = StampingPublisher()
-    meter = CpuMeter()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(trigger(url, body))
         service = await stack.enter_async_context(dispatch_service(url, options, publisher))
         if beside is not None:
             await stack.enter_async_context(beside(url))
-        await asyncio.sleep(0.5)  # first pass done, idle flag set
-        meter.start()
-        commits = await run_owners(
-            url,
-            rosters,
-            owners=args.owners,
-            processes=args.processes,
-            rate=args.rate,
-            seconds=args.seconds,
-            command=args.owner_command,
+        return await heard_window(
+            url, rosters, args, options=options, publisher=publisher, service=service
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
-        meter.stop()
-        passes = service.runner.passes_run
-    return lag_figures(commits, publisher.published, meter, passes)
 
 
 async def keyed_run(url: str, args: argparse.Namespace, key_type: str) -> dict[str, Any]:
@@ -385,26 +398,63 @@ async def keyed_run(url: str, args: argparse.Namespace, key_type: str) -> dict[s
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER, key_type)
     options = RealtimeDispatchOptions()
     publisher = StampingPublisher()
-    meter = CpuMeter()
     manifest = _keyed.manifest(keys)
     async with dispatch_service(url, options, publisher, manifest=manifest, keys=keys) as service:
-        await asyncio.sleep(0.5)  # first pass done, idle flag set
-        meter.start()
-        commits = await run_owners(
+        return await heard_window(
             url,
             rosters,
-            owners=args.owners,
-            processes=args.processes,
-            rate=args.rate,
-            seconds=args.seconds,
+            args,
+            options=options,
+            publisher=publisher,
+            service=service,
             command="keyed",
             key_type=key_type,
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
-        meter.stop()
-        passes = service.runner.passes_run
-    return lag_figures(commits, publisher.published, meter, passes)
+
+
+async def heard_window(
+    url: str,
+    rosters: dict[Key, list[Key]],
+    args: argparse.Namespace,
+    *,
+    options: RealtimeDispatchOptions,
+    publisher: StampingPublisher,
+    service: DispatchService,
+    **owners: Any,
+) -> dict[str, Any]:
+    """The measured window of a run whose dispatcher is up: the owners' load, then until the
+    publisher has heard every commit (or a polling interval and 5 s more)."""
+    await asyncio.sleep(0.5)  # first pass done, idle flag set
+    meter = CpuMeter()
+    meter.start()
+    commits = await owners_at(url, rosters, args, **owners)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(publisher.reached(len(commits)), options.polling_interval + 5)
+    meter.stop()
+    return lag_figures(commits, publisher.published, meter, service.runner.passes_run)
+
+
+async def owners_at(
+    url: str,
+    rosters: dict[Key, list[Key]],
+    args: argparse.Namespace,
+    *,
+    rate: float | None = None,
+    seconds: float | None = None,
+    command: str | None = None,
+    key_type: str = "uuid",
+) -> list[tuple[str, str, float]]:
+    """``run_owners`` at the run's settings, but for what a scenario sets itself."""
+    return await run_owners(
+        url,
+        rosters,
+        owners=args.owners,
+        processes=args.processes,
+        rate=args.rate if rate is None else rate,
+        seconds=args.seconds if seconds is None else seconds,
+        command=command or args.owner_command,
+        key_type=key_type,
+    )
 
 
 async def main_keyed(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:
@@ -476,15 +526,7 @@ async def raw_run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         await conn.add_listener("realtime_outbox", on_notify)
         meter.start()
-        commits = await run_owners(
-            url,
-            rosters,
-            owners=args.owners,
-            processes=args.processes,
-            rate=args.rate,
-            seconds=args.seconds,
-            command=args.owner_command,
-        )
+        commits = await owners_at(url, rosters, args)
         deadline = time.monotonic() + 5
         while len(heard) < len(commits) and time.monotonic() < deadline:
             woken.set()  # a row whose wake was folded into an earlier take
@@ -529,15 +571,7 @@ async def ceiling_run(url: str, args: argparse.Namespace, *, body: str | None) -
     options = RealtimeDispatchOptions()
     async with trigger(url, body), dispatch_service(url, options, publisher) as service:
         await asyncio.sleep(0.5)
-        commits = await run_owners(
-            url,
-            rosters,
-            owners=args.owners,
-            processes=args.processes,
-            rate=0.0,
-            seconds=args.ceiling_seconds,
-            command=args.owner_command,
-        )
+        commits = await owners_at(url, rosters, args, rate=0.0, seconds=args.ceiling_seconds)
         passes = service.runner.passes_run
     first = min(ts for _, _, ts in commits)
     counted = [ts for _, _, ts in commits if ts >= first + WARMUP]
