@@ -18,7 +18,6 @@ from realtime_dispatch.hub.typing_signal import TypingSignals
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
-    from realtime_dispatch.hub.connection import HubConnection
     from realtime_dispatch.hub.membership_feed import MembershipFeed
     from realtime_dispatch.hub.metrics import HubMetrics
     from realtime_dispatch.hub.registry import GroupRegistry
@@ -88,7 +87,7 @@ class SignalOptions(Protocol):
 def wire_signals(
     options: SignalOptions,
     registry: GroupRegistry,
-    connections: dict[str, HubConnection],
+    send_to_members: Callable[[Sequence[str], bytes], int],
     metrics: HubMetrics,
     *,
     replica_id: str,
@@ -101,13 +100,12 @@ def wire_signals(
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
     typing = TypingSignals(
         registry,
-        connections,
+        send_to_members,
         interval=options.typing_interval,
         count=lambda outcome: typing_counts[outcome].inc(),
         origin=replica_id,
         keys=keys,
     )
-    typing.written = metrics.sent_frames.inc
     relay = None
     store = None
     if options.backplane_url:
