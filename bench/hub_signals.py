@@ -194,8 +194,8 @@ def presence(connections: int, watch: int, storm: int) -> dict[str, Any]:
 
         hub._publisher = InProcessHubPublisher(hub.deliver)  # what __aenter__ sets, no Redis
         signals = hub.signals
-        signals.presence._member_chats = member_chats  # the query's answer, from memory
-        signals.presence._blockers = None
+        signals.presence.scope.member_chats = member_chats  # the query's answer, from memory
+        signals.presence.scope.blockers = None
         by_user: dict[uuid.UUID, HubConnection] = {}
 
         def open_connection(index: int, user: uuid.UUID) -> HubConnection:
@@ -307,12 +307,7 @@ def _flips(hub: Hub) -> float:
 
 async def _drain_announcements(hub: Hub) -> None:
     """Run the presence task's work here (the hub is not entered: nothing runs by itself)."""
-    presence_ = hub.signals.presence
-    while presence_._flips:
-        batch = dict(list(presence_._flips.items())[:500])
-        for user in batch:
-            del presence_._flips[user]
-        await presence_._announce(batch)
+    await hub.signals.presence.state.drain()
 
 
 # --- 4. the Redis presence store ---------------------------------------------------------------

@@ -219,6 +219,7 @@ class Hub:
         """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
         self.methods = self.signals.methods
         self.tracker.on_change = self.signals.presence.membership_changed
+        self.tracker.on_hint = self.signals.presence.hinted
         url = self.options.backplane_url
         from_backplane = self.signals.from_backplane(
             functools.partial(self.deliver, source=BACKPLANE)
@@ -265,7 +266,7 @@ class Hub:
         elif url is not None:
             self._publisher = RedisHubPublisher(redis_client(url), owns_client=True)
         else:
-            self._publisher = InProcessHubPublisher(self.deliver)
+            self._publisher = InProcessHubPublisher(self.signals.observing(self.deliver))
         self._spawn("membership_feed", self.membership.run())
         self._spawn("housekeeping", self._housekeeping())
         if self.backplane is not None:
