@@ -1,9 +1,11 @@
-"""Helpers shared by the dispatcher benchmarks (``drain.py``, ``lag.py``): a scratch database,
-fast seeding with COPY, a no-op publisher, machine facts, CPU accounting, medians and output."""
+"""Helpers shared by the benchmarks: a scratch database, fast seeding with COPY, a no-op
+publisher, a hub's connections writing to transports that discard (``hub_peers.py fanout``,
+``hub_signals.py``), machine facts, CPU accounting, medians and output."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -362,3 +364,60 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}-{stamp}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return path
+
+
+# --- a hub in this process, its connections' transports discarding what they get -------------
+
+
+class NullTransport:
+    """A transport that counts what it is given and sends nothing (the kernel's send left out)."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self.written += len(chunk)
+
+    def is_closing(self) -> bool:
+        return False
+
+
+class NullServer:
+    """What a :class:`~realtime_dispatch.hub.framing.RawSink` needs of its server."""
+
+    def __init__(self) -> None:
+        self.transport = NullTransport()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.close_sent = False
+
+
+def null_connection(index: int, user: Any, protocol: str = "json") -> Any:
+    """A real :class:`~realtime_dispatch.hub.connection.HubConnection`, handshake done in
+    ``protocol`` (``json`` or ``messagepack``), writing to a :class:`NullTransport`; register it
+    with ``hub.new_connection``."""
+    from realtime_dispatch.auth.identity import Identity
+    from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
+    from realtime_dispatch.hub.framing import RawSink
+    from realtime_dispatch.hub.outbound import Outbound
+    from realtime_dispatch.hub.session import InboundSession
+
+    session = InboundSession(max_record_chars=1 << 15, stateful_allowed=False)
+    handshake = b'{"protocol":"%s","version":1}\x1e' % protocol.encode()
+    assert session.feed(handshake).handshake is not None
+    made = HubConnection(
+        connection_id=f"c{index}-{uuid4().hex[:6]}",
+        token=f"t{index}-{uuid4().hex}",
+        identity=Identity(user, expires_at=time.time() + 86_400),
+        session=session,
+        outbound=Outbound(stateful=False, max_pending=1 << 20, max_replay_chars=1 << 20),
+        limits=ConnectionLimits(),
+        on_sent=lambda _n: None,
+        now=0.0,
+    )
+    made.sink = RawSink(NullServer())  # type: ignore[arg-type]
+    return made

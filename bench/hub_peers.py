@@ -60,7 +60,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import parse_with_smoke
+from _common import null_connection, parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
@@ -238,57 +238,18 @@ def fanout_main(args: argparse.Namespace) -> None:
     import orjson
 
     from realtime_dispatch.hub import Hub, HubOptions
-    from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-    from realtime_dispatch.hub.framing import RawSink
-    from realtime_dispatch.hub.outbound import Outbound
     from realtime_dispatch.hub.publishers import push_frames
-    from realtime_dispatch.hub.session import InboundSession
     from realtime_dispatch.push import Push
 
-    class NullTransport:
-        def __init__(self) -> None:
-            self.written = 0
-
-        def write(self, data: bytes) -> None:
-            self.written += len(data)
-
-        def writelines(self, chunks: list[bytes]) -> None:
-            for chunk in chunks:
-                self.written += len(chunk)
-
-        def is_closing(self) -> bool:
-            return False
-
-    class Server:
-        def __init__(self) -> None:
-            self.transport = NullTransport()
-            self.writable = asyncio.Event()
-            self.writable.set()
-            self.close_sent = False
-
-    def handshake(index: int) -> bytes:
+    def protocol(index: int) -> str:
         msgpack = args.mix == "messagepack" or (args.mix == "mixed" and index % 2 == 1)
-        name = "messagepack" if msgpack else "json"
-        return b'{"protocol":"%s","version":1}\x1e' % name.encode()
+        return "messagepack" if msgpack else "json"
 
     async def run() -> dict[str, Any]:
         hub = Hub(HubOptions(), pool=None, dsn="postgresql://unused/unused")
         group = "chat:bench"
-        limits = ConnectionLimits()
         for index in range(args.members):
-            session = InboundSession(max_record_chars=1 << 15, stateful_allowed=False)
-            assert session.feed(handshake(index)).handshake is not None
-            connection = HubConnection(
-                connection_id=f"c{index}",
-                token=f"t{index}",
-                user_id=uuid.uuid4(),
-                session=session,
-                outbound=Outbound(stateful=False, max_pending=1 << 20, max_replay_chars=1 << 20),
-                limits=limits,
-                on_sent=lambda _n: None,
-                now=0.0,
-            )
-            connection.sink = RawSink(Server())  # type: ignore[arg-type]
+            connection = null_connection(index, uuid.uuid4(), protocol(index))
             hub.new_connection(connection)
             hub.registry.join(connection.connection_id, group)
         chat = str(uuid.uuid4())

@@ -49,17 +49,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from _common import (
     machine,
+    null_connection,
     parse_with_smoke,
     print_table,
     quiet_production_logging,
     rss_mib,
     write_json,
 )
-from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub import Hub, HubOptions
-from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-from realtime_dispatch.hub.framing import RawSink
-from realtime_dispatch.hub.outbound import Outbound
+from realtime_dispatch.hub.connection import HubConnection
 from realtime_dispatch.hub.protocol import (
     Invocation,
     MessageType,
@@ -68,54 +66,11 @@ from realtime_dispatch.hub.protocol import (
 )
 from realtime_dispatch.hub.publishers import InProcessHubPublisher
 from realtime_dispatch.hub.registry import chat_group
-from realtime_dispatch.hub.session import CloseReason, InboundSession
+from realtime_dispatch.hub.session import CloseReason
 from realtime_dispatch.hub.signal_envelope import encode_signal
 
 CHAT_SIZE, CHAT_STEP = 75, 25
 SEEN = "2026-12-01T10:00:00Z"
-
-
-class NullTransport:
-    def __init__(self) -> None:
-        self.written = 0
-
-    def write(self, data: bytes) -> None:
-        self.written += len(data)
-
-    def writelines(self, chunks: list[bytes]) -> None:
-        for chunk in chunks:
-            self.written += len(chunk)
-
-    def is_closing(self) -> bool:
-        return False
-
-
-class NullServer:
-    def __init__(self) -> None:
-        self.transport = NullTransport()
-        self.writable = asyncio.Event()
-        self.writable.set()
-        self.close_sent = False
-
-
-LIMITS = ConnectionLimits()
-
-
-def connection(index: int, user: uuid.UUID) -> HubConnection:
-    session = InboundSession(max_record_chars=1 << 15, stateful_allowed=False)
-    assert session.feed(b'{"protocol":"json","version":1}\x1e').handshake is not None
-    made = HubConnection(
-        connection_id=f"c{index}-{uuid.uuid4().hex[:6]}",
-        token=f"t{index}-{uuid.uuid4().hex}",
-        identity=Identity(user, expires_at=time.time() + 86_400),
-        session=session,
-        outbound=Outbound(stateful=False, max_pending=1 << 20, max_replay_chars=1 << 20),
-        limits=LIMITS,
-        on_sent=lambda _n: None,
-        now=0.0,
-    )
-    made.sink = RawSink(NullServer())  # type: ignore[arg-type]
-    return made
 
 
 def cpu() -> float:
@@ -125,15 +80,23 @@ def cpu() -> float:
 # --- 1. typing against a push --------------------------------------------------------------------
 
 
-def typing_vs_push(members: int, signals: int, runs: int) -> dict[str, Any]:
+def typing_vs_push(members: int, signals: int, runs: int, mix: str) -> dict[str, Any]:
+    """CPU per delivery, same group, same protocols, runs alternating: ``Typing`` from the bytes
+    of the client's invocation (the SDKs invoke it: a completion goes back) to the frames on
+    the other members' transports; a push from ``Hub.deliver`` (the entry of every push, its
+    membership barrier passed by a mark already heard, as the worker's batches pass it) to the
+    frames on every member's; the push's fan-out alone (``Hub.send_to_groups``); and a typing
+    signal received from the backplane."""
+
     async def run() -> dict[str, Any]:
         hub = Hub(HubOptions(typing_interval=1e-9), pool=None, dsn="postgresql://unused/unused")
         chat = uuid.uuid4()
         group = chat_group(chat)
         users = [uuid.uuid4() for _ in range(members)]
         conns = []
-        for index, user in enumerate(users):
-            made = connection(index, user)
+        for index, user in enumerate(users):  # the typist (index 0) speaks JSON
+            msgpack = mix == "messagepack" or (mix == "mixed" and index % 2 == 1)
+            made = null_connection(index, user, "messagepack" if msgpack else "json")
             hub.new_connection(made)
             hub.registry.join(made.connection_id, group)
             conns.append(made)
@@ -151,28 +114,43 @@ def typing_vs_push(members: int, signals: int, runs: int) -> dict[str, Any]:
                 str(uuid.uuid4()).encode(),
             ),
         )
-        arguments = (str(chat),)
+        invocation = b'{"type":1,"invocationId":"7","target":"Typing","arguments":["%s"]}\x1e' % (
+            str(chat).encode()
+        )
+        feed = hub.membership
+        feed.ready.set()  # the feed is up and has heard the batch's mark
+        feed._token_heard("bench-mark")
+        marks = ("bench-mark",)
+        pushed = ((group, record),)
         envelope = encode_signal("another-replica", str(users[0]), _typing_record(chat, users[0]))
         received = [(group, envelope)]
-        result: dict[str, list[float]] = {"typing": [], "push": [], "typing_received": []}
+        names = ("typing", "push", "push_fanout", "typing_received")
+        result: dict[str, list[float]] = {name: [] for name in names}
+        typing_deliveries = signals * (members - 1)
         for _ in range(runs):
             t0 = cpu()
             for _ in range(signals):
-                assert typing.typing(typist, arguments) is None
-            result["typing"].append((cpu() - t0) / (signals * (members - 1)) * 1e6)
+                typist.apply(typist.session.feed(invocation))
+            result["typing"].append((cpu() - t0) / typing_deliveries * 1e6)
+            typist.outbound.take(1 << 30)  # the completions, for the writer task there is not
+            t0 = cpu()
+            for _ in range(signals):
+                await hub.deliver(pushed, marks)
+            result["push"].append((cpu() - t0) / (signals * members) * 1e6)
             t0 = cpu()
             deliveries = 0
             for _ in range(signals):
-                deliveries += hub.send_to_groups(((group, record),))
-            result["push"].append((cpu() - t0) / deliveries * 1e6)
+                deliveries += hub.send_to_groups(pushed)
+            result["push_fanout"].append((cpu() - t0) / deliveries * 1e6)
             t0 = cpu()
             for _ in range(signals):
                 typing.received(received)
-            result["typing_received"].append((cpu() - t0) / (signals * (members - 1)) * 1e6)
+            result["typing_received"].append((cpu() - t0) / typing_deliveries * 1e6)
         sent = hub.metrics.typing.labels("sent")._value.get()
         assert sent == signals * runs, sent
         return {
             "members": members,
+            "mix": mix,
             **{
                 f"{name}_cpu_us_per_delivery": round(statistics.median(values), 3)
                 for name, values in result.items()
@@ -216,12 +194,12 @@ def presence(connections: int, watch: int, storm: int) -> dict[str, Any]:
 
         hub._publisher = InProcessHubPublisher(hub.deliver)  # what __aenter__ sets, no Redis
         signals = hub.signals
-        signals.presence._member_chats = member_chats  # the query's answer, from memory
-        signals.presence._blockers = None
+        signals.presence.scope.member_chats = member_chats  # the query's answer, from memory
+        signals.presence.scope.blockers = None
         by_user: dict[uuid.UUID, HubConnection] = {}
 
         def open_connection(index: int, user: uuid.UUID) -> HubConnection:
-            made = connection(index, user)
+            made = null_connection(index, user)
             hub.new_connection(made)
             for chat in chats_of[user]:  # what the membership load does on connect
                 hub.registry.join(made.connection_id, chat_group(chat))
@@ -329,12 +307,7 @@ def _flips(hub: Hub) -> float:
 
 async def _drain_announcements(hub: Hub) -> None:
     """Run the presence task's work here (the hub is not entered: nothing runs by itself)."""
-    presence_ = hub.signals.presence
-    while presence_._flips:
-        batch = dict(list(presence_._flips.items())[:500])
-        for user in batch:
-            del presence_._flips[user]
-        await presence_._announce(batch)
+    await hub.signals.presence.state.drain()
 
 
 # --- 4. the Redis presence store ---------------------------------------------------------------
@@ -396,6 +369,7 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="10,100")
+    parser.add_argument("--mix", default="json,mixed", help="json, messagepack, mixed")
     parser.add_argument("--signals", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--connections", type=int, default=15_000)
@@ -413,19 +387,26 @@ def main(argv: list[str] | None = None) -> None:
         argv,
     )
     quiet_production_logging()  # a disconnect logs a line, as in serve
-    typing_rows = [typing_vs_push(int(m), args.signals, args.runs) for m in args.members.split(",")]
+    typing_rows = [
+        typing_vs_push(int(m), args.signals, args.runs, mix)
+        for mix in args.mix.split(",")
+        for m in args.members.split(",")
+    ]
     print_table(
-        ["members", "typing µs/delivery", "push µs/delivery", "typing received µs/delivery"],
+        ["members", "mix", "typing", "push", "push fan-out alone", "typing received"],
         [
             [
                 r["members"],
+                r["mix"],
                 r["typing_cpu_us_per_delivery"],
                 r["push_cpu_us_per_delivery"],
+                r["push_fanout_cpu_us_per_delivery"],
                 r["typing_received_cpu_us_per_delivery"],
             ]
             for r in typing_rows
         ],
     )
+    print("(CPU µs per delivery, medians of --runs)")
     presence_row = presence(args.connections, args.watch, args.storm)
     print_table(["measure", "value"], [[k, v] for k, v in presence_row.items()])
     store_row = redis_store(args.connections, args.storm) if args.redis else None

@@ -5,7 +5,8 @@ SignalR client.
   the outbox's key columns bigint, ``check`` holds on ``$1 bigint[]`` queries, a token whose
   ``sub`` is the integer 42 (or the string ``"43"``) connects, and the pushes carry the ids as
   JSON numbers: the room's message in ``chat:17``, a read receipt, an invite to ``user:43``,
-  a live membership change notified with numbers, and ``user_typing``. A UUID ``sub`` is
+  a live membership change notified with numbers, ``user_typing``, and ``WatchPresence``'s
+  answer (ids in as numbers or decimal strings, out as numbers). A UUID ``sub`` is
   refused. Every command against that outbox with another key type exits 2 with one line.
 * text: one message on text keys, the outbox from ``migrate --print-sql``.
 """
@@ -247,6 +248,19 @@ async def exchange(conn: asyncpg.Connection, alice: NodeClient, bob: NodeClient)
     assert (await alice.event(within=10))["event"] == "invoked"
     [typing] = await next_message(bob, "user_typing")
     assert (typing["chatId"], typing["userId"]) == (17, 42)
+
+    # Presence on bigint keys: ids in as numbers or decimal strings, out as numbers; 99 shares
+    # no chat with Alice, and a UUID is not a key of this type.
+    await alice.send({"invoke": "WatchPresence", "args": [["43", 99]]})
+    watched = await alice.event(within=10)
+    assert watched == {
+        "event": "invoked",
+        "result": [{"userId": 43, "online": True, "lastSeenAt": None}],
+    }, watched
+    await alice.send({"invoke": "WatchPresence", "args": [[str(uuid4())]]})
+    refused = await alice.event(within=10)
+    assert refused["event"] == "invoke_failed", refused
+    assert "a list of user ids" in refused["error"]
 
 
 TEXT_SCHEMA = """

@@ -14,7 +14,14 @@ import orjson
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.hub_fixtures import (
+    hub_settings,
+    make_token,
+    options_for,
+    push,
+    raw_client,
+    running_hub,
+)
 
 
 def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[str, object]:
@@ -180,3 +187,70 @@ async def test_bad_presence_input_is_refused(database_url, pool):
         assert len(done) >= 1
         assert len(done) + len(busy) == 300
         assert _member_chats_calls(hub) - queries <= len(done)
+
+
+async def test_a_block_made_after_the_watch_ends_it(database_url, pool):
+    """Bob blocks Alice while she watches him: the ``blacklist_changed`` push to Bob's own group
+    ends her watch (she is not told), and her next ``WatchPresence`` leaves him out."""
+    alice, bob, carol = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob, carol])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+        raw_client(hub, make_token(carol)) as c,
+    ):
+        for client in (a, c):
+            await client.send_record(_watch("1", [bob]))
+            assert len((await client.next_of([3]))["result"]) == 1
+        presence = hub.hub.signals.presence
+        assert presence.watch_count == 2
+        async with pool.acquire() as conn:
+            entry = await block_user(conn, owner=bob, blocked=alice)
+        payload = {"entryId": str(entry), "blockedUserId": str(alice), "blocked": True}
+        payload["changedAt"] = "2026-12-01T10:00:00Z"  # what the dispatcher pushes to Bob
+        await push(hub, f"user:{bob}", "blacklist_changed", payload)
+        await wait_until(lambda: presence.watch_count == 1)  # Carol's is left
+        async with raw_client(hub, make_token(bob)):
+            [online] = await c.invocations(1)
+            assert online["arguments"][0]["userId"] == str(bob)
+            await a.assert_silent(0.3)
+        await a.send_record(_watch("2", [bob]))
+        assert (await a.next_of([3]))["result"] == []
+        # A lifted block (or any other push to Bob) ends nothing.
+        await push(hub, f"user:{bob}", "blacklist_changed", {**payload, "blocked": False})
+        await push(hub, f"user:{carol}", "blacklist_changed", {**payload, "blockedUserId": "x"})
+        await asyncio.sleep(0.1)
+        assert presence.watch_count == 1
+
+
+async def test_a_hint_for_a_watched_user_not_connected_here_is_read(database_url, pool):
+    """Bob has no connection on this hub: a hint that takes him out of the only chat he shares
+    with Alice is read by presence (the membership feed reads only connected users), and her
+    watch ends."""
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await a.send_record(_watch("1", [bob]))
+        assert (await a.next_of([3]))["result"][0]["online"] is False
+        presence = hub.hub.signals.presence
+        queries = _member_chats_calls(hub)
+        await pool.execute(
+            "UPDATE messenger.participants SET active = false WHERE chat_id = $1 AND user_id = $2",
+            chat,
+            bob,
+        )
+        hint = orjson.dumps({"chatId": str(chat), "userId": str(bob)}).decode()
+        await pool.execute("SELECT pg_notify('realtime_membership', $1)", hint)
+        await wait_until(lambda: presence.watch_count == 0)
+        assert _member_chats_calls(hub) == queries + 1
+        async with raw_client(hub, make_token(bob)):
+            await a.assert_silent(0.3)

@@ -48,36 +48,21 @@ def test_envelope_round_trip_and_malformed():
         assert decode_signal(bad) is None, bad
 
 
-class _Member:
-    def __init__(self, user_id: uuid.UUID) -> None:
-        self.user_id = user_id
-        self.sent: list[bytes] = []
-        self.protocol = type("P", (), {"from_json": None})()
-        self.last_sent = 0.0
-
-    def offer(self, records, frames, data, touched) -> None:
-        touched.append(self)
-        self.sent.extend(records)
-
-    def flush(self) -> int:
-        return 1
-
-
 async def test_received_signals_skip_the_typist_the_own_echo_and_bad_envelopes():
     registry = GroupRegistry()
     typist, other = uuid.uuid4(), uuid.uuid4()
-    members = {"c1": _Member(typist), "c2": _Member(other)}
-    for connection_id, member in members.items():
-        registry.add_connection(connection_id, member.user_id)
+    for connection_id, user in (("c1", typist), ("c1b", typist), ("c2", other)):
+        registry.add_connection(connection_id, user)
         registry.join(connection_id, "chat:x")
+    registry.add_connection("c3", other)  # not in the chat
     counts: list[str] = []
-    signals = TypingSignals(
-        registry,
-        members,
-        interval=2.0,
-        count=counts.append,
-        origin="me",  # type: ignore[arg-type]
-    )
+    sent: list[tuple[list[str], bytes]] = []
+
+    def send(members, record) -> int:
+        sent.append((sorted(members), record))
+        return len(members)
+
+    signals = TypingSignals(registry, send, interval=2.0, count=counts.append, origin="me")
     record = b'{"type":1,"target":"user_typing","arguments":[]}\x1e'
     push = b'{"type":1,"target":"message_received","arguments":[]}\x1e'
     items = [
@@ -88,6 +73,5 @@ async def test_received_signals_skip_the_typist_the_own_echo_and_bad_envelopes()
         ("chat:x", b"\xff\xfe"),
     ]
     assert signals.received(items) == [("chat:x", push)]
-    assert members["c2"].sent == [record]
-    assert members["c1"].sent == []
+    assert sent == [(["c2"], record)]  # neither of the typist's connections
     assert counts == ["received", "invalid", "invalid"]

@@ -8,17 +8,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from realtime_dispatch.hub.methods import HubMethods, complete
 from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
 from realtime_dispatch.hub.presence import Presence
 from realtime_dispatch.hub.presence_store import RedisPresenceStore
+from realtime_dispatch.hub.registry import USER_PREFIX
 from realtime_dispatch.hub.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signal_envelope import is_signal
 from realtime_dispatch.hub.typing_signal import TypingSignals
+from realtime_dispatch.hub.wire_ids import parse_key
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
-    from realtime_dispatch.hub.connection import HubConnection
     from realtime_dispatch.hub.membership_feed import MembershipFeed
     from realtime_dispatch.hub.metrics import HubMetrics
     from realtime_dispatch.hub.registry import GroupRegistry
@@ -30,27 +33,65 @@ WHERE blocked_user_id = $1 AND owner_user_id = ANY($2::uuid[]) AND removed_at IS
 """The reference messenger's blacklist: which of the given users blocked the caller."""
 
 Items = Sequence[tuple[str, bytes]]
+BLOCK_MARK = b'"target":"blacklist_changed"'
+
+
+def parse_block(group: str, record: bytes, keys: KeyCodec) -> tuple[Key, Key] | None:
+    """``(owner, blocked)`` of a ``blacklist_changed`` push to ``user:{owner}`` that places a
+    block; None for a lifted one, or what is not such a push."""
+    try:
+        message = orjson.loads(record.rstrip(b"\x1e"))
+        payload = message["arguments"][0]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(payload, dict) or payload.get("blocked") is not True:
+        return None
+    owner = parse_key(group[len(USER_PREFIX) :], keys)
+    blocked = parse_key(payload.get("blockedUserId"), keys)
+    return None if owner is None or blocked is None else (owner, blocked)
 
 
 class HubSignals:
     def __init__(
-        self, typing: TypingSignals, presence: Presence, relay: SignalRelay | None
+        self,
+        typing: TypingSignals,
+        presence: Presence,
+        relay: SignalRelay | None,
+        keys: KeyCodec = UUID_KEYS,
     ) -> None:
         self.typing = typing
         self.presence = presence
         self.relay = relay
         self.methods = HubMethods(typing, presence)
+        self._keys = keys
 
     def from_backplane(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
         """``deliver`` for the backplane subscriber, the signals among what it brings taken
-        out first (and fanned out by ``Typing``)."""
+        out first (and fanned out by ``Typing``), the blocks among its pushes applied to
+        presence (:meth:`observing`)."""
         typing = self.typing
+        observing = self.observing(deliver)
 
         async def delivering(items: Items, *rest: Any) -> object:
             if any(is_signal(frame) for _, frame in items):
                 items = typing.received(items)
                 if not items:
                     return True
+            return await observing(items, *rest)
+
+        return delivering
+
+    def observing(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
+        """``deliver``, the ``blacklist_changed`` pushes among what it is given applied to
+        presence first: a block ends the blocked user's watches on the blocker here."""
+        presence, keys = self.presence, self._keys
+
+        async def delivering(items: Items, *rest: Any) -> object:
+            for group, record in items:
+                if group.startswith(USER_PREFIX) and BLOCK_MARK in record:
+                    block = parse_block(group, record, keys)
+                    if block is not None:
+                        presence.blocked(*block)
             return await deliver(items, *rest)
 
         return delivering
@@ -88,7 +129,7 @@ class SignalOptions(Protocol):
 def wire_signals(
     options: SignalOptions,
     registry: GroupRegistry,
-    connections: dict[str, HubConnection],
+    send_to_members: Callable[[Sequence[str], bytes], int],
     metrics: HubMetrics,
     *,
     replica_id: str,
@@ -101,13 +142,12 @@ def wire_signals(
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
     typing = TypingSignals(
         registry,
-        connections,
+        send_to_members,
         interval=options.typing_interval,
         count=lambda outcome: typing_counts[outcome].inc(),
         origin=replica_id,
         keys=keys,
     )
-    typing.written = metrics.sent_frames.inc
     relay = None
     store = None
     if options.backplane_url:
@@ -118,7 +158,7 @@ def wire_signals(
         )
         typing.relay = relay.send
         store = RedisPresenceStore(
-            relay.client, replica_id=replica_id, refresh=options.presence_refresh
+            relay.client, replica_id=replica_id, refresh=options.presence_refresh, keys=keys
         )
 
     async def member_chats(users: list[Key]) -> list[tuple[Key, Key]]:
@@ -140,6 +180,7 @@ def wire_signals(
         count=lambda event, n: presence_counts[event].inc(n),
         store=store,
         subscribed=subscribed,
+        keys=keys,
     )
     metrics.presence_watches.set_function(lambda: presence.watch_count)
-    return HubSignals(typing, presence, relay)
+    return HubSignals(typing, presence, relay, keys)

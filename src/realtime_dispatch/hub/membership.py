@@ -50,13 +50,15 @@ def parse_change(payload: str, keys: KeyCodec = UUID_KEYS) -> MembershipChange |
 
 
 class MembershipTracker:
-    __slots__ = ("_ids", "_loads", "_registry", "_stale", "on_change")
+    __slots__ = ("_ids", "_loads", "_registry", "_stale", "on_change", "on_hint")
 
     def __init__(self, registry: GroupRegistry) -> None:
         self._registry = registry
         self.on_change: Callable[[Key, str, bool], None] | None = None
         """Told ``(user, chat group, joined)`` for each chat a user with connections here joined
         or left, by a live change or by a snapshot (a hint's re-read, a resync)."""
+        self.on_hint: Callable[[Key], None] | None = None
+        """Told of every hint (presence reads the watched users not connected here)."""
         self._loads: dict[int, dict[tuple[Key, Key], bool]] = {}
         self._stale: dict[int, set[Key]] = {}  # per load: users hinted while it ran
         self._ids = itertools.count(1)
@@ -77,6 +79,8 @@ class MembershipTracker:
         user has connections here, and so must be read again (by a load begun after now)."""
         for stale in self._stale.values():
             stale.add(user_id)
+        if self.on_hint is not None:
+            self.on_hint(user_id)
         return self._registry.connection_count(user_id) > 0
 
     def apply(self, change: MembershipChange) -> None:

@@ -30,12 +30,12 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.hub.wire_ids import parse_key
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 SEEN_TTL = 30 * 24 * 3600
 CONCURRENT = 16
@@ -92,11 +92,9 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _uuid(value: object) -> UUID | None:
-    try:
-        return UUID(_text(value))
-    except ValueError:
-        return None
+def _key(value: object, keys: KeyCodec) -> Key | None:
+    """A user id as this store spells it in a replica's set (``str(key)``), back to the key."""
+    return parse_key(_text(value), keys)
 
 
 def _iso(epoch: float) -> str:
@@ -105,9 +103,15 @@ def _iso(epoch: float) -> str:
 
 class RedisPresenceStore:
     def __init__(
-        self, client: aioredis.Redis | RedisCluster, *, replica_id: str, refresh: float
+        self,
+        client: aioredis.Redis | RedisCluster,
+        *,
+        replica_id: str,
+        refresh: float,
+        keys: KeyCodec = UUID_KEYS,
     ) -> None:
         self._client = client
+        self._keys = keys
         self.replica_id = replica_id
         self._field = f"r:{replica_id}"
         self._users = replica_users_key(replica_id)
@@ -162,9 +166,8 @@ class RedisPresenceStore:
             if not await self._client.set(sweep_key(replica), self.replica_id, nx=True, ex=60):
                 continue  # another replica sweeps it
             seen = _iso(float(expired_at) - self._ttl)
-            users = [
-                u for u in map(_uuid, await self._client.smembers(replica_users_key(replica))) if u
-            ]
+            listed = await self._client.smembers(replica_users_key(replica))
+            users = [u for u in (_key(m, self._keys) for m in listed) if u is not None]
             field = f"r:{replica}"
             answers = await self._run(
                 self._offline,

@@ -208,7 +208,7 @@ class Hub:
         self.signals = wire_signals(
             options,
             self.registry,
-            self.connections,
+            self.send_to_members,
             self.metrics,
             replica_id=self.replica_id,
             membership=self.membership,
@@ -219,6 +219,7 @@ class Hub:
         """Typing and presence (:mod:`.hub_signals`); their hub methods are :attr:`methods`."""
         self.methods = self.signals.methods
         self.tracker.on_change = self.signals.presence.membership_changed
+        self.tracker.on_hint = self.signals.presence.hinted
         url = self.options.backplane_url
         from_backplane = self.signals.from_backplane(
             functools.partial(self.deliver, source=BACKPLANE)
@@ -265,7 +266,7 @@ class Hub:
         elif url is not None:
             self._publisher = RedisHubPublisher(redis_client(url), owns_client=True)
         else:
-            self._publisher = InProcessHubPublisher(self.deliver)
+            self._publisher = InProcessHubPublisher(self.signals.observing(self.deliver))
         self._spawn("membership_feed", self.membership.run())
         self._spawn("housekeeping", self._housekeeping())
         if self.backplane is not None:
@@ -410,7 +411,6 @@ class Hub:
         """
         if self.expiry.queue.next_at <= time.time():
             self.expiry.run_due()
-        connections = self.connections
         members_of = self.registry.members
         touched: list[HubConnection] = []
         deliveries = 0
@@ -424,15 +424,33 @@ class Hub:
             members = members_of(group)
             if members:
                 records = [record for _, record in items[start:end]]
-                frames = [text_frame(record) for record in records]
-                data = frames[0] if len(frames) == 1 else b"".join(frames)
-                deliveries += len(members) * len(records)
-                if not self._not_json:  # every connection speaks JSON: no check per member
-                    for connection_id in members:
-                        connections[connection_id].offer(records, frames, data, touched)
-                else:
-                    self._offer_mixed(members, records, frames, data, touched)
+                deliveries += self._offer_run(members, records, touched)
             start = end
+        self._flush(touched)
+        return deliveries
+
+    def send_to_members(self, members: Sequence[str], record: bytes) -> int:
+        """:meth:`send_to_groups` of one record to some of a group's members (``user_typing``:
+        every member but the typist's connections)."""
+        touched: list[HubConnection] = []
+        deliveries = self._offer_run(members, [record], touched)
+        self._flush(touched)
+        return deliveries
+
+    def _offer_run(
+        self, members: Sequence[str], records: list[bytes], touched: list[HubConnection]
+    ) -> int:
+        frames = [text_frame(record) for record in records]
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if not self._not_json:  # every connection speaks JSON: no check per member
+            connections = self.connections
+            for connection_id in members:
+                connections[connection_id].offer(records, frames, data, touched)
+        else:
+            self._offer_mixed(members, records, frames, data, touched)
+        return len(members) * len(records)
+
+    def _flush(self, touched: list[HubConnection]) -> None:
         if touched:
             loop_time = asyncio.get_running_loop().time()
             written = 0
@@ -440,11 +458,10 @@ class Hub:
                 written += connection.flush()
                 connection.last_sent = loop_time
             self.metrics.sent_frames.inc(written)
-        return deliveries
 
     def _offer_mixed(
         self,
-        members: tuple[str, ...],
+        members: Sequence[str],
         records: list[bytes],
         frames: list[bytes],
         data: bytes,

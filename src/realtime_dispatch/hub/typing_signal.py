@@ -11,18 +11,15 @@ anywhere; a non-member, an unknown chat and a bad argument get the same bounded 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from realtime_dispatch.hub.framing import binary_frame, text_frame
-from realtime_dispatch.hub.protocol import ProtocolError, invocation_frame
+from realtime_dispatch.hub.protocol import invocation_frame
 from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
-from realtime_dispatch.hub.wire import JSON, HubProtocol
 from realtime_dispatch.hub.wire_ids import parse_key, user_id_json
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.push import JsonValue
@@ -34,6 +31,8 @@ USER_TYPING = "user_typing"
 NOT_A_MEMBER = "Typing refused: not a member of this chat."
 BAD_ARGUMENTS = "Typing takes one argument: the chat id (a string or an integer)."
 PARSED_KEPT = 10_000
+_TAIL = b'"}]}\x1e'
+"""What follows ``expiresAt``'s value in a ``user_typing`` record (:func:`invocation_frame`)."""
 
 
 class TypingGate:
@@ -93,7 +92,7 @@ class TypingSignals:
     def __init__(
         self,
         registry: GroupRegistry,
-        connections: dict[str, HubConnection],
+        send: Callable[[Sequence[str], bytes], int],
         *,
         interval: float,
         count: Callable[[str], None],
@@ -102,14 +101,14 @@ class TypingSignals:
         keys: KeyCodec = UUID_KEYS,
     ) -> None:
         self._keys = keys
-        self.written: Callable[[int], None] = lambda _records: None
-        """Counts the records written to transports (the hub's sent-frames counter)."""
+        self._send = send
+        """Sends a JSON record to some connections the way a push goes
+        (:meth:`~.runtime.Hub.send_to_members`); returns how many got it."""
         self.relay: Callable[[str, bytes], None] | None = None
         """With the backplane: publishes ``(group, envelope)`` to the other replicas."""
         self.origin = origin
         """This replica's id in the envelopes (its own come back from the backplane)."""
         self._registry = registry
-        self._connections = connections
         self._interval = interval
         self._count = count
         self._clock = clock
@@ -117,7 +116,10 @@ class TypingSignals:
         self._parsed: dict[str, tuple[JsonValue, str]] = {}
         """Chat ids as sent → as the payload carries them and their group (parsing a UUID costs
         more than the rest of the check); at most :data:`PARSED_KEPT`, then started over."""
-        self._expires: tuple[int, str] = (0, "")
+        self._heads: dict[tuple[Key, str], tuple[bytes, str]] = {}
+        """(user, chat group) → the record up to its ``expiresAt`` and the user id as the
+        envelope carries it: a signal's record is then one join; at most :data:`PARSED_KEPT`."""
+        self._expires: tuple[int, bytes] = (0, b"")
         """The last ``expiresAt`` written, by its 10 ms: the same text for every signal in it."""
 
     def _chat(self, arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
@@ -133,12 +135,12 @@ class TypingSignals:
             self._parsed[raw] = chat
         return chat
 
-    def _expires_at(self) -> str:
+    def _expires_at(self) -> bytes:
         at = time.time() + self._interval
         bucket = int(at * 100)
         if bucket != self._expires[0]:
             text = datetime.fromtimestamp(bucket / 100, UTC).isoformat(timespec="milliseconds")
-            self._expires = (bucket, text.replace("+00:00", "Z"))
+            self._expires = (bucket, text.replace("+00:00", "Z").encode())
         return self._expires[1]
 
     def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
@@ -155,18 +157,26 @@ class TypingSignals:
         if not self.gate.allow((user_id, group), self._clock()):
             self._count("throttled")
             return None
-        user_json = user_id_json(user_id, self._keys)
-        payload: JsonValue = {
-            "chatId": chat_id,
-            "userId": user_json,
-            "expiresAt": self._expires_at(),
-        }
-        record = invocation_frame(USER_TYPING, [payload])
+        head = self._heads.get((user_id, group))
+        if head is None:
+            head = self._head(user_id, group, chat_id)
+        record = b"".join((head[0], self._expires_at(), _TAIL))
         self.fan_out(group, user_id, record)
         if self.relay is not None:
-            self.relay(group, encode_signal(self.origin, str(user_json), record))
+            self.relay(group, encode_signal(self.origin, head[1], record))
         self._count("sent")
         return None
+
+    def _head(self, user_id: Key, group: str, chat_id: JsonValue) -> tuple[bytes, str]:
+        user_json = user_id_json(user_id, self._keys)
+        record = invocation_frame(
+            USER_TYPING, [{"chatId": chat_id, "userId": user_json, "expiresAt": ""}]
+        )
+        head = (record[: -len(_TAIL)], str(user_json))
+        if len(self._heads) >= PARSED_KEPT:
+            self._heads.clear()
+        self._heads[(user_id, group)] = head
+        return head
 
     def received(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
         """Fan out the signals among what came from the backplane (but this replica's own);
@@ -187,46 +197,13 @@ class TypingSignals:
 
     def fan_out(self, group: str, user_id: Key, record: bytes) -> int:
         """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s, the
-        way a push goes (:meth:`~.runtime.Hub.send_to_groups`): framed once, written straight
-        to each transport that takes it, re-encoded once per other protocol. Returns how many
-        got it."""
-        connections = self._connections
-        frame = text_frame(record)
-        encoded: dict[HubProtocol, tuple[bytes, bytes] | None] = {}
-        touched: list[HubConnection] = []
-        typist = self._registry.connections_of(user_id)  # one to a few: cheaper than a check
-        sent = 0  # of every member's user
-        for connection_id in self._registry.members(group):
-            if connection_id in typist:
+        way a push goes: framed once, written straight to each transport that takes it,
+        re-encoded once per other protocol. Returns how many got it."""
+        members = self._registry.members(group)
+        for typist in self._registry.connections_of(user_id):  # one to a few
+            try:
+                index = members.index(typist)
+            except ValueError:
                 continue
-            member = connections[connection_id]  # the hub registers both at once
-            protocol = member.protocol
-            if protocol is JSON:
-                member.offer((record,), (frame,), frame, touched)
-            else:
-                if protocol not in encoded:
-                    encoded[protocol] = _encode(protocol, record)
-                other = encoded[protocol]
-                if other is None:
-                    continue
-                member.offer((other[0],), (other[1],), other[1], touched)
-            sent += 1
-        if touched:
-            loop_time = asyncio.get_running_loop().time()
-            written = 0
-            for member in touched:
-                written += member.flush()
-                member.last_sent = loop_time
-            self.written(written)
-        return sent
-
-
-def _encode(protocol: HubProtocol, record: bytes) -> tuple[bytes, bytes] | None:
-    """A JSON record in ``protocol`` and its WebSocket frame; None when it has no equivalent."""
-    if protocol.from_json is None:
-        return record, text_frame(record)
-    try:
-        other = protocol.from_json([record])[0]
-    except ProtocolError:
-        return None
-    return other, (binary_frame if protocol.binary else text_frame)(other)
+            members = members[:index] + members[index + 1 :]
+        return self._send(members, record) if members else 0
