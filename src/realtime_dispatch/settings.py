@@ -43,7 +43,7 @@ from realtime_dispatch.messenger.jobs.options import (
     RecordingFinalizeOptions,
     status_url_problem,
 )
-from realtime_dispatch.sync.service import SyncOptions
+from realtime_dispatch.sync.service import SyncOptions, default_concurrency
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     sync_statement_timeout: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     sync_max_per_user: int = Field(default=2, ge=1)
     sync_pool_size: int = Field(default=2, ge=1)
+    sync_max_concurrent: int = Field(default_factory=default_concurrency, ge=1)
+    """Sync pages of anyone running at once in one process (the others wait their turn within
+    ``sync_statement_timeout``); by default half the machine's cores, at least 1."""
     # Message sends and edits per user (REST), per replica: a token bucket.
     api_send_rate: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     api_send_burst: int = Field(default=30, ge=1)
@@ -305,6 +308,7 @@ class Settings(BaseSettings):
             scan_limit=self.sync_scan_limit,
             statement_timeout=self.sync_statement_timeout,
             max_per_user=self.sync_max_per_user,
+            max_concurrent=self.sync_max_concurrent,
         )
 
     def fingerprint_key(self) -> bytes | None:

@@ -174,6 +174,39 @@ async def test_limited_past_retention_or_from_another_database(
     assert page["events"] == []
 
 
+async def test_a_cursor_handed_back_after_limited_is_not_limited_again(
+    pool: asyncpg.Pool, sync: Sync
+) -> None:
+    """The horizon is the cluster's: a transaction open elsewhere (here, begun before the rows
+    that retention then deletes) holds it below the retention floor. The cursor handed back
+    with ``limited`` (and a fresh one) is past the floor, so the next page is not limited
+    again: no resync loop on a busy cluster after an aggressive retention."""
+    bob = uuid4()
+    old = await sync.cursor(bob)
+    held = await pool.acquire()
+    try:
+        tx = held.transaction()
+        await tx.start()
+        await held.fetchval("SELECT pg_current_xact_id()")  # an xid: the horizon stays at it
+        async with pool.acquire() as conn:
+            await contacts.request_contact(conn, requester=uuid4(), addressee=bob)
+        await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+        await pool.execute("DELETE FROM messenger.realtime_outbox")  # the floor passes the horizon
+        page = (await sync.get(bob, since=old)).json()
+        assert page["limited"] is True
+        fresh = await sync.cursor(bob)  # a client that starts now
+        for since in (page["nextCursor"], fresh):
+            again = (await sync.get(bob, since=since)).json()
+            assert again["limited"] is False, again
+        async with pool.acquire() as conn:
+            await contacts.request_contact(conn, requester=uuid4(), addressee=bob)
+        await tx.rollback()
+    finally:
+        await pool.release(held)
+    events, _ = await sync.drain(bob, page["nextCursor"])
+    assert [e["target"] for e in events] == ["contact_request_received"]
+
+
 async def test_refusals(sync: Sync) -> None:
     paths = (await sync.http.get("/openapi.json")).json()["paths"]
     assert {"since", "limit"} <= {p["name"] for p in paths["/api/sync"]["get"]["parameters"]}
@@ -398,6 +431,56 @@ async def test_a_users_pages_are_bounded_and_a_page_runs_under_a_statement_timeo
         assert "timeout" in answer.json()["message"]
     again = await sync.get(bob, since=since)  # free again once they ended
     assert again.status_code == 200, again.text
+
+
+async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.Pool) -> None:
+    """H27: with one page at once (``REALTIME_SYNC_MAX_CONCURRENT=1``) and that page held up
+    (the retention floor's table locked), the pages of other users wait their turn in the
+    process, never on a database connection, and end at the timeout with 503; once it is
+    free, they run again."""
+    options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1)
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
+    app = create_api(
+        pool=pool,
+        options=hub_settings().api_options(),
+        routes=sync_routes(service, TokenVerifier(SECRET)),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
+        sync = Sync(http)
+        users = [uuid4() for _ in range(3)]
+        cursors = [await sync.cursor(user) for user in users]
+        locker = await pool.acquire()
+        try:
+            async with locker.transaction():
+                await locker.execute("LOCK messenger.realtime_sync_floor IN ACCESS EXCLUSIVE MODE")
+                held = [
+                    asyncio.create_task(sync.get(user, since=cursor))
+                    for user, cursor in zip(users, cursors, strict=True)
+                ]
+
+                async def waiting_on_the_lock() -> int:
+                    return int(
+                        await pool.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                            " current_database() AND wait_event_type = 'Lock'"
+                        )
+                    )
+
+                async def one_running() -> bool:
+                    return await waiting_on_the_lock() > 0
+
+                await wait_until(one_running, within=0.4)
+                assert await waiting_on_the_lock() == 1  # the others wait for their turn
+                answers = await asyncio.gather(*held)
+        finally:
+            await pool.release(locker)
+        assert [a.status_code for a in answers] == [503, 503, 503]
+        turns = [a.json()["message"] for a in answers if "no turn" in a.json()["message"]]
+        assert len(turns) == 2, [a.json() for a in answers]
+        for user, cursor in zip(users, cursors, strict=True):
+            assert (await sync.get(user, since=cursor)).status_code == 200
 
 
 def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

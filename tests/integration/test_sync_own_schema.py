@@ -292,7 +292,7 @@ async def test_the_bounds_of_the_reference_sync_hold_on_an_adopter_schema(
     """H15 on the adopter's page: the scan bound pages through other rows with ``more``; with
     two of a user's pages held up (the retention floor's table locked), a third is 429 at once,
     and the two end at their statement timeout with 503."""
-    options = SyncOptions(scan_limit=1000, statement_timeout=2.0, max_per_user=2)
+    options = SyncOptions(scan_limit=1000, statement_timeout=2.0, max_per_user=2, max_concurrent=2)
     app = FastAPI(routes=sync_routes(_service(own_pool, options), TokenVerifier(SECRET)))
     bob = uuid4()
     async with httpx.AsyncClient(

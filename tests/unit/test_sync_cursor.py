@@ -53,3 +53,11 @@ def test_anything_else_is_refused(text: str) -> None:
 
 def test_the_nil_id_is_the_start_of_a_transaction() -> None:
     assert UUID(int=0) == NIL
+
+
+def test_a_cursor_at_the_horizon_is_never_at_or_below_the_retention_floor() -> None:
+    source = "0123456789abcdef"
+    assert SyncCursor.at_horizon(source, 100, None).xid == 100
+    assert SyncCursor.at_horizon(source, 100, 40).xid == 100
+    assert SyncCursor.at_horizon(source, 100, 100).xid == 101  # floor >= xid is limited
+    assert SyncCursor.at_horizon(source, 100, 250).xid == 251

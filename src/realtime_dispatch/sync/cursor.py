@@ -38,9 +38,12 @@ class SyncCursor:
         return f"{self.source}.{self.xid}.{self.after_id.hex}"
 
     @classmethod
-    def at_horizon(cls, source: str, horizon: int) -> SyncCursor:
-        """Everything below ``horizon`` (a snapshot's xmin) has been read."""
-        return cls(horizon, NIL, source)
+    def at_horizon(cls, source: str, horizon: int, floor: int | None = None) -> SyncCursor:
+        """Everything below ``horizon`` (a snapshot's xmin) has been read; with the retention
+        ``floor`` (how far deletions reached), never at or below it, where the cursor would be
+        answered ``limited`` again: the horizon is the cluster's, and a transaction open
+        elsewhere can hold it below the floor."""
+        return cls(horizon if floor is None else max(horizon, floor + 1), NIL, source)
 
 
 def parse_cursor(text: str) -> SyncCursor:

@@ -8,12 +8,21 @@ examined; both say ``more`` (the client asks again at once: such a page may hold
 than ``limit``, or none). Otherwise the page is the last one for now, and moves the cursor to
 the horizon, so an idle caller's cursor keeps up with the log. Past what is retained (or a
 cursor from another database) the answer is empty, ``limited``, with a cursor at the horizon to
-continue from after the client's full resync.
+continue from after the client's full resync; never below the retention floor, though: the
+horizon is the whole cluster's, and a long transaction elsewhere can hold it below the floor
+of an aggressive retention, where the cursor handed back would be limited again (a resync
+loop). Every transaction below the floor had ended when the floor was raised (retention
+deletes committed rows only), except one still open across the deletion: its rows may then
+come live only, not through sync.
 
 Starving nothing: the page runs in a transaction under ``statement_timeout``
 (:class:`SyncTimeout` past it), on the pool it is given (``serve`` gives it its own small one,
-so REST, the hub's admission and the dispatcher keep theirs), and at most ``max_per_user``
-pages of one user run at once (:class:`SyncBusy` past it, answered 429).
+so REST, the hub's admission and the dispatcher keep theirs), at most ``max_per_user`` pages
+of one user run at once (:class:`SyncBusy` past it, answered 429), and at most
+``max_concurrent`` pages of anyone run at once in this process (the others wait their turn,
+first come first served, within the same timeout): by default half the machine's cores, so that
+replays of old cursors, however many users replay, leave the other half to REST, the hub's
+admission and the dispatcher (each page keeps a PostgreSQL backend busy while it scans).
 
 Whose rows: ``user:{caller}``, and each chat row written while the caller was a member. The
 reference messenger's membership is probed by the ``page`` query itself; on an adopter's schema
@@ -28,8 +37,10 @@ open holds newer rows back; the page then says ``heldBack`` and the client asks 
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
 
@@ -49,14 +60,20 @@ MAX_LIMIT = 1000
 _TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
 
 
+def default_concurrency() -> int:
+    """Sync pages at once in one process, by default: half the machine's cores, at least 1."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
 @dataclass(frozen=True, slots=True)
 class SyncOptions:
     """``REALTIME_SYNC_*``: rows examined per page, the page's statement timeout (seconds),
-    pages of one user at once."""
+    pages of one user at once, pages of anyone at once (in this process)."""
 
     scan_limit: int = 10_000
     statement_timeout: float = 2.0
     max_per_user: int = 2
+    max_concurrent: int = field(default_factory=default_concurrency)
 
     def __post_init__(self) -> None:
         if self.scan_limit < MAX_LIMIT:
@@ -65,6 +82,8 @@ class SyncOptions:
             raise ValueError("statement_timeout: must be positive")
         if self.max_per_user < 1:
             raise ValueError("max_per_user: at least 1")
+        if self.max_concurrent < 1:
+            raise ValueError("max_concurrent: at least 1")
 
 
 class SyncBusy(RealtimeDispatchError):
@@ -138,6 +157,7 @@ class SyncService:
         self.options = options or SyncOptions()
         self.page_query = page_query
         self._running: dict[Key, int] = {}  # user → pages running now
+        self._slots = asyncio.Semaphore(self.options.max_concurrent)  # pages of anyone
         self._source: str | None = None
 
     async def page(self, user_id: Key, since: str | None, limit: int = DEFAULT_LIMIT) -> SyncPage:
@@ -160,10 +180,28 @@ class SyncService:
 
     async def _page(self, user_id: Key, cursor: SyncCursor | None, limit: int) -> SyncPage:
         timeout = self.options.statement_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise SyncTimeout("sync is busy: no turn for this page within the timeout") from exc
+        try:
+            return await self._page_in_turn(
+                user_id, cursor, limit, max(0.001, deadline - loop.time())
+            )
+        finally:
+            self._slots.release()
+
+    async def _page_in_turn(
+        self, user_id: Key, cursor: SyncCursor | None, limit: int, wait: float
+    ) -> SyncPage:
+        timeout = self.options.statement_timeout
         async with translate_errors():  # what is left: the database unavailable
             try:
                 async with (
-                    self._pool.acquire(timeout=timeout) as conn,
+                    self._pool.acquire(timeout=wait) as conn,
                     conn.transaction(readonly=True),
                 ):
                     # Local to the transaction (SET LOCAL), so it also holds through a pooler.
@@ -180,13 +218,9 @@ class SyncService:
         self, conn: DbConnection, user_id: Key, cursor: SyncCursor | None, limit: int
     ) -> SyncPage:
         source = self._source or await self._load_source(conn)
-        if cursor is None:
-            return SyncPage(
-                (), SyncCursor.at_horizon(source, await store.horizon(conn)).encode(), False
-            )
-        if cursor.source != source:
-            horizon = await store.horizon(conn)
-            return SyncPage((), SyncCursor.at_horizon(source, horizon).encode(), True)
+        if cursor is None or cursor.source != source:
+            start = SyncCursor.at_horizon(source, *await store.horizon(conn)).encode()
+            return SyncPage((), start, cursor is not None)
         found = await store.page(
             conn,
             user_id,
@@ -198,7 +232,8 @@ class SyncService:
         )
         at_horizon = SyncCursor.at_horizon(source, found.horizon)
         if found.limited:
-            return SyncPage((), at_horizon.encode(), True)
+            restart = SyncCursor.at_horizon(source, found.horizon, found.floor)
+            return SyncPage((), restart.encode(), True)
         # Rows that cannot be built (their entity is gone) are left out: a page may hold
         # fewer events than it read rows; ``more`` says whether to ask again at once.
         events = await self._build(conn, [row for _, row in found.rows])

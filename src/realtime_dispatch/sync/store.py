@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
@@ -11,8 +13,23 @@ from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.sync.cursor import source_name
 
-QUERIES = load_queries("realtime_dispatch.sync")
+_SLOT = ":membership"
 _SPANS = ":member_spans"
+
+
+def _composed(loaded: Mapping[str, str]) -> Mapping[str, str]:
+    """The named queries with ``page`` made whole: ``page`` over the reference messenger's
+    ``membership``, ``page_spans`` over ``membership_spans`` (still with ``:member_spans`` in
+    it, for :func:`spans_page`). One template, so the two pages cannot drift apart."""
+    template = loaded["page"]
+    assert template.count(_SLOT) == 1, "page: one :membership slot"
+    queries = {k: v for k, v in loaded.items() if not k.startswith("membership")}
+    queries["page"] = template.replace(_SLOT, loaded["membership"])
+    queries["page_spans"] = template.replace(_SLOT, loaded["membership_spans"])
+    return MappingProxyType(queries)
+
+
+QUERIES = _composed(load_queries("realtime_dispatch.sync"))
 
 
 def spans_page(member_spans: str) -> str:
@@ -27,9 +44,10 @@ class PageRows:
     """What one page query saw: the horizon, whether the cursor was past what is retained, the
     rows below the horizon (each with its transaction id), in cursor order, and whether a row
     visible now waits at or above the horizon (a transaction that began before it is still
-    open: served once that one ends)."""
+    open: served once that one ends). ``floor``: how far deletions reached (None: none yet)."""
 
     horizon: int
+    floor: int | None
     limited: bool
     rows: list[tuple[int, ClaimedRow]]
     held_back: bool
@@ -41,8 +59,12 @@ async def source(conn: DbConnection) -> str:
     return source_name(int(record["system_identifier"]), int(record["database_oid"]))
 
 
-async def horizon(conn: DbConnection) -> int:
-    return int(await conn.fetchval(QUERIES["horizon"]))
+async def horizon(conn: DbConnection) -> tuple[int, int | None]:
+    """The snapshot's xmin horizon and the retention floor (None: nothing deleted yet)."""
+    record = await conn.fetchrow(QUERIES["horizon"])
+    assert record is not None
+    floor = record["floor"]
+    return int(record["horizon"]), None if floor is None else int(floor)
 
 
 async def page(  # noqa: PLR0917 (the statement's parameters, in order)
@@ -82,7 +104,8 @@ async def page(  # noqa: PLR0917 (the statement's parameters, in order)
         if r["id"] is not None and int(r["xid"]) < horizon
     ][:limit]
     above = any(r["id"] is not None and int(r["xid"]) >= horizon for r in records)
-    return PageRows(horizon, bool(first["limited"]), rows, above and len(rows) < limit)
+    floor = None if first["floor"] is None else int(first["floor"])
+    return PageRows(horizon, floor, bool(first["limited"]), rows, above and len(rows) < limit)
 
 
 async def edge(
