@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from realtime_dispatch.contracts import rest as schemas
+from realtime_dispatch.contracts.base import KEY_JSON_SCHEMA
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS
 from realtime_dispatch.contracts.signals import SIGNAL_MODELS
 
@@ -53,17 +54,32 @@ def _untitled(node: object) -> object:
     return node
 
 
+KEY = {**KEY_JSON_SCHEMA, "title": "Key"}
+"""The owner's keys (``KeyId`` fields): one named type, ``Key = string | number``."""
+
+
+def _keyed(node: object) -> object:
+    """Each field of the key type as a reference to the one ``Key`` definition."""
+    if node == KEY_JSON_SCHEMA:
+        return {"$ref": "#/$defs/Key"}
+    if isinstance(node, dict):
+        return {k: _keyed(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_keyed(v) for v in node]
+    return node
+
+
 def _add(defs: dict[str, object], name: str, model: type[BaseModel]) -> None:
     one = model.model_json_schema(
         by_alias=True, mode="serialization", ref_template="#/$defs/{model}"
     )
     for nested, body in one.pop("$defs", {}).items():
-        defs[nested] = {**_untitled(body), "title": nested}  # type: ignore[dict-item]
-    defs[name] = {**_untitled(one), "title": name}  # type: ignore[dict-item]
+        defs[nested] = {**_keyed(_untitled(body)), "title": nested}  # type: ignore[dict-item]
+    defs[name] = {**_keyed(_untitled(one)), "title": name}  # type: ignore[dict-item]
 
 
 def schema() -> dict[str, object]:
-    defs: dict[str, object] = {}
+    defs: dict[str, object] = {"Key": KEY}
     for model in (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values(), *SIGNAL_MODELS.values()):
         _add(defs, model.__name__, model)
     events = set(defs)

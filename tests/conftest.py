@@ -4,6 +4,7 @@ the schema migrated once into a template database, and a fresh copy of it per te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
@@ -14,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -82,6 +84,27 @@ async def database_url(pg_server_url: str, template_db: str) -> AsyncIterator[st
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(server_url: str, prefix: str = "rd_scratch") -> AsyncIterator[str]:
+    """A new, empty database on the server (nothing of ours in it: not the migrated template),
+    dropped afterwards; its URL."""
+    name = f"{prefix}_{os.getpid()}_{uuid4().hex[:8]}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(server_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def empty_database(pg_server_url: str) -> AsyncIterator[str]:
+    """A database with nothing of ours in it, for a test that brings its own schema."""
+    async with scratch_database(pg_server_url) as url:
+        yield url
 
 
 @pytest.fixture

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 COMMAND = [sys.executable, "-m", "realtime_dispatch.cli.main"]
 
@@ -29,6 +30,16 @@ def run_cli(
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+async def side_by_side(
+    runs: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+) -> list[subprocess.CompletedProcess[str]]:
+    """:func:`run_cli` of each ``(args, env)`` at once (a command's run is mostly its start-up,
+    so a test with many of them waits for the slowest instead of their sum)."""
+    return list(
+        await asyncio.gather(*(asyncio.to_thread(run_cli, *args, env=env) for args, env in runs))
     )
 
 
@@ -71,3 +82,29 @@ async def stop(
         proc.kill()
         await proc.wait()
         raise
+
+
+@contextlib.asynccontextmanager
+async def running(
+    *args: str, env: Mapping[str, str], ready: bytes, drain: bool = False
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The command started, once its stderr says ``ready``; stopped with SIGTERM (exit 0
+    expected) at the end. ``drain`` keeps reading its stderr meanwhile, so that a long run's
+    logs never fill the pipe and stall it."""
+    proc = await start_cli(*args, env=env)
+    reader: asyncio.Task[None] | None = None
+    try:
+        await wait_for_line(proc, ready)
+        if drain:
+            reader = asyncio.create_task(_drain(proc))
+        yield proc
+    finally:
+        assert await stop(proc, signal.SIGTERM) == 0
+        if reader is not None:
+            await reader
+
+
+async def _drain(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stderr is not None
+    while await proc.stderr.readline():
+        pass

@@ -167,46 +167,29 @@ def test_token_is_a_valid_hs256_jwt_for_the_user() -> None:
     assert 55 <= claims["exp"] - claims["iat"] <= 60
 
 
-async def test_migrate_from_two_processes_at_once(pg_server_url: str) -> None:
-    from tests.conftest import with_database
-
-    name = f"rd_cli_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(pg_server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        env = cli_env(REALTIME_DATABASE_URL=with_database(pg_server_url, name))
-        results = await asyncio.gather(
-            asyncio.to_thread(run_cli, "migrate", env=env),
-            asyncio.to_thread(run_cli, "migrate", env=env),
-        )
-        assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
-        assert run_cli("migrate", env=env).returncode == 0
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
+async def test_migrate_from_two_processes_at_once(empty_database: str) -> None:
+    env = cli_env(REALTIME_DATABASE_URL=empty_database)
+    results = await asyncio.gather(
+        asyncio.to_thread(run_cli, "migrate", env=env),
+        asyncio.to_thread(run_cli, "migrate", env=env),
+    )
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert run_cli("migrate", env=env).returncode == 0
 
 
-async def test_migrate_prints_each_migration_it_applies(pg_server_url: str) -> None:
+async def test_migrate_prints_each_migration_it_applies(empty_database: str) -> None:
     from realtime_dispatch.outbox.migrate import migrations_in
-    from tests.conftest import with_database
 
-    name = f"rd_cli_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(pg_server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        env = cli_env(REALTIME_DATABASE_URL=with_database(pg_server_url, name))
-        first = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
-        assert first.returncode == 0, first.stderr
-        outbox = sorted(migrations_in("realtime_dispatch.outbox"), key=lambda m: m.version)
-        assert first.stdout.splitlines() == [
-            *(f"applied {m.version:04d}_{m.name}" for m in outbox),
-            f"applied {len(outbox)} migrations",
-        ]
-        again = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
-        assert again.stdout.splitlines() == ["schema is up to date"]
-    finally:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
+    env = cli_env(REALTIME_DATABASE_URL=empty_database)
+    first = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+    assert first.returncode == 0, first.stderr
+    outbox = sorted(migrations_in("realtime_dispatch.outbox"), key=lambda m: m.version)
+    assert first.stdout.splitlines() == [
+        *(f"applied {m.version:04d}_{m.name}" for m in outbox),
+        f"applied {len(outbox)} migrations",
+    ]
+    again = await asyncio.to_thread(run_cli, "migrate", "--only", "outbox", env=env)
+    assert again.stdout.splitlines() == ["schema is up to date"]
 
 
 async def test_stats_and_requeue(pool: asyncpg.Pool, database_url: str) -> None:

@@ -13,11 +13,7 @@ SignalR client.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -26,8 +22,8 @@ import asyncpg
 import jwt
 import pytest
 
-from tests.conftest import free_port, with_database
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from tests.conftest import free_port
+from tests.e2e.processes import cli_env, run_cli, running, side_by_side
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient
 
 pytestmark = pytest.mark.e2e
@@ -39,29 +35,6 @@ EVENTS = ["message_received", "read_receipt_updated", "contact_request_received"
 def token(sub: object) -> str:
     """An HS256 token whose user claim is ``sub`` as given (a JSON number stays a number)."""
     return jwt.encode({"sub": sub, "exp": int(time.time() + 300)}, SECRET, algorithm="HS256")
-
-
-@pytest.fixture
-async def empty_database(pg_server_url: str) -> AsyncIterator[str]:
-    """A database with nothing of ours in it (not the migrated template)."""
-    name = f"rd_keys_{os.getpid()}_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(pg_server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(pg_server_url, name)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-@contextlib.asynccontextmanager
-async def running(*args: str, env: dict[str, str], ready: bytes) -> AsyncIterator[None]:
-    proc = await start_cli(*args, env=env)
-    try:
-        await wait_for_line(proc, ready)
-        yield
-    finally:
-        assert await stop(proc, signal.SIGTERM) == 0
 
 
 async def next_message(client: NodeClient, target: str) -> list[Any]:
@@ -159,18 +132,20 @@ async def test_bigint_keys_end_to_end(empty_database: str) -> None:
         assert {r["status"] for r in statuses} == {"Done"}, statuses
 
         # The same outbox with another key type: every command exits 2, one line naming both.
-        for other in ("uuid", "text"):
-            wrong = {**env, "REALTIME_KEY_TYPE": other}
-            for command in (["migrate"], ["check"], ["stats"], ["worker"], ["hub"]):
-                extra = {**hub_env, **worker_env, "REALTIME_KEY_TYPE": other}
-                done = run_cli(*command, env=extra if command[0] in {"hub", "worker"} else wrong)
-                assert done.returncode == 2, (command, done.stderr)
-                lines = done.stderr.strip().splitlines()
-                assert lines[-1] == (
-                    f"realtime-dispatch: invalid setting REALTIME_KEY_TYPE: {other}, but the"
-                    " outbox's key columns (chat_id, target_user_id, message_id, ref_id) are"
-                    " bigint: set REALTIME_KEY_TYPE=bigint, or recreate the outbox"
-                ), (command, done.stderr)
+        # (side by side: each is a process start, the slowest part of this test)
+        runs = [
+            (other, command, {**hub_env, **worker_env, "REALTIME_KEY_TYPE": other})
+            for other in ("uuid", "text")
+            for command in ("migrate", "check", "stats", "worker", "hub")
+        ]
+        results = await side_by_side([([command], run_env) for _, command, run_env in runs])
+        for (other, command, _), done in zip(runs, results, strict=True):
+            assert done.returncode == 2, (command, done.stderr)
+            assert done.stderr.strip().splitlines()[-1] == (
+                f"realtime-dispatch: invalid setting REALTIME_KEY_TYPE: {other}, but the"
+                " outbox's key columns (chat_id, target_user_id, message_id, ref_id) are"
+                " bigint: set REALTIME_KEY_TYPE=bigint, or recreate the outbox"
+            ), (command, done.stderr)
     finally:
         await conn.close()
 
@@ -349,17 +324,22 @@ async def test_text_keys_deliver_string_ids(empty_database: str, tmp_path: Path)
 
 async def test_the_reference_messenger_refuses_other_key_types(empty_database: str) -> None:
     env = cli_env(REALTIME_DATABASE_URL=empty_database, REALTIME_KEY_TYPE="bigint")
-    for command in (["migrate"], ["migrate", "--print-sql"]):
-        done = run_cli(*command, env=env)
+    refused, printed, alone, bad = await side_by_side(
+        [
+            (["migrate"], env),
+            (["migrate", "--print-sql"], env),
+            (["migrate", "--print-sql", "--only", "outbox"], env),
+            (["check"], {**env, "REALTIME_KEY_TYPE": "int"}),
+        ]
+    )
+    for done in (refused, printed):
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == (
             "realtime-dispatch: invalid setting REALTIME_KEY_TYPE: bigint is for an owner's own"
             " schema: the reference messenger's keys are uuid (set REALTIME_PROJECTIONS to your"
             " manifest, or use migrate --only outbox)"
         )
-    alone = run_cli("migrate", "--print-sql", "--only", "outbox", env=env)
     assert alone.returncode == 0, alone.stderr
     assert "target_user_id bigint NULL" in " ".join(alone.stdout.split())
-    bad = run_cli("check", env={**env, "REALTIME_KEY_TYPE": "int"})
     assert bad.returncode == 2
     assert "REALTIME_KEY_TYPE" in bad.stderr

@@ -7,10 +7,6 @@ minted media credentials."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,8 +17,8 @@ import jwt
 import pytest
 
 from realtime_dispatch.outbox.queries import parse_queries
-from tests.conftest import free_port, wait_until, with_database
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from tests.conftest import free_port, wait_until
+from tests.e2e.processes import cli_env, run_cli, running
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e
@@ -31,29 +27,6 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-schema"
 WRITES = dict(parse_queries((EXAMPLE / "writes.sql").read_text()))
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 TURN_SECRET = "turn-shared-secret-of-the-adopter"
-
-
-@pytest.fixture
-async def empty_database(pg_server_url: str) -> AsyncIterator[str]:
-    """A database with nothing of ours in it (not the migrated template)."""
-    name = f"rd_own_{os.getpid()}_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(pg_server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(pg_server_url, name)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-@contextlib.asynccontextmanager
-async def running(*args: str, env: dict[str, str], ready: bytes) -> AsyncIterator[None]:
-    proc = await start_cli(*args, env=env)
-    try:
-        await wait_for_line(proc, ready)
-        yield
-    finally:
-        assert await stop(proc, signal.SIGTERM) == 0
 
 
 async def _next_message(client: NodeClient) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
 from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
-from tests.e2e.test_own_schema import EXAMPLE, WRITES, empty_database  # noqa: F401 (a fixture)
+from tests.e2e.test_own_schema import EXAMPLE, WRITES
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
 
 pytestmark = pytest.mark.e2e
@@ -167,7 +167,7 @@ async def _post(conn: asyncpg.Connection, chat: UUID, author: UUID, text: str) -
 
 
 async def test_both_sdks_resume_through_sync_on_an_own_schema(
-    empty_database: str,  # noqa: F811 (the fixture imported above)
+    empty_database: str,
     tmp_path: Path,
 ) -> None:
     build_sdk()

@@ -7,7 +7,6 @@ applies, said as spans; one indexed scan, bounded, as on the reference schema.""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from realtime_dispatch.sync.cursor import parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncOptions, SyncService
 from realtime_dispatch.sync.store import spans_page
-from tests.conftest import wait_until, with_database
+from tests.conftest import scratch_database, wait_until
 from tests.hub_fixtures import SECRET, hub_settings
 from tests.integration.messenger_world import MEDIA
 from tests.integration.test_sync import Sync
@@ -48,11 +47,7 @@ assert SPANS is not None
 @pytest.fixture
 async def own_url(pg_server_url: str) -> AsyncIterator[str]:
     """A database with the example's tables and the outbox's schema, nothing else of ours."""
-    name = f"rd_own_sync_{os.getpid()}_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(pg_server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        url = with_database(pg_server_url, name)
+    async with scratch_database(pg_server_url, "rd_own_sync") as url:
         conn = await asyncpg.connect(url)
         try:
             await conn.execute((EXAMPLE / "schema.sql").read_text())
@@ -60,9 +55,6 @@ async def own_url(pg_server_url: str) -> AsyncIterator[str]:
         finally:
             await conn.close()
         yield url
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 @pytest.fixture

@@ -9,7 +9,12 @@ import sys
 
 SERVER_ONLY = ("asyncpg", "fastapi", "redis", "uvicorn", "prometheus_client", "pydantic_settings")
 CLIENT_PACKAGES = ("realtime_dispatch.client", "realtime_dispatch.contracts")
-GROUND = ("realtime_dispatch", "realtime_dispatch.errors", "realtime_dispatch.push")
+GROUND = (
+    "realtime_dispatch",
+    "realtime_dispatch.errors",
+    "realtime_dispatch.push",
+    "realtime_dispatch.keys",  # the key types, pure
+)
 
 PROBE = """
 import json, sys

@@ -26,6 +26,8 @@ from realtime_dispatch.client.protocol import (
 )
 from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.contracts.messages import MessageReceived
+from realtime_dispatch.contracts.signals import UserTyping
+from realtime_dispatch.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS
 
 
 def test_records_split_across_and_within_frames() -> None:
@@ -82,6 +84,51 @@ def test_event_parsing_is_typed_and_tolerates_new_fields() -> None:
         parse_event("message_received", ({"chatId": "x"},))
     with pytest.raises(HubProtocolError):
         parse_event("message_received", ())
+
+
+def _received(chat: object, message: object, sender: object) -> dict[str, object]:
+    return {
+        "chatId": chat,
+        "messageId": message,
+        "seq": 1,
+        "senderUserId": sender,
+        "kind": "Text",
+        "sentAt": "2026-01-01T00:00:00Z",
+    }
+
+
+def test_typed_events_take_the_deployment_key_type() -> None:
+    """bigint keys arrive as JSON numbers (a decimal string is the same key), text keys as
+    strings; each type refuses the others' ids, and uuid stays the default."""
+    event = parse_event("message_received", (_received(17, 1234, 42),), keys=BIGINT_KEYS)
+    assert isinstance(event, MessageReceived)
+    assert (event.chat_id, event.message_id, event.sender_user_id) == (17, 1234, 42)
+    assert parse_event("message_received", (_received("17", 1234, 42),), keys=BIGINT_KEYS) == event
+    text = parse_event("message_received", (_received("design", "p-1", "ana"),), keys=TEXT_KEYS)
+    assert isinstance(text, MessageReceived)
+    assert (text.chat_id, text.message_id, text.sender_user_id) == ("design", "p-1", "ana")
+    typing = parse_event(
+        "user_typing",
+        ({"chatId": 17, "userId": 42, "expiresAt": "2026-01-01T00:00:05Z"},),
+        keys=BIGINT_KEYS,
+    )
+    assert isinstance(typing, UserTyping)
+    assert (typing.chat_id, typing.user_id) == (17, 42)
+    chat, message = uuid4(), uuid4()
+    uuids = parse_event("message_received", (_received(str(chat), str(message), None),))
+    assert isinstance(uuids, MessageReceived)
+    assert (uuids.chat_id, uuids.message_id) == (chat, message)
+    for payload, keys in [
+        (_received(17, 1234, 42), UUID_KEYS),  # numbers on a uuid deployment
+        (_received("design", "p-1", None), BIGINT_KEYS),
+        (_received(17, "p-1", None), TEXT_KEYS),
+        (_received(True, 1, None), BIGINT_KEYS),  # a boolean is no key
+    ]:
+        with pytest.raises(HubProtocolError, match="does not match its contract"):
+            parse_event("message_received", (payload,), keys=keys)
+    # The wire form again: numbers stay numbers.
+    assert event.wire()["chatId"] == 17
+    assert uuids.wire()["chatId"] == str(chat)
 
 
 def test_reconnect_delay_doubles_up_to_the_cap_and_jitter_only_shortens() -> None:

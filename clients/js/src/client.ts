@@ -21,7 +21,7 @@ import {
   LogLevel,
 } from "@microsoft/signalr";
 import type {
-  HubEvents, HubSignals, MessageReceived, PresenceChanged, SyncPageOut,
+  HubEvents, HubSignals, Key, MessageReceived, PresenceChanged, SyncPageOut,
 } from "./contracts.js";
 import { type ChatSummary, MessengerRest, RestError, SYNC_LIMIT, type SendOptions } from "./rest.js";
 import { type Change, Timeline, type TimelineMessage } from "./timeline.js";
@@ -107,9 +107,9 @@ export class MessengerClient {
   cursor: string | null = null;
   readonly rest: MessengerRest;
   readonly hub: HubConnection;
-  private readonly timelines = new Map<string, Timeline>();
+  private readonly timelines = new Map<Key, Timeline>();
   private readonly handlers = new Map<string, Array<(payload: never) => void>>();
-  private readonly duplicateHandlers: Array<(chatId: string, seq: number) => void> = [];
+  private readonly duplicateHandlers: Array<(chatId: Key, seq: number) => void> = [];
   private readonly resyncHandlers: Array<(chatId: string, recovered: TimelineMessage[]) => void> = [];
   private readonly connectionHandlers: Array<(up: boolean, reconnect: boolean) => void> = [];
   private readonly resumedHandlers: Array<(missed: number) => void> = [];
@@ -201,7 +201,7 @@ export class MessengerClient {
     await this.hub.invoke("UnwatchPresence", [...userIds]);
   }
 
-  onDuplicate(handler: (chatId: string, seq: number) => void): void {
+  onDuplicate(handler: (chatId: Key, seq: number) => void): void {
     this.duplicateHandlers.push(handler);
   }
 
@@ -219,7 +219,7 @@ export class MessengerClient {
     this.resumedHandlers.push(handler);
   }
 
-  timeline(chatId: string): Timeline {
+  timeline(chatId: Key): Timeline {
     let timeline = this.timelines.get(chatId);
     if (timeline === undefined) {
       timeline = new Timeline(chatId);
@@ -228,7 +228,7 @@ export class MessengerClient {
     return timeline;
   }
 
-  chats(): string[] {
+  chats(): Key[] {
     return [...this.timelines.keys()];
   }
 
@@ -428,7 +428,8 @@ export class MessengerClient {
     for (const chat of listed ?? []) {
       if (this.timelines.has(chat.chatId) || (chat.lastSeq ?? 0) > 0) this.timeline(chat.chatId);
     }
-    for (const chatId of this.timelines.keys()) this.requestSync(chatId, reconnect ? this.overlap : 0);
+    // (the reference messenger's REST API: uuid keys, strings)
+    for (const chatId of this.timelines.keys()) this.requestSync(String(chatId), reconnect ? this.overlap : 0);
   }
 
   private emitConnection(up: boolean, reconnect: boolean): void {
@@ -444,7 +445,7 @@ export class MessengerClient {
   /** The one dedupe (eventId, then (chatId, seq)) and the handlers; true when it was new. */
   private apply(event: EventName, payload: unknown): boolean {
     const data = payload as Record<string, unknown>;
-    const chatId = typeof data.chatId === "string" ? data.chatId : null;
+    const chatId = typeof data.chatId === "string" || typeof data.chatId === "number" ? data.chatId : null;
     const eventId = typeof data.eventId === "string" ? data.eventId : null;
     let change: Change | null = null;
     let seq = typeof data.seq === "number" ? data.seq : 0;
@@ -488,7 +489,7 @@ export class MessengerClient {
       for (const handler of this.handlers.get(event) ?? []) (handler as (p: unknown) => void)(payload);
     }
     if (chatId !== null && change !== null && this.timeline(chatId).hasGap) {
-      if (this.options.resync === undefined) this.requestSync(chatId, 0);
+      if (this.options.resync === undefined) this.requestSync(String(chatId), 0);
       else if (!this.syncOff) void this.requestResume(); // the missing seq comes from the cursor on
     }
     return change !== "duplicate";
@@ -499,9 +500,9 @@ export class MessengerClient {
     for (const handler of this.handlers.get(name) ?? []) (handler as (p: unknown) => void)(payload);
   }
 
-  private duplicate(chatId: string | null, seq: number): void {
+  private duplicate(chatId: Key | null, seq: number): void {
     this.stats.duplicatesDropped += 1;
-    for (const handler of this.duplicateHandlers) handler(chatId as string, seq);
+    for (const handler of this.duplicateHandlers) handler(chatId as Key, seq);
   }
 
   private requestSync(chatId: string, overlap: number): void {

@@ -2,11 +2,13 @@
 // applied, and the first missing seq. Pure (no I/O); the same rules as the Python SDK's
 // realtime_dispatch.client.timeline.
 
+import type { Key } from "./contracts.js";
+
 export interface TimelineMessage {
-  chatId: string;
-  messageId: string;
+  chatId: Key;
+  messageId: Key;
   seq: number;
-  senderUserId: string | null;
+  senderUserId: Key | null;
   kind: string;
   body: string | null;
   sentAt: string;
@@ -37,13 +39,13 @@ const same = (a: TimelineMessage, b: TimelineMessage): boolean =>
   a.body === b.body && a.editedAt === b.editedAt && a.deletedAt === b.deletedAt && a.cardText === b.cardText;
 
 export class Timeline {
-  readonly readMarks = new Map<string, number>();
+  readonly readMarks = new Map<Key, number>();
   private readonly bySeq = new Map<number, TimelineMessage>();
-  private readonly seqOf = new Map<string, number>();
+  private readonly seqOf = new Map<Key, number>();
   private contiguous = 0;
   private highest = 0;
 
-  constructor(readonly chatId: string) {}
+  constructor(readonly chatId: Key) {}
 
   /** Every seq from 1 to this one is here: REST resumes with afterSeq = this. */
   get contiguousSeq(): number {
@@ -67,7 +69,7 @@ export class Timeline {
     return [...this.bySeq.values()].sort((a, b) => a.seq - b.seq);
   }
 
-  get(messageId: string): TimelineMessage | undefined {
+  get(messageId: Key): TimelineMessage | undefined {
     const seq = this.seqOf.get(messageId);
     return seq === undefined ? undefined : this.bySeq.get(seq);
   }
@@ -91,11 +93,11 @@ export class Timeline {
   }
 
   /** An edit: the new body, or a card's new text. */
-  edit(messageId: string, seq: number, body: string | null, editedAt: string, cardText?: string | null): Change {
+  edit(messageId: Key, seq: number, body: string | null, editedAt: string, cardText?: string | null): Change {
     return this.change(messageId, seq, cardText === undefined ? { body, editedAt } : { body, editedAt, cardText });
   }
 
-  delete(messageId: string, seq: number, deletedAt: string): Change {
+  delete(messageId: Key, seq: number, deletedAt: string): Change {
     return this.change(messageId, seq, { deletedAt });
   }
 
@@ -105,13 +107,13 @@ export class Timeline {
   }
 
   /** A read mark; marks only move forward. */
-  read(userId: string, lastReadSeq: number): boolean {
+  read(userId: Key, lastReadSeq: number): boolean {
     if (lastReadSeq <= (this.readMarks.get(userId) ?? 0)) return false;
     this.readMarks.set(userId, lastReadSeq);
     return true;
   }
 
-  private change(messageId: string, seq: number, fields: Partial<TimelineMessage>): Change {
+  private change(messageId: Key, seq: number, fields: Partial<TimelineMessage>): Change {
     const current = this.get(messageId);
     if (current === undefined) {
       // The message itself is missing: remember its seq so the gap is fetched.

@@ -20,6 +20,7 @@ detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloa
 from realtime_dispatch.client.client import (
     ClientOptions,
     ClientStats,
+    KeyType,
     MessengerClient,
     ResyncReason,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "HubProtocolError",
     "HubRefused",
     "HubUnavailable",
+    "KeyType",
     "MessageDeleted",
     "MessageEdited",
     "MessageReceived",

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from uuid import UUID
 
 from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.chats import ReadReceiptUpdated
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
+from realtime_dispatch.keys import Key
 
 
 class Timelines:
     """Every chat's :class:`Timeline`, created on first mention."""
 
     def __init__(self) -> None:
-        self._by_chat: dict[UUID, Timeline] = {}
+        self._by_chat: dict[Key, Timeline] = {}
 
-    def get(self, chat_id: UUID) -> Timeline:
+    def get(self, chat_id: Key) -> Timeline:
         timeline = self._by_chat.get(chat_id)
         if timeline is None:
             timeline = self._by_chat[chat_id] = Timeline(chat_id)
@@ -38,7 +38,7 @@ class Applied:
     for a read receipt that moved nothing (``DUPLICATE``); ``needs_sync`` when a seq is now
     missing."""
 
-    chat_id: UUID | None
+    chat_id: Key | None
     change: Change | None
     needs_sync: bool = False
 

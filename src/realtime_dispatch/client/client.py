@@ -50,15 +50,17 @@ from realtime_dispatch.client.protocol import EventRecord, reconnect_delay
 from realtime_dispatch.client.rest import SYNC_LIMIT, MessengerRest
 from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
 from realtime_dispatch.contracts.signals import PresenceChanged
+from realtime_dispatch.keys import UUID_KEYS, Key, key_codec
 
 log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Contract)
 Callback = Callable[..., Awaitable[None] | None]
 ResyncReason = Literal["start", "limited", "sync_off"]
+KeyType = Literal["uuid", "bigint", "text"]
 ResyncHook = Callable[[ResyncReason], Awaitable[None] | None]
 
 
@@ -72,6 +74,9 @@ class ClientOptions:
     resync_retry_cap: float = 5.0
     sync_page: int = SYNC_LIMIT  # events per GET /api/sync page
     seen_capacity: int = 20_000  # eventIds remembered for the dedupe
+    # The deployment's REALTIME_KEY_TYPE: the typed events' ids are UUIDs ("uuid"), ints
+    # ("bigint") or strings ("text"), as the server's payloads carry them.
+    key_type: KeyType = "uuid"
 
 
 @dataclass
@@ -111,6 +116,12 @@ class MessengerClient:
         messenger's REST API (see the module's docstring); without it, the client resyncs over
         that API."""
         self.options = options or ClientOptions()
+        self._keys = key_codec(self.options.key_type)
+        if self._keys is not UUID_KEYS and resync is None:
+            raise ValueError(
+                f"key_type {self._keys.name}: give the resync hook (the reference messenger's"
+                " REST API, the resync without it, has uuid keys)"
+            )
         self._own_resync = resync
         self._sync_off = False  # the server answered that it has no GET /api/sync
         self.stats = ClientStats()
@@ -209,7 +220,8 @@ class MessengerClient:
         answer = await self._require_hub().invoke("WatchPresence", [str(u) for u in user_ids])
         if not isinstance(answer, list):
             raise HubProtocolError("WatchPresence: expected a list")
-        return [PresenceChanged.model_validate(entry) for entry in answer]
+        context = key_context(self._keys)
+        return [PresenceChanged.model_validate(entry, context=context) for entry in answer]
 
     async def unwatch_presence(self, user_ids: Iterable[UUID]) -> None:
         await self._require_hub().invoke("UnwatchPresence", [str(u) for u in user_ids])
@@ -288,7 +300,7 @@ class MessengerClient:
         """Parse, dedupe (``eventId``, then ``(chatId, seq)``), apply, call back; ``True`` when
         the event was new."""
         try:
-            event = parse_event(target, arguments)
+            event = parse_event(target, arguments, keys=self._keys)
         except HubProtocolError as exc:
             # A malformed payload is skipped; a missed message shows up as a gap later.
             log.warning("client_event_invalid", target=target, error=str(exc))
@@ -307,12 +319,13 @@ class MessengerClient:
                 await _call(callback, event)
         if applied.needs_sync and applied.chat_id is not None:
             if self._own_resync is None:
-                self._request_sync(applied.chat_id, 0)
+                if isinstance(applied.chat_id, UUID):  # the reference REST API: uuid keys
+                    self._request_sync(applied.chat_id, 0)
             elif not self._sync_off:
                 self._request_resume()  # what is missing comes from the cursor on
         return not applied.duplicate
 
-    async def _duplicate(self, event: Contract, chat_id: UUID | None) -> None:
+    async def _duplicate(self, event: Contract, chat_id: Key | None) -> None:
         self.stats.duplicates_dropped += 1
         seq = getattr(event, "seq", getattr(event, "last_read_seq", 0))
         for callback in self._on_duplicate:
@@ -416,7 +429,8 @@ class MessengerClient:
             await _call(self._own_resync, reason)
             return
         for timeline in self.timelines:
-            self._request_sync(timeline.chat_id, self.options.resync_overlap)
+            if isinstance(timeline.chat_id, UUID):  # the reference REST API: uuid keys
+                self._request_sync(timeline.chat_id, self.options.resync_overlap)
         if self._group is not None and self._chat_lister is None:
             self._chat_lister = self._group.create_task(
                 self._sync_chat_list(), name="messenger-client-chat-list"

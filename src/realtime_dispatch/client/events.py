@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from realtime_dispatch.client.exceptions import HubProtocolError
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
 from realtime_dispatch.contracts.signals import SIGNAL_MODELS
+from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 
 E = TypeVar("E", bound=Contract)
 
@@ -35,9 +36,13 @@ _ALL_MODELS = (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values(), *SIGNAL_MOD
 _KNOWN_FIELDS = {model: _wire_names(model) for model in _ALL_MODELS}
 
 
-def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
+def parse_event(
+    target: str, arguments: tuple[Any, ...], *, keys: KeyCodec = UUID_KEYS
+) -> Contract | None:
     """The typed event of an invocation (a push, or a live signal such as ``user_typing``);
-    ``None`` for an event name this SDK does not know."""
+    ``None`` for an event name this SDK does not know. Its ids are keys of ``keys``' type (the
+    deployment's ``REALTIME_KEY_TYPE``): ``UUID``, ``int`` or ``str``; another spelling is a
+    :class:`HubProtocolError`."""
     if target not in EVENT_MODELS and target not in SIGNAL_MODELS:
         return None
     if len(arguments) != 1 or not isinstance(arguments[0], dict):
@@ -48,7 +53,7 @@ def parse_event(target: str, arguments: tuple[Any, ...]) -> Contract | None:
     known = _KNOWN_FIELDS[model]
     payload = {k: v for k, v in arguments[0].items() if k in known}
     try:
-        return model.model_validate(payload)
+        return model.model_validate(payload, context=key_context(keys))
     except ValidationError as exc:
         raise HubProtocolError(f"{target}: payload does not match its contract") from exc
 

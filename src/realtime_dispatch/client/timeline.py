@@ -14,15 +14,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any
-from uuid import UUID
+
+from realtime_dispatch.keys import Key
 
 
 @dataclass(frozen=True, slots=True)
 class TimelineMessage:
-    chat_id: UUID
-    message_id: UUID
+    chat_id: Key
+    message_id: Key
     seq: int
-    sender_user_id: UUID | None
+    sender_user_id: Key | None
     body: str | None
     sent_at: datetime
     edited_at: datetime | None = None
@@ -64,13 +65,13 @@ class Timeline:
 
     __slots__ = ("_by_id", "_by_seq", "_contiguous", "_highest", "chat_id", "read_marks")
 
-    def __init__(self, chat_id: UUID) -> None:
+    def __init__(self, chat_id: Key) -> None:
         self.chat_id = chat_id
         self._by_seq: dict[int, TimelineMessage] = {}
-        self._by_id: dict[UUID, int] = {}
+        self._by_id: dict[Key, int] = {}
         self._contiguous = 0
         self._highest = 0
-        self.read_marks: dict[UUID, int] = {}
+        self.read_marks: dict[Key, int] = {}
 
     # --- what the client asks -------------------------------------------------------------
 
@@ -91,7 +92,7 @@ class Timeline:
     def messages(self) -> list[TimelineMessage]:
         return [self._by_seq[s] for s in sorted(self._by_seq)]
 
-    def get(self, message_id: UUID) -> TimelineMessage | None:
+    def get(self, message_id: Key) -> TimelineMessage | None:
         seq = self._by_id.get(message_id)
         return None if seq is None else self._by_seq[seq]
 
@@ -122,7 +123,7 @@ class Timeline:
 
     def edit(
         self,
-        message_id: UUID,
+        message_id: Key,
         seq: int,
         body: str | None,
         edited_at: datetime,
@@ -135,14 +136,14 @@ class Timeline:
             message_id, seq, body=body, card_text=card_text, edited_at=edited_at, deleted_at=None
         )
 
-    def delete(self, message_id: UUID, seq: int, deleted_at: datetime) -> Change:
+    def delete(self, message_id: Key, seq: int, deleted_at: datetime) -> Change:
         return self._change(
             message_id, seq, body=None, card_text=None, edited_at=None, deleted_at=deleted_at
         )
 
     def _change(
         self,
-        message_id: UUID,
+        message_id: Key,
         seq: int,
         *,
         body: str | None,
@@ -169,7 +170,7 @@ class Timeline:
         """Merge a REST page; returns the messages that were new here."""
         return [m for m in messages if self.add(m) is Change.ADDED]
 
-    def read(self, user_id: UUID, last_read_seq: int) -> bool:
+    def read(self, user_id: Key, last_read_seq: int) -> bool:
         """A read mark; marks only move forward (a stale or repeated receipt changes nothing)."""
         if last_read_seq <= self.read_marks.get(user_id, 0):
             return False

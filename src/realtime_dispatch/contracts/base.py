@@ -1,14 +1,51 @@
-"""Base of every wire contract: camelCase on the wire, ids as strings, times ISO 8601 UTC."""
+"""Base of every wire contract: camelCase on the wire, times ISO 8601 UTC, the owner's keys as
+:data:`KeyId` (a UUID string, a JSON number for bigint keys, a string for text keys).
+
+A payload's ids are the deployment's keys (``REALTIME_KEY_TYPE``). Parsing one takes the key
+type from the validation context, ``model.model_validate(data, context=key_context(codec))``;
+without a context the keys are UUIDs, the reference messenger's.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationInfo, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.push import JsonObject
+
+_CONTEXT_KEY = "realtime_keys"
+
+
+def key_context(keys: KeyCodec) -> dict[str, KeyCodec]:
+    """The validation context that makes :data:`KeyId` fields read keys of ``keys``' type."""
+    return {_CONTEXT_KEY: keys}
+
+
+def _key(value: object, info: ValidationInfo) -> Key:
+    context = info.context
+    keys = context.get(_CONTEXT_KEY, UUID_KEYS) if isinstance(context, Mapping) else UUID_KEYS
+    if isinstance(value, UUID) and keys is UUID_KEYS:
+        return value  # built in Python (asyncpg's own UUID subclass included)
+    try:
+        return keys.from_json(value)
+    except ValueError as exc:
+        raise ValueError(f"not a {keys.name} key: {exc}") from None
+
+
+KEY_JSON_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "string"}, {"type": "integer"}],
+    "description": "A key of the deployment's type (REALTIME_KEY_TYPE): a UUID string (uuid,"
+    " the default), a JSON number (bigint), a string (text).",
+}
+
+KeyId = Annotated[Key, PlainValidator(_key), WithJsonSchema(KEY_JSON_SCHEMA)]
+"""An id of the owner's (a chat, a message, a user, …): ``UUID``, ``int`` or ``str`` as the
+deployment's key type says; written to JSON as a string, or a number for ``int``."""
 
 
 class Contract(BaseModel):

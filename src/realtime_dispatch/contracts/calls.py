@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from uuid import UUID
 
-from realtime_dispatch.contracts.base import PushPayload
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 from realtime_dispatch.contracts.media import MediaJoin
 
 
 class _CallEvent(PushPayload):
-    call_id: UUID
-    caller_user_id: UUID
-    callee_user_id: UUID
+    call_id: KeyId
+    caller_user_id: KeyId
+    callee_user_id: KeyId
 
 
 class CallInvited(_CallEvent):
@@ -39,25 +38,25 @@ class CallCancelled(_CallEvent):
 
 
 class CallEnded(_CallEvent):
-    ended_by_user_id: UUID | None = None
+    ended_by_user_id: KeyId | None = None
     ended_at: datetime
 
 
 class GroupCallInvited(PushPayload):
     """``call_invited`` of a group call: one payload for every member of the chat."""
 
-    call_id: UUID
-    conference_id: UUID
-    chat_id: UUID
+    call_id: KeyId
+    conference_id: KeyId
+    chat_id: KeyId
     room_name: str
-    started_by_user_id: UUID
+    started_by_user_id: KeyId
     invited_at: datetime
     media: MediaJoin | None = None
 
 
 class GroupCallEnded(PushPayload):
-    call_id: UUID
-    conference_id: UUID
-    chat_id: UUID
-    ended_by_user_id: UUID | None = None
+    call_id: KeyId
+    conference_id: KeyId
+    chat_id: KeyId
+    ended_by_user_id: KeyId | None = None
     ended_at: datetime

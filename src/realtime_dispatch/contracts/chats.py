@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.contracts.base import PushPayload
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 
 
 class ReadReceiptUpdated(PushPayload):
-    chat_id: UUID
-    user_id: UUID
+    chat_id: KeyId
+    user_id: KeyId
     last_read_seq: int
     read_at: datetime
 
@@ -21,10 +21,10 @@ class ChatUpdated(PushPayload):
     reference messenger writes with the chat event's own id; ``chatEventId`` names the chat
     event whatever the writer did."""
 
-    chat_id: UUID
+    chat_id: KeyId
     event_id: UUID
-    chat_event_id: UUID | None = None
+    chat_event_id: KeyId | None = None
     event_kind: str
-    actor_user_id: UUID | None = None
-    subject_user_id: UUID | None = None
+    actor_user_id: KeyId | None = None
+    subject_user_id: KeyId | None = None
     occurred_at: datetime

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
-from realtime_dispatch.contracts.base import PushPayload
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 
 
 class MessageReceived(PushPayload):
-    chat_id: UUID
-    message_id: UUID
+    chat_id: KeyId
+    message_id: KeyId
     seq: int
-    sender_user_id: UUID | None = None
+    sender_user_id: KeyId | None = None
     kind: str
     sent_at: datetime
     body: str | None = None
@@ -22,8 +21,8 @@ class MessageReceived(PushPayload):
 
 
 class MessageEdited(PushPayload):
-    chat_id: UUID
-    message_id: UUID
+    chat_id: KeyId
+    message_id: KeyId
     seq: int
     edited_at: datetime
     body: str | None = None
@@ -31,7 +30,7 @@ class MessageEdited(PushPayload):
 
 
 class MessageDeleted(PushPayload):
-    chat_id: UUID
-    message_id: UUID
+    chat_id: KeyId
+    message_id: KeyId
     seq: int
     deleted_at: datetime

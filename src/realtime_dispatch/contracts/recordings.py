@@ -4,18 +4,17 @@ the recording."""
 from __future__ import annotations
 
 from datetime import datetime
-from uuid import UUID
 
-from realtime_dispatch.contracts.base import PushPayload
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 
 
 class _RecordingEvent(PushPayload):
-    recording_id: UUID
+    recording_id: KeyId
     session_kind: str
-    call_id: UUID | None = None
-    conference_id: UUID | None = None
-    chat_id: UUID | None = None
-    started_by_user_id: UUID
+    call_id: KeyId | None = None
+    conference_id: KeyId | None = None
+    chat_id: KeyId | None = None
+    started_by_user_id: KeyId
 
 
 class RecordingStarted(_RecordingEvent):

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from uuid import UUID
 
-from realtime_dispatch.contracts.base import PushPayload
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 
 
 class _ScreenShareEvent(PushPayload):
-    screen_share_id: UUID
+    screen_share_id: KeyId
     session_kind: str
-    call_id: UUID | None = None
-    conference_id: UUID | None = None
-    chat_id: UUID | None = None
-    user_id: UUID
+    call_id: KeyId | None = None
+    conference_id: KeyId | None = None
+    chat_id: KeyId | None = None
+    user_id: KeyId
 
 
 class ScreenShareStarted(_ScreenShareEvent):

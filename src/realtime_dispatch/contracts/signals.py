@@ -10,22 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from uuid import UUID
 
-from pydantic import Field
-
-from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.contracts.base import Contract, KeyId
 
 
 class UserTyping(Contract):
-    chat_id: UUID | int | str = Field(union_mode="left_to_right")
-    """A UUID on the reference messenger; an integer or text on an adopter's keys."""
-    user_id: UUID
+    chat_id: KeyId
+    user_id: KeyId
     expires_at: datetime
 
 
 class PresenceChanged(Contract):
-    user_id: UUID
+    user_id: KeyId
     online: bool
     last_seen_at: datetime | None = None
     """When the user's last connection closed (``null``: never seen, or not remembered)."""
