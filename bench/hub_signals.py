@@ -3,7 +3,8 @@
     python bench/hub_signals.py [--members 10,100] [--signals 2000] [--runs 3]
                                 [--connections 15000] [--watch 50] [--storm 5000]
 
-Every connection is a real :class:`~realtime_dispatch.hub.connection.HubConnection` registered
+Every connection is a real :class:`~realtime_dispatch.hub.connections.connection.HubConnection`
+registered
 with a real :class:`~realtime_dispatch.hub.Hub` (its registry, its typing and presence), its
 transport one that discards what it is given: what is measured is the hub's own CPU, without
 the kernel's send and without clients (as ``bench/hub_peers.py fanout``). No PostgreSQL and no
@@ -57,19 +58,19 @@ from _common import (
 )
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub import Hub, HubOptions
-from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-from realtime_dispatch.hub.framing import RawSink
-from realtime_dispatch.hub.outbound import Outbound
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.backplane.publishers import InProcessHubPublisher
+from realtime_dispatch.hub.connections.connection import ConnectionLimits, HubConnection
+from realtime_dispatch.hub.connections.outbound import Outbound
+from realtime_dispatch.hub.connections.registry import chat_group
+from realtime_dispatch.hub.connections.session import CloseReason, InboundSession
+from realtime_dispatch.hub.wire.framing import RawSink
+from realtime_dispatch.hub.wire.protocol import (
     Invocation,
     MessageType,
     invocation_frame,
     push_record,
 )
-from realtime_dispatch.hub.publishers import InProcessHubPublisher
-from realtime_dispatch.hub.registry import chat_group
-from realtime_dispatch.hub.session import CloseReason, InboundSession
-from realtime_dispatch.hub.signal_envelope import encode_signal
+from realtime_dispatch.hub.wire.signal_envelope import encode_signal
 
 CHAT_SIZE, CHAT_STEP = 75, 25
 SEEN = "2026-12-01T10:00:00Z"
@@ -345,8 +346,8 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
     script call each), the refresh of ``users`` claims, and the same users going offline;
     this process's CPU and the server's, per user."""
     from _common import cpu_seconds, private_redis
-    from realtime_dispatch.hub.backplane import redis_client
-    from realtime_dispatch.hub.presence_store import RedisPresenceStore
+    from realtime_dispatch.hub.backplane.subscriber import redis_client
+    from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
 
     async def run(url: str, pid: int) -> dict[str, Any]:
         client = redis_client(url)
@@ -374,7 +375,7 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
                 )
                 costs[f"{name}_wall_ms"] = round(wall * 1e3, 1)
             # A replica holding the flipping users dies: its heartbeat expires, this one sweeps.
-            from realtime_dispatch.hub.presence_store import REPLICAS_KEY
+            from realtime_dispatch.hub.signals.presence_store import REPLICAS_KEY
 
             dead = RedisPresenceStore(client, replica_id="dead", refresh=10)
             await dead.went_online(flipping)
