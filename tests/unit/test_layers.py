@@ -51,8 +51,16 @@ def test_the_source_keeps_every_contract(tmp_path: Path) -> None:
         ("contracts/base.py", "import realtime_dispatch.database", "wire format only"),
         ("client/timeline.py", "import asyncpg", "client SDK"),
         ("hub/runtime.py", "import realtime_dispatch.hub.serving.routes", "No import cycles"),
-        ("hub/wire/protocol.py", "import realtime_dispatch.hub.connections.registry", "hub's parts"),
-        ("hub/backplane/publishers.py", "import realtime_dispatch.hub.transports.sse", "hub's parts"),
+        (
+            "hub/wire/protocol.py",
+            "import realtime_dispatch.hub.connections.registry",
+            "hub's parts",
+        ),
+        (
+            "hub/backplane/publishers.py",
+            "import realtime_dispatch.hub.transports.sse",
+            "hub's parts",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(
