@@ -401,10 +401,10 @@ def null_connection(index: int, user: Any, protocol: str = "json") -> Any:
     ``protocol`` (``json`` or ``messagepack``), writing to a :class:`NullTransport`; register it
     with ``hub.new_connection``."""
     from realtime_dispatch.auth.identity import Identity
-    from realtime_dispatch.hub.connection import ConnectionLimits, HubConnection
-    from realtime_dispatch.hub.framing import RawSink
-    from realtime_dispatch.hub.outbound import Outbound
-    from realtime_dispatch.hub.session import InboundSession
+    from realtime_dispatch.hub.connections.connection import ConnectionLimits, HubConnection
+    from realtime_dispatch.hub.connections.outbound import Outbound
+    from realtime_dispatch.hub.connections.session import InboundSession
+    from realtime_dispatch.hub.wire.framing import RawSink
 
     session = InboundSession(max_record_chars=1 << 15, stateful_allowed=False)
     handshake = b'{"protocol":"%s","version":1}\x1e' % protocol.encode()

@@ -123,8 +123,8 @@ async def run_redis_batch(
     url: str, groups: list[str], plan: list[int], counters: Counters
 ) -> float:
     """The project's publisher and subscribers: a batch per message (format 2)."""
-    from realtime_dispatch.hub.backplane import BackplaneSubscriber
-    from realtime_dispatch.hub.publishers import RedisHubPublisher
+    from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
+    from realtime_dispatch.hub.backplane.subscriber import BackplaneSubscriber
 
     counters.expected = len(plan) * REPLICAS
     subscribers = []

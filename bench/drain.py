@@ -103,7 +103,7 @@ async def drain_dispatcher(
         counted = NoopPublisher()
         publisher: Any = counted
         if redis_url is not None:
-            from realtime_dispatch.hub.publishers import RedisHubPublisher
+            from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 
             publisher = RedisHubPublisher.from_url(redis_url)
         dispatcher = Dispatcher(
@@ -163,7 +163,7 @@ async def drain_raw(url: str, options: RealtimeDispatchOptions) -> dict[str, Any
 def hub_stand_in(redis_url: str) -> Iterator[None]:
     """A subscriber to both backplane channels (what a hub replica subscribes to), so that the
     publisher finds a receiver and sends the batch format."""
-    from realtime_dispatch.hub.backplane import CHANNEL, batch_channel
+    from realtime_dispatch.hub.backplane.subscriber import CHANNEL, batch_channel
 
     port = redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]
     proc = subprocess.Popen(

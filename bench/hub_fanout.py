@@ -69,7 +69,7 @@ def http_limits_off() -> dict[str, Any]:
     """No per-address cap: every client of the benchmark connects from 127.0.0.1. (Empty on a
     version without the HTTP limits, so the same script measures before and after.)"""
     try:
-        from realtime_dispatch.hub.http_protocol import HttpLimits
+        from realtime_dispatch.hub.serving.http_protocol import HttpLimits
     except ImportError:
         return {}
     return {"http_limits": HttpLimits(max_per_client=0)}
@@ -79,7 +79,7 @@ def hub_main(args: argparse.Namespace) -> None:
     import uvloop
 
     from realtime_dispatch.hub import HubOptions
-    from realtime_dispatch.hub.server import run_hub
+    from realtime_dispatch.hub.serving.server import run_hub
     from realtime_dispatch.observability import configure_logging
 
     configure_logging("warning")

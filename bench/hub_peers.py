@@ -189,7 +189,7 @@ async def hub_main(args: argparse.Namespace) -> None:
     from starlette.applications import Starlette
 
     from realtime_dispatch.hub import Hub, HubOptions, hub_routes
-    from realtime_dispatch.hub.server import HubServer, uvicorn_config
+    from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
     from realtime_dispatch.observability import configure_logging
     from realtime_dispatch.push import Push
 
@@ -238,7 +238,7 @@ def fanout_main(args: argparse.Namespace) -> None:
     import orjson
 
     from realtime_dispatch.hub import Hub, HubOptions
-    from realtime_dispatch.hub.publishers import push_frames
+    from realtime_dispatch.hub.backplane.publishers import push_frames
     from realtime_dispatch.push import Push
 
     def protocol(index: int) -> str:

@@ -57,17 +57,17 @@ from _common import (
     write_json,
 )
 from realtime_dispatch.hub import Hub, HubOptions
-from realtime_dispatch.hub.connection import HubConnection
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.backplane.publishers import InProcessHubPublisher
+from realtime_dispatch.hub.connections.connection import HubConnection
+from realtime_dispatch.hub.connections.registry import chat_group
+from realtime_dispatch.hub.connections.session import CloseReason
+from realtime_dispatch.hub.wire.protocol import (
     Invocation,
     MessageType,
     invocation_frame,
     push_record,
 )
-from realtime_dispatch.hub.publishers import InProcessHubPublisher
-from realtime_dispatch.hub.registry import chat_group
-from realtime_dispatch.hub.session import CloseReason
-from realtime_dispatch.hub.signal_envelope import encode_signal
+from realtime_dispatch.hub.wire.signal_envelope import encode_signal
 
 CHAT_SIZE, CHAT_STEP = 75, 25
 SEEN = "2026-12-01T10:00:00Z"
@@ -318,8 +318,8 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
     script call each), the refresh of ``users`` claims, and the same users going offline;
     this process's CPU and the server's, per user."""
     from _common import cpu_seconds, private_redis
-    from realtime_dispatch.hub.backplane import redis_client
-    from realtime_dispatch.hub.presence_store import RedisPresenceStore
+    from realtime_dispatch.hub.backplane.subscriber import redis_client
+    from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
 
     async def run(url: str, pid: int) -> dict[str, Any]:
         client = redis_client(url)
@@ -347,7 +347,7 @@ def redis_store(users: int, online: int) -> dict[str, Any]:
                 )
                 costs[f"{name}_wall_ms"] = round(wall * 1e3, 1)
             # A replica holding the flipping users dies: its heartbeat expires, this one sweeps.
-            from realtime_dispatch.hub.presence_store import REPLICAS_KEY
+            from realtime_dispatch.hub.signals.presence_store import REPLICAS_KEY
 
             dead = RedisPresenceStore(client, replica_id="dead", refresh=10)
             await dead.went_online(flipping)

@@ -2,7 +2,8 @@
 
     python bench/negotiations.py [--total 10000] [--per-address 1000] [--smoke]
 
-Fills a :class:`~realtime_dispatch.hub.negotiate.NegotiationStore` to ``--total`` the way the
+Fills a :class:`~realtime_dispatch.hub.transports.negotiate.NegotiationStore` to ``--total`` the
+way the
 issue's flood did (201 accounts × 50 negotiations, from 201 addresses), then 10,000 more past
 it (each pushes out the oldest), and prints the bytes the store holds (``tracemalloc``) at the
 bound and per negotiation, and the time per ``create`` past the bound.
@@ -17,7 +18,7 @@ import tracemalloc
 from uuid import uuid4
 
 from _common import parse_with_smoke
-from realtime_dispatch.hub.negotiate import NegotiationStore
+from realtime_dispatch.hub.transports.negotiate import NegotiationStore
 
 
 def main() -> None:

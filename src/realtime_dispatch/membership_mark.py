@@ -1,7 +1,7 @@
 """The membership mark: how a worker tells the hubs that a batch needs no membership barrier.
 
 A hub orders a push after the membership changes committed before it with a round trip on its
-membership feed (:meth:`~realtime_dispatch.hub.membership_feed.MembershipFeed.barrier`): one
+membership feed (:meth:`~realtime_dispatch.hub.membership.feed.MembershipFeed.barrier`): one
 per batch on every replica. A worker whose claims run on a connection that listens on
 ``realtime_membership`` can vouch for that instead, without a round trip: when a claim returns,
 every change committed before the claimed rows has been notified to that connection (PostgreSQL

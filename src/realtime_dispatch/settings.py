@@ -25,7 +25,7 @@ from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.hub.forwarded import IPNetwork, parse_networks
+from realtime_dispatch.hub.serving.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.keys import KeyCodec, key_codec
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions

@@ -3,7 +3,7 @@ flowing: how long does the hub refuse pushes before its feed is back?
 
 Known bug (docs/RELIABILITY.md, "Findings"), reproduced about every other run: when the kill
 lands while a push's membership barrier has its ``SELECT 1`` in flight, asyncpg raises
-``InternalClientError`` (not among ``DB_ERRORS`` in ``hub/membership_feed.py``), the push answers
+``InternalClientError`` (not among ``DB_ERRORS`` in ``hub/membership/feed.py``), the push answers
 500, and the feed does not notice that its connection is gone until the next health ping
 (5 s): every push in between is refused with 503."""
 

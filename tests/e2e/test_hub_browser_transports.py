@@ -11,9 +11,9 @@ import uuid
 import pytest
 from playwright.async_api import async_playwright
 
-from realtime_dispatch.hub.registry import chat_group, user_group
-from realtime_dispatch.hub.session import CloseReason, CloseRequest
-from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.hub.connections.registry import chat_group, user_group
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
+from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.hub_fixtures import (
     NODE_TRANSPORTS,

@@ -15,7 +15,7 @@ from pysignalr.protocol.json import JSONProtocol
 from pysignalr.protocol.messagepack import MessagepackProtocol
 
 from realtime_dispatch.auth.tokens import mint_token
-from realtime_dispatch.hub.registry import user_group
+from realtime_dispatch.hub.connections.registry import user_group
 from tests.hub_fixtures import SECRET, hub_settings, make_token, push, running_hub
 
 pytestmark = pytest.mark.e2e

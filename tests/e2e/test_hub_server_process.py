@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 SCRIPT = """
 import asyncio, sys
 from realtime_dispatch.hub import HubOptions
-from realtime_dispatch.hub.server import run_hub
+from realtime_dispatch.hub.serving.server import run_hub
 options = HubOptions(jwt_secret=sys.argv[1], service_key=sys.argv[2])
 asyncio.run(
     run_hub(options, host="127.0.0.1", port=int(sys.argv[3]), dsn=sys.argv[4], log_level="warning")

@@ -21,7 +21,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub, hub_routes
-from realtime_dispatch.hub.server import HubServer, uvicorn_config
+from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings

@@ -9,7 +9,7 @@ import asyncpg
 from realtime_dispatch.client import MessageReceived, MessengerClient
 from realtime_dispatch.client.events import ContactRequestReceived
 from realtime_dispatch.hub import Hub
-from realtime_dispatch.hub.session import CloseReason, CloseRequest
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger import contacts
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings, make_token

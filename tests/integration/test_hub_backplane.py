@@ -10,7 +10,8 @@ import uuid
 import httpx
 
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.backplane import (
+from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher, push_frames
+from realtime_dispatch.hub.backplane.subscriber import (
     BackplaneSubscriber,
     batch_channel,
     decode_batch,
@@ -18,8 +19,7 @@ from realtime_dispatch.hub.backplane import (
     encode_push,
     redis_client,
 )
-from realtime_dispatch.hub.publishers import RedisHubPublisher, push_frames
-from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
 from realtime_dispatch.push import Push
 from tests.conftest import free_port

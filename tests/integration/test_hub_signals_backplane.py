@@ -103,8 +103,8 @@ async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, back
 async def test_two_replicas_racing_claims_announce_once(redis_url):
     """The store's scripts: of two replicas claiming one user at once, exactly one announces it
     online; of the two dropping their claims, exactly the last announces it offline."""
-    from realtime_dispatch.hub.backplane import redis_client
-    from realtime_dispatch.hub.presence_store import RedisPresenceStore
+    from realtime_dispatch.hub.backplane.subscriber import redis_client
+    from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
 
     client = redis_client(redis_url)
     try:
@@ -136,7 +136,7 @@ async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, b
     the dead replica's last heartbeat as lastSeenAt, once."""
     import time
 
-    from realtime_dispatch.hub.presence_store import (
+    from realtime_dispatch.hub.signals.presence_store import (
         REPLICAS_KEY,
         presence_key,
         replica_users_key,

@@ -21,10 +21,10 @@ from websockets.asyncio.client import connect
 from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub import runtime
-from realtime_dispatch.hub.messagepack import BinaryRecordBuffer, length_prefixed
-from realtime_dispatch.hub.registry import user_group
-from realtime_dispatch.hub.session import CloseReason, CloseRequest
-from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.hub.connections.registry import user_group
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
+from realtime_dispatch.hub.wire.messagepack import BinaryRecordBuffer, length_prefixed
+from realtime_dispatch.hub.wire.protocols import Transport
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
     RS,
@@ -368,7 +368,7 @@ async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
 ):
     """Pushes from the backplane reach a MessagePack long poller like a WebSocket; the token
     negotiated on one replica gets a 404 on the other (no sticky session)."""
-    from realtime_dispatch.hub.publishers import RedisHubPublisher
+    from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
     from realtime_dispatch.push import Push
 
     user = uuid.uuid4()

@@ -8,7 +8,7 @@ import uuid
 
 import orjson
 
-from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub

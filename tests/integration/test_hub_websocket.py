@@ -9,7 +9,7 @@ import httpx
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from realtime_dispatch.hub.registry import user_group
+from realtime_dispatch.hub.connections.registry import user_group
 from tests.hub_fixtures import (
     RS,
     hub_settings,

@@ -11,8 +11,8 @@ import uuid
 import asyncpg
 
 from realtime_dispatch.cli.serve import hub_options
-from realtime_dispatch.hub.registry import chat_group
-from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.manifest.check import require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
 from realtime_dispatch.push import Push

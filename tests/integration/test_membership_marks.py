@@ -19,9 +19,13 @@ from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
-from realtime_dispatch.hub.backplane import BackplaneSubscriber, batch_channel, encode_batch
-from realtime_dispatch.hub.backplane import redis_client as backplane_client
-from realtime_dispatch.hub.registry import chat_group
+from realtime_dispatch.hub.backplane.subscriber import (
+    BackplaneSubscriber,
+    batch_channel,
+    encode_batch,
+)
+from realtime_dispatch.hub.backplane.subscriber import redis_client as backplane_client
+from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.membership_mark import barrier_payload, current_marks, new_token
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore

@@ -1,4 +1,5 @@
-"""The backplanes' own RESP paths (hub/resp.py, BackplaneSubscriber) against a real Redis, and
+"""The backplanes' own RESP paths (hub/backplane/resp.py, BackplaneSubscriber) against a real
+Redis, and
 behind a proxy that hangs or drops the connection."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 from redis.exceptions import ResponseError
 
-from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
-from realtime_dispatch.hub.resp import CommandConnection
+from realtime_dispatch.hub.backplane.resp import CommandConnection
+from realtime_dispatch.hub.backplane.subscriber import BackplaneSubscriber, redis_client
 from tests.conftest import wait_until
 from tests.hub_fixtures import TcpProxy
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.cli.main import _parser
 from realtime_dispatch.dispatch.probes import worker_routes
-from realtime_dispatch.hub.routes import hub_routes
+from realtime_dispatch.hub.serving.routes import hub_routes
 from realtime_dispatch.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

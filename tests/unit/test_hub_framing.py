@@ -6,7 +6,7 @@ import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from realtime_dispatch.hub.framing import text_frame
+from realtime_dispatch.hub.wire.framing import text_frame
 
 
 def _parse(data: bytes) -> Frame:

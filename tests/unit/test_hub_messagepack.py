@@ -8,14 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realtime_dispatch.hub.messagepack import (
+from realtime_dispatch.hub.connections.session import CloseReason, InboundSession
+from realtime_dispatch.hub.transports.sse import sse_event
+from realtime_dispatch.hub.wire.messagepack import (
     BinaryRecordBuffer,
     close_message,
     length_prefixed,
     parse_message,
     record_from_json,
 )
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.wire.protocol import (
     Ack,
     Close,
     Invocation,
@@ -25,12 +27,10 @@ from realtime_dispatch.hub.protocol import (
     Sequence,
     invocation_frame,
 )
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.wire.protocol import (
     close_message as json_close,
 )
-from realtime_dispatch.hub.session import CloseReason, InboundSession
-from realtime_dispatch.hub.transports.sse import sse_event
-from realtime_dispatch.hub.wire import MESSAGEPACK
+from realtime_dispatch.hub.wire.protocols import MESSAGEPACK
 
 MSGPACK_HANDSHAKE = b'{"protocol":"messagepack","version":1}\x1e'
 

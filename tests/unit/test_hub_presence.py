@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import uuid
 
-from realtime_dispatch.hub.presence import parse_ids, presence_entry, presence_group
-from realtime_dispatch.hub.registry import GroupRegistry
-from realtime_dispatch.hub.signal_envelope import decode_signal, encode_signal, is_signal
-from realtime_dispatch.hub.typing_signal import TypingSignals
+from realtime_dispatch.hub.connections.registry import GroupRegistry
+from realtime_dispatch.hub.signals.presence import parse_ids, presence_entry, presence_group
+from realtime_dispatch.hub.signals.typing_signal import TypingSignals
+from realtime_dispatch.hub.wire.signal_envelope import decode_signal, encode_signal, is_signal
 
 
 def test_parse_ids_takes_one_list_of_ids_and_stops_past_the_limit():

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.connections.session import CloseReason, InboundSession
+from realtime_dispatch.hub.wire.protocol import (
     RECORD_SEPARATOR as RS,
 )
-from realtime_dispatch.hub.protocol import (
+from realtime_dispatch.hub.wire.protocol import (
     Ack,
     Close,
     Invocation,
@@ -27,7 +28,6 @@ from realtime_dispatch.hub.protocol import (
     parse_message,
     push_record,
 )
-from realtime_dispatch.hub.session import CloseReason, InboundSession
 from realtime_dispatch.push import Push
 
 HANDSHAKE = '{"protocol":"json","version":1}' + RS

@@ -14,10 +14,19 @@ from realtime_dispatch.auth.tokens import (
     request_token,
     service_key_matches,
 )
-from realtime_dispatch.hub.membership import MembershipChange, MembershipTracker, parse_change
-from realtime_dispatch.hub.negotiate import NegotiationStore, negotiate_body
-from realtime_dispatch.hub.outbound import Outbound
-from realtime_dispatch.hub.registry import GroupRegistry, chat_group, is_valid_group, user_group
+from realtime_dispatch.hub.connections.outbound import Outbound
+from realtime_dispatch.hub.connections.registry import (
+    GroupRegistry,
+    chat_group,
+    is_valid_group,
+    user_group,
+)
+from realtime_dispatch.hub.membership.tracker import (
+    MembershipChange,
+    MembershipTracker,
+    parse_change,
+)
+from realtime_dispatch.hub.transports.negotiate import NegotiationStore, negotiate_body
 
 U1, U2 = uuid.uuid4(), uuid.uuid4()
 C1, C2 = uuid.uuid4(), uuid.uuid4()

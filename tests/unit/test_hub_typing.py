@@ -7,10 +7,10 @@ import uuid
 
 import ormsgpack
 
-from realtime_dispatch.hub import messagepack, protocol
-from realtime_dispatch.hub.protocol import Invocation
-from realtime_dispatch.hub.session import InboundSession
-from realtime_dispatch.hub.typing_signal import TypingGate, chat_of
+from realtime_dispatch.hub.connections.session import InboundSession
+from realtime_dispatch.hub.signals.typing_signal import TypingGate, chat_of
+from realtime_dispatch.hub.wire import messagepack, protocol
+from realtime_dispatch.hub.wire.protocol import Invocation
 
 RS = "\x1e"
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from realtime_dispatch.hub.connection import Wake
+from realtime_dispatch.hub.connections.connection import Wake
 
 
 async def test_a_set_wake_does_not_wait() -> None:

@@ -13,8 +13,8 @@ import pytest
 from realtime_dispatch.auth.revocations import parse_change as parse_revocation
 from realtime_dispatch.auth.tokens import AuthError, TokenOptions, TokenVerifier, mint_token
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.hub.membership import parse_change as parse_membership
-from realtime_dispatch.hub.typing_signal import chat_of
+from realtime_dispatch.hub.membership.tracker import parse_change as parse_membership
+from realtime_dispatch.hub.signals.typing_signal import chat_of
 from realtime_dispatch.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS, KeyCodec, key_codec
 from realtime_dispatch.manifest.check import compare
 from realtime_dispatch.manifest.contract import CONTRACT

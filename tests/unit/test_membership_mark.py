@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import time
 
-from realtime_dispatch.hub.backplane import MARK_GROUP, decode_batch, encode_batch, split_marks
+from realtime_dispatch.hub.backplane.subscriber import (
+    MARK_GROUP,
+    decode_batch,
+    encode_batch,
+    split_marks,
+)
 from realtime_dispatch.membership_mark import (
     MembershipMark,
     barrier_payload,

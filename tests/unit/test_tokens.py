@@ -26,19 +26,19 @@ from realtime_dispatch.auth.revocations import (
     parse_change,
 )
 from realtime_dispatch.auth.tokens import AuthError, TokenOptions, TokenVerifier, mint_token
-from realtime_dispatch.hub.connection import (
+from realtime_dispatch.hub.connections.connection import (
     TOKEN_EXPIRED,
     ConnectionLimits,
     HubConnection,
     WebSocketWriter,
     Writer,
 )
-from realtime_dispatch.hub.expiry import ExpiryQueue
-from realtime_dispatch.hub.http_connections import LongPollWriter
-from realtime_dispatch.hub.outbound import Outbound
-from realtime_dispatch.hub.protocol import close_message
-from realtime_dispatch.hub.session import InboundSession
+from realtime_dispatch.hub.connections.expiry import ExpiryQueue
+from realtime_dispatch.hub.connections.outbound import Outbound
+from realtime_dispatch.hub.connections.session import InboundSession
+from realtime_dispatch.hub.transports.http_connections import LongPollWriter
 from realtime_dispatch.hub.transports.sse import SseWriter, sse_event
+from realtime_dispatch.hub.wire.protocol import close_message
 
 ISSUER = "https://idp.example/realms/acme"
 AUDIENCE = "realtime-dispatch"
@@ -364,7 +364,7 @@ class RecordingWebSocket:
 async def test_the_writer_sends_nothing_queued_after_exp(transport):
     """Records queued before ``exp`` and not yet written when it passes are dropped: the writer
     sends the close message only, even if the hub's timer has not run, whatever the transport
-    (its :class:`~realtime_dispatch.hub.connection.Writer`)."""
+    (its :class:`~realtime_dispatch.hub.connections.connection.Writer`)."""
     connection = HubConnection(
         connection_id="c",
         token="t",

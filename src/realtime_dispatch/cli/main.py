@@ -39,8 +39,8 @@ from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable, SchemaConflict
-from realtime_dispatch.hub.publishers import RedisHubPublisher
-from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
+from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.migrate import migration_script

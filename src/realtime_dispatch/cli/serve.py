@@ -41,8 +41,8 @@ from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
-from realtime_dispatch.hub.http_protocol import HttpLimits
-from realtime_dispatch.hub.server import HubServer, guarded, uvicorn_config
+from realtime_dispatch.hub.serving.http_protocol import HttpLimits
+from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES

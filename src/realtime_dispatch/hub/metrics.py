@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from realtime_dispatch.hub.session import CloseReason
+from realtime_dispatch.hub.connections.session import CloseReason
 
 TYPING_OUTCOMES = ("sent", "throttled", "refused", "received", "invalid", "dropped")
 PRESENCE_EVENTS = ("watched", "unwatched", "refused", "online", "offline", "swept", "dropped")

@@ -31,41 +31,41 @@ from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
 from realtime_dispatch.database import create_pool
-from realtime_dispatch.hub.backplane import BackplaneSubscriber, redis_client
-from realtime_dispatch.hub.caps import (
-    Admission,
-    AdmissionStage,
-    ConnectionRefused,
-    Reservation,
-)
-from realtime_dispatch.hub.connection import (
-    TOKEN_EXPIRED,
-    TOKEN_REVOKED,
-    ConnectionLimits,
-    HubConnection,
-)
-from realtime_dispatch.hub.expiry import ExpiryTimer
-from realtime_dispatch.hub.framing import binary_frame, text_frame
-from realtime_dispatch.hub.http_connections import HttpTransports
-from realtime_dispatch.hub.http_refusals import HttpRefusals
-from realtime_dispatch.hub.hub_signals import wire_signals
-from realtime_dispatch.hub.membership import MembershipTracker
-from realtime_dispatch.hub.membership_feed import MembershipFeed
-from realtime_dispatch.hub.metrics import HubMetrics
-from realtime_dispatch.hub.negotiate import NegotiationStore
-from realtime_dispatch.hub.protocol import ProtocolError
-from realtime_dispatch.hub.publishers import (
+from realtime_dispatch.hub.backplane.publishers import (
     FramePublisher,
     GroupFrames,
     InProcessHubPublisher,
     RedisHubPublisher,
 )
-from realtime_dispatch.hub.registry import CHAT_PREFIX, GroupRegistry, user_group
-from realtime_dispatch.hub.revocation_watch import RevocationWatch
-from realtime_dispatch.hub.session import CloseReason, CloseRequest
-from realtime_dispatch.hub.sharded_backplane import ShardedBackplaneSubscriber
-from realtime_dispatch.hub.sharded_publisher import ShardedRedisHubPublisher
-from realtime_dispatch.hub.wire import JSON, HubProtocol
+from realtime_dispatch.hub.backplane.sharded import ShardedBackplaneSubscriber
+from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.hub.backplane.subscriber import BackplaneSubscriber, redis_client
+from realtime_dispatch.hub.connections.caps import (
+    Admission,
+    AdmissionStage,
+    ConnectionRefused,
+    Reservation,
+)
+from realtime_dispatch.hub.connections.connection import (
+    TOKEN_EXPIRED,
+    TOKEN_REVOKED,
+    ConnectionLimits,
+    HubConnection,
+)
+from realtime_dispatch.hub.connections.expiry import ExpiryTimer
+from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistry, user_group
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
+from realtime_dispatch.hub.http_refusals import HttpRefusals
+from realtime_dispatch.hub.membership.feed import MembershipFeed
+from realtime_dispatch.hub.membership.revocation_watch import RevocationWatch
+from realtime_dispatch.hub.membership.tracker import MembershipTracker
+from realtime_dispatch.hub.metrics import HubMetrics
+from realtime_dispatch.hub.signals.hub_signals import wire_signals
+from realtime_dispatch.hub.transports.http_connections import HttpTransports
+from realtime_dispatch.hub.transports.negotiate import NegotiationStore
+from realtime_dispatch.hub.wire.framing import binary_frame, text_frame
+from realtime_dispatch.hub.wire.protocol import ProtocolError
+from realtime_dispatch.hub.wire.protocols import JSON, HubProtocol
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.keys import Key
 from realtime_dispatch.push import HubPublisher, PublishResult

@@ -19,9 +19,9 @@ from realtime_dispatch.auth.tokens import (
     request_token,
     www_authenticate,
 )
-from realtime_dispatch.hub.connection import Attachment, Writer
-from realtime_dispatch.hub.http_connections import HttpConnectionState
-from realtime_dispatch.hub.session import CloseReason
+from realtime_dispatch.hub.connections.connection import Attachment, Writer
+from realtime_dispatch.hub.connections.session import CloseReason
+from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 from realtime_dispatch.keys import Key
 
 if TYPE_CHECKING:

@@ -25,11 +25,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.hub.admission import AdmissionRefused, admit
-from realtime_dispatch.hub.caps import ConnectionRefused
-from realtime_dispatch.hub.http_connections import HttpConnectionState, LongPollWriter
-from realtime_dispatch.hub.protocol import HANDSHAKE_OK, handshake_error
-from realtime_dispatch.hub.session import CloseReason, CloseRequest, InboundSession
+from realtime_dispatch.hub.connections.caps import ConnectionRefused
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest, InboundSession
+from realtime_dispatch.hub.transports.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.transports.common import (
     NO_CONNECTION,
     Refused,
@@ -39,9 +37,11 @@ from realtime_dispatch.hub.transports.common import (
     serve_attached,
     state_of,
 )
+from realtime_dispatch.hub.transports.http_connections import HttpConnectionState, LongPollWriter
 from realtime_dispatch.hub.transports.longpolling import poll
 from realtime_dispatch.hub.transports.sse import serve_stream
-from realtime_dispatch.hub.wire import Transport
+from realtime_dispatch.hub.wire.protocol import HANDSHAKE_OK, handshake_error
+from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.keys import Key
 
 if TYPE_CHECKING:

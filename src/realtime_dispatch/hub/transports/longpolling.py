@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import Response
 from starlette.types import Receive
 
-from realtime_dispatch.hub.http_connections import HttpConnectionState
 from realtime_dispatch.hub.transports.common import disconnected
+from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Send
 
-from realtime_dispatch.hub.http_connections import HttpConnectionState
-from realtime_dispatch.hub.session import CloseReason
+from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.common import disconnected, serve_attached
+from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

@@ -1,0 +1,10 @@
+"""Membership: who is in which chat group, kept live from PostgreSQL.
+
+* :mod:`.feed`: :class:`~.feed.MembershipFeed`, the ``LISTEN`` connection, its loads and the
+  membership barrier;
+* :mod:`.tracker`: :class:`~.tracker.MembershipTracker`, applies membership changes to the
+  group registry;
+* :mod:`.revocation_watch`: token revocations heard on the feed's connection.
+
+May import: :mod:`realtime_dispatch.hub.connections`, :mod:`realtime_dispatch.hub.wire`.
+"""

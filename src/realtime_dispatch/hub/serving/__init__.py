@@ -1,0 +1,10 @@
+"""Serving: the HTTP server in front of the hub.
+
+* :mod:`.http_protocol`: the guarded HTTP protocol (caps, timeouts, forwarded addresses);
+* :mod:`.forwarded`: the trusted proxies and the ``Forwarded`` headers;
+* :mod:`.routes`: the hub's routes (negotiate, WebSocket, SSE, long polling, health, metrics);
+* :mod:`.push_api`: the push API other processes publish through;
+* :mod:`.server` and :mod:`.app`: the hub on its own server, and its ASGI app.
+
+May import: every other part of the hub (the top of it).
+"""

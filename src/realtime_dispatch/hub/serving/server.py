@@ -1,0 +1,209 @@
+"""Serving the hub with uvicorn: :func:`run_hub` (what ``realtime-dispatch hub`` runs) and
+:class:`HubServer`, a uvicorn server that sends every hub connection a close message before
+uvicorn's own shutdown closes the sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable, Generator, Sequence
+
+import asyncpg
+import uvicorn
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
+
+from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
+from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.hub.serving.http_protocol import (
+    DirectPost,
+    DirectUpgrade,
+    HttpLimits,
+    guarded_http_protocol,
+)
+from realtime_dispatch.hub.serving.push_api import DirectBatch
+from realtime_dispatch.hub.serving.routes import HUB_PATH, hub_body_rules, hub_routes
+from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
+from realtime_dispatch.hub.wire.framing import RAW_TRANSPORT_EXTENSION
+from realtime_dispatch.observability import RedactSecrets
+from realtime_dispatch.push import BATCH_PATH
+
+MAX_WS_FRAME_BYTES = 1 << 20
+"""uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class DropDenialNoise(logging.Filter):
+    """uvicorn's sans-I/O WebSocket protocol logs an error after an app answered the upgrade
+    with an HTTP denial response (our 401), although that response was sent as asked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "ASGI callable returned without completing handshake."
+
+
+def redact_uvicorn_logs() -> None:
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        for kind in (RedactSecrets, DropDenialNoise):
+            if not any(isinstance(f, kind) for f in logger.filters):
+                logger.addFilter(kind())
+
+
+class HubWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol that also hands the app its transport (scope
+    extension ``realtime_dispatch.raw_transport``), so the hub writes pre-built frames straight
+    to it instead of framing every record again per member through ASGI ``send``."""
+
+    on_connection_lost: Callable[[], None] | None = None
+    """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        callback, self.on_connection_lost = self.on_connection_lost, None
+        if callback is not None:
+            callback()
+        super().connection_lost(exc)
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        if self.response.status_code == 101:  # the ASGI task starts on the next loop turn
+            self.scope["extensions"][RAW_TRANSPORT_EXTENSION] = {"server": self}
+
+
+class HubServer(uvicorn.Server):
+    def __init__(
+        self, config: uvicorn.Config, hub: Hub, *, install_signal_handlers: bool = True
+    ) -> None:
+        super().__init__(config)
+        self._hub = hub
+        self._install_signal_handlers = install_signal_handlers
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """SIGTERM/SIGINT start a graceful shutdown; unlike uvicorn's own handling the signal is
+        not raised again afterwards, so a clean stop exits with status 0."""
+        if not self._install_signal_handlers or (
+            threading.current_thread() is not threading.main_thread()
+        ):
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self._hub.close_connections()
+        await super().shutdown(sockets)
+
+
+def guarded(app: ASGIApp, hub: Hub, rules: Sequence[BodyRule] = ()) -> RequestGuard:
+    """``app`` behind the request guard: the hub's body rules, then ``rules`` (REST's, say);
+    tokens checked by the hub's verifier."""
+    return RequestGuard(
+        app,
+        rules=[*hub_body_rules(), *rules],
+        check_token=hub.verifier.verify,
+        service_key=hub.options.service_key,
+    )
+
+
+def uvicorn_config(
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    http_limits: HttpLimits | None = None,
+    hub: Hub | None = None,
+) -> uvicorn.Config:
+    """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
+    header and body timeouts, the head cap, the per-address connection cap and the trusted
+    proxies (``http_limits``). With the ``hub``, its refusals count on its ``/metrics``, and its
+    WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
+    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``."""
+    direct: dict[str, DirectUpgrade] = {}
+    posts: dict[str, DirectPost] = {}
+    refusals = None
+    if hub is not None:
+        direct[HUB_PATH] = lambda state: DirectWebSocket(hub, state.connections)
+        posts[BATCH_PATH] = DirectBatch(hub)
+        refusals = hub.http_refusals
+    protocol = guarded_http_protocol(
+        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals
+    )
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        lifespan="off",
+        ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings
+        ws_ping_timeout=None,
+        ws=HubWebSocketProtocol,
+        ws_max_size=MAX_WS_FRAME_BYTES,
+        ws_per_message_deflate=False,
+        access_log=False,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+        # A restarted replica takes all its clients back at once: a deeper accept queue (the
+        # kernel caps it at net.core.somaxconn) keeps their SYNs from being dropped and
+        # retransmitted seconds later.
+        backlog=4096,
+    )
+    redact_uvicorn_logs()
+    return config
+
+
+async def run_hub(
+    options: HubOptions,
+    *,
+    dsn: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "info",
+    pool: asyncpg.Pool | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+    extra_rules: Sequence[BodyRule] = (),
+    http_limits: HttpLimits | None = None,
+    install_signal_handlers: bool = True,
+) -> None:
+    """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
+    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
+    async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
+        app = Starlette(routes=[*hub_routes(hub), *extra_routes])
+        config = uvicorn_config(
+            guarded(app, hub, extra_rules),
+            host=host,
+            port=port,
+            log_level=log_level.lower(),
+            http_limits=http_limits,
+            hub=hub,
+        )
+        server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
+
+        async def stop_on_failure() -> None:
+            await hub.failed.wait()
+            server.should_exit = True
+
+        watcher = asyncio.create_task(stop_on_failure(), name="hub:failure-watch")
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if hub.failed.is_set():
+            raise RealtimeDispatchError("a hub background task failed", code="HubTaskFailed")

@@ -1,0 +1,186 @@
+"""The hub's live signals put together: ``Typing`` (:mod:`.typing_signal`), presence
+(:mod:`.presence`), and, with the backplane, their relay and store in Redis
+(:mod:`.signal_backplane`, :mod:`.presence_store`). :func:`wire_signals` builds them for the
+:class:`~.runtime.Hub`; the hub calls :class:`HubSignals` at its lifecycle's edges."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from realtime_dispatch.hub.connections.registry import USER_PREFIX
+from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
+from realtime_dispatch.hub.signals.methods import HubMethods, complete
+from realtime_dispatch.hub.signals.presence import Presence
+from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
+from realtime_dispatch.hub.signals.signal_backplane import SignalRelay
+from realtime_dispatch.hub.signals.typing_signal import TypingSignals
+from realtime_dispatch.hub.signals.wire_ids import parse_key
+from realtime_dispatch.hub.wire.signal_envelope import is_signal
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.connections.registry import GroupRegistry
+    from realtime_dispatch.hub.membership.feed import MembershipFeed
+    from realtime_dispatch.hub.metrics import HubMetrics
+
+BLOCKERS_SQL = """
+SELECT owner_user_id FROM messenger.blacklist
+WHERE blocked_user_id = $1 AND owner_user_id = ANY($2::uuid[]) AND removed_at IS NULL
+"""
+"""The reference messenger's blacklist: which of the given users blocked the caller."""
+
+Items = Sequence[tuple[str, bytes]]
+BLOCK_MARK = b'"target":"blacklist_changed"'
+
+
+def parse_block(group: str, record: bytes, keys: KeyCodec) -> tuple[Key, Key] | None:
+    """``(owner, blocked)`` of a ``blacklist_changed`` push to ``user:{owner}`` that places a
+    block; None for a lifted one, or what is not such a push."""
+    try:
+        message = orjson.loads(record.rstrip(b"\x1e"))
+        payload = message["arguments"][0]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(payload, dict) or payload.get("blocked") is not True:
+        return None
+    owner = parse_key(group[len(USER_PREFIX) :], keys)
+    blocked = parse_key(payload.get("blockedUserId"), keys)
+    return None if owner is None or blocked is None else (owner, blocked)
+
+
+class HubSignals:
+    def __init__(
+        self,
+        typing: TypingSignals,
+        presence: Presence,
+        relay: SignalRelay | None,
+        keys: KeyCodec = UUID_KEYS,
+    ) -> None:
+        self.typing = typing
+        self.presence = presence
+        self.relay = relay
+        self.methods = HubMethods(typing, presence)
+        self._keys = keys
+
+    def from_backplane(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
+        """``deliver`` for the backplane subscriber, the signals among what it brings taken
+        out first (and fanned out by ``Typing``), the blocks among its pushes applied to
+        presence (:meth:`observing`)."""
+        typing = self.typing
+        observing = self.observing(deliver)
+
+        async def delivering(items: Items, *rest: Any) -> object:
+            if any(is_signal(frame) for _, frame in items):
+                items = typing.received(items)
+                if not items:
+                    return True
+            return await observing(items, *rest)
+
+        return delivering
+
+    def observing(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
+        """``deliver``, the ``blacklist_changed`` pushes among what it is given applied to
+        presence first: a block ends the blocked user's watches on the blocker here."""
+        presence, keys = self.presence, self._keys
+
+        async def delivering(items: Items, *rest: Any) -> object:
+            for group, record in items:
+                if group.startswith(USER_PREFIX) and BLOCK_MARK in record:
+                    block = parse_block(group, record, keys)
+                    if block is not None:
+                        presence.blocked(*block)
+            return await deliver(items, *rest)
+
+        return delivering
+
+    def tasks(self) -> Iterator[tuple[str, Coroutine[Any, Any, None]]]:
+        yield "presence", self.presence.run()
+        if self.relay is not None:
+            yield "signal_relay", self.relay.run()
+
+    async def aclose(self) -> None:
+        await self.presence.aclose()
+        if self.relay is not None:
+            await self.relay.aclose()
+
+
+class SignalOptions(Protocol):
+    """What of :class:`~.runtime.HubOptions` the signals read (it is one)."""
+
+    @property
+    def typing_interval(self) -> float: ...
+    @property
+    def presence_grace(self) -> float: ...
+    @property
+    def presence_watch_limit(self) -> int: ...
+    @property
+    def presence_refresh(self) -> float: ...
+    @property
+    def presence_blocks(self) -> bool: ...
+    @property
+    def backplane_url(self) -> str | None: ...
+    @property
+    def backplane_mode(self) -> str: ...
+
+
+def wire_signals(
+    options: SignalOptions,
+    registry: GroupRegistry,
+    send_to_members: Callable[[Sequence[str], bytes], int],
+    metrics: HubMetrics,
+    *,
+    replica_id: str,
+    membership: MembershipFeed,
+    publish: Callable[[Items], Awaitable[object]],
+    subscribed: Callable[[], Awaitable[object]] | None = None,
+    keys: KeyCodec = UUID_KEYS,
+) -> HubSignals:
+    typing_counts = {o: metrics.typing.labels(o) for o in TYPING_OUTCOMES}
+    presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
+    typing = TypingSignals(
+        registry,
+        send_to_members,
+        interval=options.typing_interval,
+        count=lambda outcome: typing_counts[outcome].inc(),
+        origin=replica_id,
+        keys=keys,
+    )
+    relay = None
+    store = None
+    if options.backplane_url:
+        relay = SignalRelay(
+            options.backplane_url,
+            sharded=options.backplane_mode == "redis-cluster",
+            on_dropped=typing_counts["dropped"].inc,
+        )
+        typing.relay = relay.send
+        store = RedisPresenceStore(
+            relay.client, replica_id=replica_id, refresh=options.presence_refresh, keys=keys
+        )
+
+    async def member_chats(users: list[Key]) -> list[tuple[Key, Key]]:
+        return await membership.member_chats(users)
+
+    async def blockers(caller: Key, users: list[Key]) -> Collection[Key]:
+        pool = membership.pool
+        assert pool is not None
+        return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]
+
+    presence = Presence(
+        registry,
+        grace=options.presence_grace,
+        watch_limit=options.presence_watch_limit,
+        member_chats=member_chats,
+        blockers=blockers if options.presence_blocks else None,
+        publish=publish,
+        complete=complete,
+        count=lambda event, n: presence_counts[event].inc(n),
+        store=store,
+        subscribed=subscribed,
+        keys=keys,
+    )
+    metrics.presence_watches.set_function(lambda: presence.watch_count)
+    return HubSignals(typing, presence, relay, keys)

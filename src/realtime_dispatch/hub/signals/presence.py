@@ -1,0 +1,223 @@
+"""Presence: ``WatchPresence(userIds)`` / ``UnwatchPresence(userIds)`` and ``presence_changed``
+``{userId, online, lastSeenAt}``, scoped to the people a caller shares a chat with.
+
+:class:`Presence` is what the hub calls: it answers the two methods and composes
+
+* :class:`~.presence_online.OnlineState`: who this replica holds online (their grace, their
+  ``lastSeenAt``) and the announcements of their flips, across replicas through a
+  :class:`~.presence_store.RedisPresenceStore`;
+* :class:`~.presence_scope.WatchScope`: who a connection may watch (shares an active chat, did
+  not block it) and its watches, each a group ``presence:{userId}`` in the hub's registry, kept
+  true as memberships change and blocks are made.
+
+User ids are of the owner's key type (``REALTIME_KEY_TYPE``): ``WatchPresence`` takes them as
+that type's JSON (a number or a decimal string for bigint keys), the answers and events carry
+them as the type shows them (a JSON number for bigint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from realtime_dispatch.hub.connections.registry import GroupRegistry
+from realtime_dispatch.hub.signals.presence_online import (
+    PRESENCE_CHANGED,
+    PRESENCE_PREFIX,
+    OnlineState,
+    PresenceStore,
+    Publish,
+    iso_now,
+    presence_entry,
+    presence_group,
+)
+from realtime_dispatch.hub.signals.presence_scope import (
+    Blockers,
+    MemberChats,
+    WatchScope,
+    user_of_group,
+)
+from realtime_dispatch.hub.signals.wire_ids import parse_key
+from realtime_dispatch.hub.wire.protocol import Invocation
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.push import JsonValue
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.connections.connection import HubConnection
+
+log = structlog.get_logger(__name__)
+
+__all__ = [
+    "PRESENCE_CHANGED",
+    "PRESENCE_PREFIX",
+    "Presence",
+    "PresenceStore",
+    "iso_now",
+    "parse_ids",
+    "presence_entry",
+    "presence_group",
+    "user_of_group",
+]
+
+BAD_ARGUMENTS = "{method} takes one argument: a list of user ids."
+OVER_LIMIT = "{method} refused: at most {limit} watched users per connection."
+BUSY = "WatchPresence refused: the previous WatchPresence has not completed."
+UNAVAILABLE = "WatchPresence failed: presence is unavailable, try again."
+
+Complete = Callable[["HubConnection", str | None, str | None, JsonValue], None]
+
+
+def parse_ids(
+    arguments: tuple[JsonValue, ...], method: str, limit: int, keys: KeyCodec = UUID_KEYS
+) -> list[Key] | str:
+    """The distinct user ids of a ``WatchPresence`` / ``UnwatchPresence``, in order, or the
+    error to answer: not one list of ids of the key type, or a list longer than ``limit`` (not
+    read further)."""
+    if len(arguments) != 1 or not isinstance(arguments[0], list):
+        return BAD_ARGUMENTS.format(method=method)
+    raw = arguments[0]
+    if len(raw) > limit:
+        return OVER_LIMIT.format(method=method, limit=limit)
+    ids: dict[Key, None] = {}
+    for entry in raw:
+        user_id = parse_key(entry, keys)
+        if user_id is None:
+            return BAD_ARGUMENTS.format(method=method)
+        ids[user_id] = None
+    return list(ids)
+
+
+class Presence:
+    def __init__(
+        self,
+        registry: GroupRegistry,
+        *,
+        grace: float,
+        watch_limit: int,
+        member_chats: MemberChats,
+        publish: Publish,
+        complete: Complete,
+        count: Callable[[str, int], None],
+        blockers: Blockers | None = None,
+        store: PresenceStore | None = None,
+        subscribed: Callable[[], Awaitable[object]] | None = None,
+        keys: KeyCodec = UUID_KEYS,
+    ) -> None:
+        self._registry = registry
+        self.watch_limit = watch_limit
+        self._complete = complete
+        self._count = count
+        self._keys = keys
+        self._subscribed = subscribed
+        """Waits until this replica receives the groups its connections joined (the
+        interest-routed backplane's subscriptions), so the state read after it misses nothing."""
+        self.state = OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys)
+        self.scope = WatchScope(registry, member_chats=member_chats, blockers=blockers, keys=keys)
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def watch_count(self) -> int:
+        return self.scope.watch_count
+
+    @property
+    def member_chats_queries(self) -> int:
+        return self.scope.member_chats_queries
+
+    # connections --------------------------------------------------------------------------
+
+    def connected(self, user_id: Key) -> None:
+        self.state.connected(user_id)
+
+    def leaving(self, connection_id: str, user_id: Key) -> None:
+        """Before a connection is removed from the registry: its watches end; the user's grace
+        starts if it was their last connection here."""
+        self.scope.drop(connection_id)
+        if self._registry.connection_count(user_id) <= 1:
+            self.state.last_left(user_id)
+
+    async def run(self) -> None:
+        await self.state.run()
+
+    # methods ------------------------------------------------------------------------------
+
+    def watch(self, connection: HubConnection, invocation: Invocation) -> None:
+        ids = parse_ids(invocation.arguments, "WatchPresence", self.watch_limit, self._keys)
+        connection_id = connection.connection_id
+        error: str | None = None
+        if isinstance(ids, str):
+            error = ids
+        elif connection_id in self._busy:
+            error = BUSY
+        else:
+            added = self.scope.added(connection_id, ids)
+            if self.scope.watches.get(connection_id, 0) + len(added) > self.watch_limit:
+                error = OVER_LIMIT.format(method="WatchPresence", limit=self.watch_limit)
+        if error is not None or isinstance(ids, str):
+            self._count("refused", 1)
+            self._complete(connection, invocation.invocation_id, error, None)
+            return
+        self._busy.add(connection_id)
+        task = asyncio.create_task(self._watch(connection, invocation.invocation_id, ids))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(
+        self, connection: HubConnection, invocation_id: str | None, ids: list[Key]
+    ) -> None:
+        connection_id = connection.connection_id
+        try:
+            allowed = await self.scope.allowed(connection_id, connection.user_id, ids)
+            if connection_id not in self._registry:
+                return  # closed meanwhile
+            self.scope.add(connection_id, allowed)  # subscribed first: no change missed
+            if self._subscribed is not None and allowed:
+                await self._subscribed()
+            states = await self.state.states(allowed)
+            self._count("watched", len(allowed))
+            keys = self._keys
+            result: JsonValue = [presence_entry(u, *states[u], keys) for u in allowed]
+            self._complete(connection, invocation_id, None, result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # PostgreSQL or Redis away: the caller may try again
+            log.warning("hub_presence_watch_failed", error=type(exc).__name__)
+            self._count("refused", 1)
+            self._complete(connection, invocation_id, UNAVAILABLE, None)
+        finally:
+            self._busy.discard(connection_id)
+
+    def unwatch(self, connection: HubConnection, invocation: Invocation) -> None:
+        ids = parse_ids(invocation.arguments, "UnwatchPresence", self.watch_limit, self._keys)
+        if isinstance(ids, str):
+            self._count("refused", 1)
+            self._complete(connection, invocation.invocation_id, ids, None)
+            return
+        dropped = 0
+        for user_id in ids:
+            dropped += self.scope.unwatch(connection.connection_id, presence_group(user_id))
+        self._count("unwatched", dropped)
+        self._complete(connection, invocation.invocation_id, None, None)
+
+    # membership and blocks ----------------------------------------------------------------
+
+    def membership_changed(self, user_id: Key, group: str, joined: bool) -> None:
+        self.scope.membership_changed(user_id, group, joined)
+
+    def hinted(self, user_id: Key) -> None:
+        self.scope.hinted(user_id)
+
+    def blocked(self, owner: Key, blocked: Key) -> None:
+        ended = self.scope.blocked(owner, blocked)
+        if ended:
+            self._count("unwatched", ended)
+
+    async def aclose(self) -> None:
+        self.state.aclose()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.scope.aclose()

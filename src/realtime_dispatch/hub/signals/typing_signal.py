@@ -1,0 +1,209 @@
+"""``Typing(chatId)``: the ephemeral "is typing" signal of a chat's members.
+
+For an active member (the connection is in the chat's group), one ``user_typing``
+``{chatId, userId, expiresAt}`` goes to the chat's members on this replica, leaving out every
+connection of the typist; with the backplane, the same record goes in an envelope
+(:mod:`.signal_envelope`) to the other replicas, which leave out the typist's connections too
+(:meth:`TypingSignals.received`). At most one per (user, chat) per ``interval``
+(:class:`TypingGate`): invocations inside it are accepted and dropped. Nothing is written
+anywhere; a non-member, an unknown chat and a bad argument get the same bounded answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
+from realtime_dispatch.hub.signals.wire_ids import parse_key, user_id_json
+from realtime_dispatch.hub.wire.protocol import invocation_frame
+from realtime_dispatch.hub.wire.signal_envelope import decode_signal, encode_signal, is_signal
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.push import JsonValue
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.connections.connection import HubConnection
+
+USER_TYPING = "user_typing"
+NOT_A_MEMBER = "Typing refused: not a member of this chat."
+BAD_ARGUMENTS = "Typing takes one argument: the chat id (a string or an integer)."
+PARSED_KEPT = 10_000
+_TAIL = b'"}]}\x1e'
+"""What follows ``expiresAt``'s value in a ``user_typing`` record (:func:`invocation_frame`)."""
+
+
+class TypingGate:
+    """At most one pass per key per ``interval``. Pure (the clock is passed in).
+
+    Keys are kept in the order of their last pass, so the expired ones are at the front and
+    each call forgets them first: the gate holds only the keys that passed within the last
+    interval, whatever the rate of calls."""
+
+    __slots__ = ("_interval", "_passed")
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._passed: dict[tuple[Key, str], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._passed)
+
+    def allow(self, key: tuple[Key, str], now: float) -> bool:
+        passed = self._passed
+        horizon = now - self._interval
+        while passed:  # expired keys are at the front: each is dropped once, O(1) amortised
+            oldest = next(iter(passed))
+            if passed[oldest] > horizon:
+                break
+            del passed[oldest]
+        last = passed.get(key)
+        if last is not None and last > horizon:
+            return False
+        passed.pop(key, None)
+        passed[key] = now
+        return True
+
+
+def chat_of(
+    arguments: tuple[JsonValue, ...], keys: KeyCodec = UUID_KEYS
+) -> tuple[JsonValue, str] | None:
+    """The chat id as the payload carries it and its group, from ``Typing``'s arguments; None
+    when they are not one string or integer id. A key of ``keys``' type is spelled as the
+    groups spell it (a UUID lower case and dashed; ``"17"`` or ``17`` for bigint keys is the
+    number 17); anything else is kept as given, and no connection is in its group."""
+    if len(arguments) != 1:
+        return None
+    raw = arguments[0]
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        return None
+    value: JsonValue = raw
+    with contextlib.suppress(ValueError):
+        value = keys.to_json(keys.from_json(raw))
+    group = f"{CHAT_PREFIX}{value}"
+    return (value, group) if is_valid_group(group) else None
+
+
+class TypingSignals:
+    """Runs ``Typing`` for the hub: checks, throttles and fans out to this replica."""
+
+    def __init__(
+        self,
+        registry: GroupRegistry,
+        send: Callable[[Sequence[str], bytes], int],
+        *,
+        interval: float,
+        count: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        origin: str = "",
+        keys: KeyCodec = UUID_KEYS,
+    ) -> None:
+        self._keys = keys
+        self._send = send
+        """Sends a JSON record to some connections the way a push goes
+        (:meth:`~.runtime.Hub.send_to_members`); returns how many got it."""
+        self.relay: Callable[[str, bytes], None] | None = None
+        """With the backplane: publishes ``(group, envelope)`` to the other replicas."""
+        self.origin = origin
+        """This replica's id in the envelopes (its own come back from the backplane)."""
+        self._registry = registry
+        self._interval = interval
+        self._count = count
+        self._clock = clock
+        self.gate = TypingGate(interval)
+        self._parsed: dict[str, tuple[JsonValue, str]] = {}
+        """Chat ids as sent → as the payload carries them and their group (parsing a UUID costs
+        more than the rest of the check); at most :data:`PARSED_KEPT`, then started over."""
+        self._heads: dict[tuple[Key, str], tuple[bytes, str]] = {}
+        """(user, chat group) → the record up to its ``expiresAt`` and the user id as the
+        envelope carries it: a signal's record is then one join; at most :data:`PARSED_KEPT`."""
+        self._expires: tuple[int, bytes] = (0, b"")
+        """The last ``expiresAt`` written, by its 10 ms: the same text for every signal in it."""
+
+    def _chat(self, arguments: tuple[JsonValue, ...]) -> tuple[JsonValue, str] | None:
+        raw = arguments[0] if len(arguments) == 1 else None
+        if isinstance(raw, str):
+            known = self._parsed.get(raw)
+            if known is not None:
+                return known
+        chat = chat_of(arguments, self._keys)
+        if chat is not None and isinstance(raw, str):
+            if len(self._parsed) >= PARSED_KEPT:
+                self._parsed.clear()
+            self._parsed[raw] = chat
+        return chat
+
+    def _expires_at(self) -> bytes:
+        at = time.time() + self._interval
+        bucket = int(at * 100)
+        if bucket != self._expires[0]:
+            text = datetime.fromtimestamp(bucket / 100, UTC).isoformat(timespec="milliseconds")
+            self._expires = (bucket, text.replace("+00:00", "Z").encode())
+        return self._expires[1]
+
+    def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
+        """The error to answer, or None (sent, or dropped inside the interval)."""
+        chat = self._chat(arguments)
+        if chat is None:
+            self._count("refused")
+            return BAD_ARGUMENTS
+        chat_id, group = chat
+        if not self._registry.in_group(connection.connection_id, group):
+            self._count("refused")
+            return NOT_A_MEMBER
+        user_id = connection.user_id
+        if not self.gate.allow((user_id, group), self._clock()):
+            self._count("throttled")
+            return None
+        head = self._heads.get((user_id, group))
+        if head is None:
+            head = self._head(user_id, group, chat_id)
+        record = b"".join((head[0], self._expires_at(), _TAIL))
+        self.fan_out(group, user_id, record)
+        if self.relay is not None:
+            self.relay(group, encode_signal(self.origin, head[1], record))
+        self._count("sent")
+        return None
+
+    def _head(self, user_id: Key, group: str, chat_id: JsonValue) -> tuple[bytes, str]:
+        user_json = user_id_json(user_id, self._keys)
+        record = invocation_frame(
+            USER_TYPING, [{"chatId": chat_id, "userId": user_json, "expiresAt": ""}]
+        )
+        head = (record[: -len(_TAIL)], str(user_json))
+        if len(self._heads) >= PARSED_KEPT:
+            self._heads.clear()
+        self._heads[(user_id, group)] = head
+        return head
+
+    def received(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """Fan out the signals among what came from the backplane (but this replica's own);
+        returns the rest, the pushes, in order."""
+        pushes: list[tuple[str, bytes]] = []
+        for group, frame in items:
+            if not is_signal(frame):
+                pushes.append((group, frame))
+                continue
+            signal = decode_signal(frame)
+            user_id = None if signal is None else parse_key(signal.except_user, self._keys)
+            if signal is None or user_id is None:
+                self._count("invalid")
+            elif signal.origin != self.origin:
+                self.fan_out(group, user_id, signal.record)
+                self._count("received")
+        return pushes
+
+    def fan_out(self, group: str, user_id: Key, record: bytes) -> int:
+        """Send ``record`` (JSON) to the group's members on this replica but ``user_id``'s, the
+        way a push goes: framed once, written straight to each transport that takes it,
+        re-encoded once per other protocol. Returns how many got it."""
+        members = self._registry.members(group)
+        for typist in self._registry.connections_of(user_id):  # one to a few
+            try:
+                index = members.index(typist)
+            except ValueError:
+                continue
+            members = members[:index] + members[index + 1 :]
+        return self._send(members, record) if members else 0

@@ -1,0 +1,414 @@
+"""A hub WebSocket served straight on its asyncio transport: no ASGI app and no task while the
+connection is open, so an idle connection costs its few objects and nothing that runs.
+
+:class:`DirectWebSocket` is the protocol the hub's HTTP protocol (:mod:`.http_protocol`) hands
+an upgrade of ``/hubs/messenger`` to. The upgrade handshake and the frames are websockets'
+sans-I/O :class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments,
+ping and close frames). Opening a connection (token, per-user cap, handshake, admission) is
+the endpoint's own :func:`~.endpoint.serve_websocket`, run in a task that ends once the
+connection is admitted: this class gives it the ASGI-style calls it uses. From then on:
+
+* a message from the client is handed to the connection in ``data_received``
+  (:func:`~.endpoint.received`);
+* pushes are written by the hub's fan-out straight to the transport (:class:`~.framing.RawSink`,
+  as under uvicorn's WebSocket protocol); queued records (pings, completions, the close
+  message, whatever waited for backpressure to end) are written by ``_drain``, called soon
+  after the connection's wake is set (:class:`~.connection.DrainWake`) and when the transport
+  takes writes again;
+* the end (a close frame, the transport lost, the connection closing) goes through
+  :func:`~.endpoint.detach`, as for the ASGI socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from starlette.datastructures import Headers, QueryParams
+from starlette.responses import Response
+from starlette.types import Message
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request
+from websockets.http11 import Response as HandshakeResponse
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from realtime_dispatch.hub.connections.connection import Attachment, DrainWake, HubConnection, Wake
+from realtime_dispatch.hub.connections.session import CloseReason
+from realtime_dispatch.hub.transports.endpoint import (
+    detach,
+    disconnect_reason,
+    received,
+    serve_websocket,
+)
+from realtime_dispatch.hub.wire.framing import RawSink, records_frame, ws_frame
+from realtime_dispatch.hub.wire.protocols import Transport
+
+if TYPE_CHECKING:
+    from realtime_dispatch.hub.runtime import Hub
+
+log = structlog.get_logger(__name__)
+
+_frames_log = logging.getLogger("realtime_dispatch.hub.ws_frames")
+_frames_log.setLevel(logging.WARNING)  # websockets logs every open and close at info
+
+MAX_FRAME_BYTES = 1 << 20
+"""Largest inbound WebSocket message the parser takes (the hub refuses over 32 KB itself)."""
+INBOX_HIGH = 16
+"""Messages held while a connection is being opened before reading pauses."""
+
+_DISCONNECTED: Message = {"type": "websocket.disconnect", "code": 1006}
+
+
+_DENIAL_HEADERS = frozenset({"www-authenticate", "retry-after"})
+"""Headers of a denial response passed to the client (the rest are the handshake's own)."""
+
+
+class DirectWebSocket(asyncio.Protocol):
+    __slots__ = (
+        "_attachment",
+        "_close_timer",
+        "_conn",
+        "_connections",
+        "_ended",
+        "_fragments",
+        "_hub",
+        "_inbox",
+        "_lost",
+        "_opening",
+        "_paused_reading",
+        "_request",
+        "_response",
+        "_waiter",
+        "close_sent",
+        "connection",
+        "on_connection_lost",
+        "transport",
+        "writable",
+    )
+
+    def __init__(self, hub: Hub, connections: set[Any]) -> None:
+        self._hub = hub
+        self._connections = connections
+        """The server's open connections (uvicorn's ``server_state.connections``): its
+        shutdown calls :meth:`shutdown` and waits for the set to empty."""
+        self._conn = ServerProtocol(max_size=MAX_FRAME_BYTES, logger=_frames_log)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.writable = Wake()
+        self.writable.set()
+        self.close_sent = False
+        self.connection: HubConnection | None = None
+        self.on_connection_lost: Callable[[], None] | None = None
+        """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
+        self._attachment: Attachment | None = None
+        self._request: Request | None = None
+        self._response: HandshakeResponse | None = None
+        self._opening: asyncio.Task[None] | None = None
+        self._inbox: deque[Message] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._fragments: list[bytes] | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+        self._paused_reading = False
+        self._lost = False
+        self._ended = False
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        conn.receive_data(data)
+        for event in conn.events_received():
+            if isinstance(event, Frame):
+                self._frame(event)
+            elif isinstance(event, Request):
+                self._upgrade(event)
+        self._flush()
+        if conn.parser_exc is not None and conn.state is not State.CONNECTING:
+            self._gone(CloseReason.TRANSPORT_LOST, 1002)  # a protocol violation: already failed
+
+    def eof_received(self) -> bool | None:
+        with contextlib.suppress(EOFError):
+            self._conn.receive_eof()
+        self._flush()
+        return None  # the transport closes itself
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+        self._drain()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._connections.discard(self)
+        callback, self.on_connection_lost = self.on_connection_lost, None
+        if callback is not None:
+            callback()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self.writable.set()
+        self._gone(CloseReason.TRANSPORT_LOST, 1006)
+
+    def shutdown(self) -> None:
+        """uvicorn's shutdown: the hub has asked every connection to close already; one still
+        being opened is dropped."""
+        if self.connection is None and not self._lost:
+            if self._opening is not None:
+                self._opening.cancel()
+            self.transport.close()
+
+    # the opening: the calls of serve_websocket ------------------------------------------------
+
+    @property
+    def headers(self) -> Headers:
+        request = self._request
+        assert request is not None
+        return Headers(headers={k.lower(): v for k, v in request.headers.raw_items()})
+
+    @property
+    def query_params(self) -> QueryParams:
+        request = self._request
+        assert request is not None
+        _, _, query = request.path.partition("?")
+        return QueryParams(query)
+
+    async def accept(self) -> None:
+        response, self._response = self._response, None
+        if response is None or self._lost:
+            raise ConnectionResetError("the client went away")
+        self._conn.send_response(response)
+        self._flush()
+        self._conn = self._frames_parser(self._conn)
+
+    @staticmethod
+    def _frames_parser(handshake: ServerProtocol) -> ServerProtocol:
+        """A parser of frames alone for the open connection: the handshake's parser keeps the
+        upgrade request (its headers: 2.7 KB) alive for as long as it parses."""
+        parser = ServerProtocol(state=State.OPEN, max_size=MAX_FRAME_BYTES, logger=_frames_log)
+        rest = bytes(handshake.reader.buffer)
+        if rest:
+            parser.receive_data(rest)
+        return parser
+
+    async def receive(self) -> Message:
+        inbox = self._inbox
+        if inbox is None:
+            inbox = self._inbox = deque()
+        while not inbox:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        message = inbox.popleft()
+        if self._paused_reading and len(inbox) < INBOX_HIGH // 2:
+            self._resume_reading()
+        return message
+
+    async def send_text(self, data: str) -> None:
+        self._write(ws_frame(data.encode(), binary=False))
+
+    async def send_bytes(self, data: bytes) -> None:
+        self._write(ws_frame(data, binary=True))
+
+    async def send_denial_response(self, response: Response) -> None:
+        self._response = None
+        if self._lost:
+            return
+        rejection = self._conn.reject(response.status_code, bytes(response.body).decode())
+        for name, value in response.headers.items():
+            if name in _DENIAL_HEADERS:
+                rejection.headers[name] = value
+        self._conn.send_response(rejection)
+        self._flush()
+
+    async def close(self, code: int = 1000) -> None:
+        self._send_close(code)
+
+    def attach(self, connection: HubConnection) -> None:
+        """The connection is admitted: serve it from now on by callbacks."""
+        self._request = None
+        attachment = Attachment(Transport.WEBSOCKETS, abort=self._abort)
+        connection.attachment = self._attachment = attachment
+        connection.detached_at = None
+        connection.wake = DrainWake(asyncio.get_running_loop(), self._drain)
+        self.connection = connection
+        if self._lost:
+            self._gone(CloseReason.TRANSPORT_LOST, 1006)
+            return
+        connection.sink = RawSink(self)
+        inbox, self._inbox = self._inbox, None
+        if self._paused_reading:
+            self._resume_reading()
+        while inbox:  # what came while it was being admitted, in order
+            message = inbox.popleft()
+            if message["type"] == "websocket.disconnect":
+                self._gone(disconnect_reason(message["code"]), message["code"])
+                return
+            self._message(message["bytes"])
+        self._drain()
+
+    # frames ------------------------------------------------------------------------------------
+
+    def _upgrade(self, request: Request) -> None:
+        response = self._conn.accept(request)
+        if response.status_code != 101:  # not a valid WebSocket upgrade
+            self._conn.send_response(response)
+            return
+        self._request, self._response = request, response
+        self._opening = asyncio.get_running_loop().create_task(
+            self._open(), name="hub-websocket-open"
+        )
+
+    async def _open(self) -> None:
+        try:
+            await serve_websocket(self._hub, self)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("hub_websocket_open_failed")
+            self._send_close(1011)
+        finally:
+            self._opening = None
+            self._request = self._response = None
+
+    def _frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        if opcode is Opcode.CLOSE:
+            rcvd = self._conn.close_rcvd
+            code = rcvd.code if rcvd is not None else 1005
+            self._gone(disconnect_reason(code), code)
+            return
+        if opcode is Opcode.PING or opcode is Opcode.PONG:
+            return  # the parser answers pings
+        data = bytes(frame.data)  # the same object when it is bytes already
+        if not frame.fin:
+            if self._fragments is None:
+                self._fragments = []
+            self._fragments.append(data)
+            return
+        if self._fragments is not None:
+            self._fragments.append(data)
+            data = b"".join(self._fragments)
+            self._fragments = None
+        self._message(data)
+
+    def _message(self, data: bytes) -> None:
+        if self._ended:
+            return
+        connection = self.connection
+        if connection is None:  # still opening: for the handshake, or held until admitted
+            self._deliver({"type": "websocket.receive", "bytes": data})
+            return
+        if connection.closing is None and connection.attachment is self._attachment:
+            received(connection, data, asyncio.get_running_loop().time())
+
+    def _deliver(self, message: Message) -> None:
+        inbox = self._inbox
+        if inbox is None:
+            inbox = self._inbox = deque()
+        inbox.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if len(inbox) >= INBOX_HIGH and not self._paused_reading and not self._lost:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        self._paused_reading = False
+        if not self._lost:
+            self.transport.resume_reading()
+
+    # writing and the end -------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        if self._lost or self.transport.is_closing():
+            raise ConnectionResetError("the client went away")
+        self.transport.write(data)
+
+    def _flush(self) -> None:
+        """Write what the parser has to send: the upgrade answer, pongs, close frames; its end
+        of the stream closes the transport (the server closes TCP first)."""
+        for data in self._conn.data_to_send():
+            if self._lost:
+                return
+            if data:
+                self.transport.write(data)
+            else:
+                self.transport.close()
+
+    def _drain(self) -> None:
+        """Write the connection's queued records while the transport takes them; once it is
+        closing, its close message, then the end."""
+        connection = self.connection
+        if connection is None or connection.attachment is not self._attachment:
+            return
+        if self._lost:
+            return
+        binary = connection.protocol.binary
+        outbound = connection.outbound
+        while connection.closing is None:
+            if not outbound.has_pending() or not self.writable.is_set():
+                return
+            if self.transport.is_closing():
+                self._gone(CloseReason.TRANSPORT_LOST, 1006)
+                return
+            records = connection.due()
+            if records:
+                self.transport.write(records_frame(records, binary=binary))
+                connection.wrote(len(records))
+        records = outbound.take_control()
+        if records and not self.close_sent and not self.transport.is_closing():
+            # even under backpressure: it joins the transport's buffer
+            self.transport.write(records_frame(records, binary=binary))
+            connection.wrote(len(records))
+        self._gone(connection.closing.reason, None)
+
+    def _gone(self, reason: CloseReason, code: int | None) -> None:
+        """The socket is done: the client closed it (``code``), it was lost, or the
+        connection is closing. Still being opened: the opening sees a disconnect."""
+        if self._ended:
+            return
+        connection, attachment = self.connection, self._attachment
+        if connection is None or attachment is None:
+            if code is not None:
+                self._deliver({"type": "websocket.disconnect", "code": code})
+                self._ended = self._lost
+            return
+        self._ended = True
+        self.connection = None
+        close_code = detach(self._hub, connection, attachment, reason)
+        self._send_close(close_code)
+
+    def _send_close(self, code: int) -> None:
+        """Send a close frame (once); the transport closes when the client answers it or
+        ``close_grace`` later."""
+        if self.close_sent or self._lost:
+            return
+        self.close_sent = True
+        conn = self._conn
+        if conn.state is State.OPEN:
+            conn.send_close(code)
+            self._flush()
+        elif conn.state is State.CONNECTING:
+            self.transport.close()
+            return
+        if not self.transport.is_closing():
+            grace = self._hub.options.limits.close_grace
+            self._close_timer = asyncio.get_running_loop().call_later(grace, self._abort)
+
+    def _abort(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._lost:
+                self.transport.close()
