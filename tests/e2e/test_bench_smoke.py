@@ -7,7 +7,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,10 +56,34 @@ def test_every_benchmark_has_a_smoke_run() -> None:
     assert benchmarks() == set(SMOKES), "add the new benchmark to SMOKES (and give it --smoke)"
 
 
-def run_smoke(name: str, dsn: str) -> subprocess.CompletedProcess[str]:
+# The smokes are mostly waiting (processes starting, clients connecting, windows of time), so
+# they run a few at once, longest first: the module takes about the longest smoke plus a third of
+# the rest, instead of their sum. Each test waits for its own smoke's outcome.
+PARALLEL = 3
+LONGEST_FIRST = ["hub_peers", "media_jobs", "storm", "lag", "drain", "sweep", "hub_capacity"]
+
+
+@dataclass(frozen=True)
+class Smoke:
+    name: str
+    extra: tuple[str, ...] = ()
+
+    def command(self) -> list[str]:
+        return [sys.executable, f"bench/{self.name}.py", "--smoke", *SMOKES[self.name], *self.extra]
+
+
+KEY_TYPES = ("--key-types", "uuid,bigint")
+ALL = (
+    [Smoke(name) for name in LONGEST_FIRST]
+    + [Smoke(name) for name in sorted(set(SMOKES) - set(LONGEST_FIRST))]
+    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES)]
+)
+
+
+def run(smoke: Smoke, dsn: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REALTIME_DATABASE_URL": dsn}
     return subprocess.run(
-        [sys.executable, f"bench/{name}.py", "--smoke", *SMOKES[name]],
+        smoke.command(),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -65,36 +93,42 @@ def run_smoke(name: str, dsn: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.timeout(180)
+@pytest.fixture(scope="module")
+def smokes(pg_server_url: str) -> Iterator[tuple[dict[Smoke, Future[Any]], set[Path]]]:
+    """Every smoke started (``PARALLEL`` at a time), and the result files there were before."""
+    before = set(RESULTS.glob("*.json"))
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        futures = {smoke: pool.submit(run, smoke, pg_server_url) for smoke in ALL}
+        yield futures, before
+        for future in futures.values():
+            future.cancel()
+
+
+def outcome(smokes: tuple[dict[Smoke, Future[Any]], set[Path]], smoke: Smoke) -> Any:
+    return smokes[0][smoke].result()
+
+
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(set(SMOKES) - {"e2e", "storm"}))
-def test_bench_smoke_runs(name: str, pg_server_url: str) -> None:
-    done = run_smoke(name, pg_server_url)
+def test_bench_smoke_runs(name: str, smokes: Any) -> None:
+    done = outcome(smokes, Smoke(name))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["drain", "lag"])
-def test_bench_key_types_smoke_runs(name: str, pg_server_url: str) -> None:
+def test_bench_key_types_smoke_runs(name: str, smokes: Any) -> None:
     """The ``--key-types`` runs: an owner's schema on uuid and on bigint keys."""
-    env = {**os.environ, "REALTIME_DATABASE_URL": pg_server_url}
-    done = subprocess.run(
-        [sys.executable, f"bench/{name}.py", "--smoke", "--key-types", "uuid,bigint"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
+    done = outcome(smokes, Smoke(name, KEY_TYPES))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "bigint" in done.stdout
 
 
-def test_bench_e2e_smoke_delivers_everything(pg_server_url: str) -> None:
-    before = set(RESULTS.glob("e2e-smoke-*.json"))
-    done = run_smoke("e2e", pg_server_url)
+@pytest.mark.timeout(600)
+def test_bench_e2e_smoke_delivers_everything(smokes: Any) -> None:
+    done = outcome(smokes, Smoke("e2e"))
     assert done.returncode == 0, done.stdout + done.stderr
-    [written] = set(RESULTS.glob("e2e-smoke-*.json")) - before
+    [written] = set(RESULTS.glob("e2e-smoke-*.json")) - smokes[1]
     result = json.loads(written.read_text())
     [run] = result["runs"]
     assert run["commits"] > 0
@@ -103,12 +137,11 @@ def test_bench_e2e_smoke_delivers_everything(pg_server_url: str) -> None:
     assert "p95_ms" in result["summary"]
 
 
-@pytest.mark.timeout(180)
-def test_bench_storm_smoke_brings_everyone_back(pg_server_url: str) -> None:
-    before = set(RESULTS.glob("storm-*.json"))
-    done = run_smoke("storm", pg_server_url)
+@pytest.mark.timeout(600)
+def test_bench_storm_smoke_brings_everyone_back(smokes: Any) -> None:
+    done = outcome(smokes, Smoke("storm"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    [written] = set(RESULTS.glob("storm-*.json")) - before
+    [written] = set(RESULTS.glob("storm-*.json")) - smokes[1]
     result = json.loads(written.read_text())
     assert result["messages_written"] > 0
     assert result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0
