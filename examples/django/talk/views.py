@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from talk import services
+from talk.models import Post
 from talk.tokens import hub_token
 
 
@@ -35,7 +36,10 @@ def post_message(request: HttpRequest, room_id: int) -> HttpResponse:
 def edit_message(request: HttpRequest, post_id: int) -> HttpResponse:
     if refused := _refused(request):
         return refused
-    post = services.edit_message(post_id, request.user, json.loads(request.body)["body"])  # type: ignore[arg-type]
+    try:
+        post = services.edit_message(post_id, request.user, json.loads(request.body)["body"])  # type: ignore[arg-type]
+    except Post.DoesNotExist:
+        return JsonResponse({"error": "no such post of yours"}, status=404)
     return JsonResponse({"id": post.pk, "number": post.number})
 
 
