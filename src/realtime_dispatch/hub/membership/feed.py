@@ -16,18 +16,19 @@ before the push was produced has been applied. A batch may instead carry a worke
 marks (:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
 (:meth:`MembershipFeed.heard`), the batch needs no round trip.
 
-A notification without ``active`` is a hint (:mod:`.membership`): the feed re-reads that user's
-``member_chats``, hints that come together sharing one query. A change counts as applied only
-once its re-read is: the barrier waits for the re-reads of the hints heard before its round
-trip, and a barrier token (a mark) counts as heard only once the hints heard before it are
-applied. A re-read that fails makes the feed reconnect, and so resync every connected user.
+A notification without ``active`` is a hint (:mod:`.tracker`): the feed re-reads that user's
+``member_chats``, hints that come together sharing one query (:mod:`.hints`). A change counts as
+applied only once its re-read is: the barrier waits for the re-reads of the hints heard before
+its round trip, and a barrier token (a mark) counts as heard only once the hints heard before it
+are applied. A re-read that fails makes the feed reconnect, and so resync every connected user.
+
+This module holds the listening connection, its resync and the barrier; the loads of
+connections opening are in :mod:`.loads`, the re-reads of hints in :mod:`.hints`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
@@ -37,15 +38,14 @@ import structlog
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
 from realtime_dispatch.database import close_quietly
+from realtime_dispatch.hub.membership.hints import HintRereads
+from realtime_dispatch.hub.membership.loads import ConnectionLoads
 from realtime_dispatch.hub.membership.tracker import MembershipTracker, parse_change
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.manifest.manifest import shipped_manifest
 from realtime_dispatch.membership_mark import parse_barrier
 
 log = structlog.get_logger(__name__)
-
-LOAD_BATCH = 1000
-"""Users per ``member_chats`` query for connections opening together."""
 
 HEARD_TOKENS = 256
 """Barrier tokens a feed remembers (workers send one every few seconds, and after changes)."""
@@ -103,74 +103,28 @@ class MembershipFeed:
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
         self._next_barrier: asyncio.Future[bool] | None = None
-        self._waiting_loads: list[tuple[str, Key, asyncio.Future[None]]] = []
-        self._loader: asyncio.Task[None] | None = None
-        self.load_queries = 0
-        """``member_chats`` queries run for connections opening (one per batch of them)."""
+        self._loads = ConnectionLoads(tracker, self.member_chats)
         self.on_barrier: Callable[[str], None] | None = None
         """Called with each barrier token, after every change notified before it is applied."""
         self._heard: dict[str, None] = {}  # barrier tokens applied on this session, oldest first
-        # Hints: users to read again, the count of hints heard and of those applied, and what
-        # waits for them (barrier callers, barrier tokens), each with the count it needs.
-        self._hinted: dict[Key, int] = {}  # user → the count of hints heard at its latest
-        self._hints_heard = 0
-        self._hints_applied = 0
-        self._hint_waiters: list[tuple[int, asyncio.Future[bool]]] = []
-        self._held_tokens: list[tuple[int, str]] = []
-        self._rereader: asyncio.Task[None] | None = None
-        self.hint_queries = 0
-        """``member_chats`` queries run for hints (one per batch of hinted users)."""
+        self._hints = HintRereads(
+            tracker, self.member_chats, on_token=self._token_heard, on_failure=self._lost.set
+        )
 
     async def load_connection(self, connection_id: str, user_id: Key) -> None:
-        """Join a registered connection to its user's active chats (raises on DB errors).
+        """Join a registered connection to its user's active chats (raises on DB errors);
+        connections opening together share one query (:mod:`.loads`)."""
+        await self._loads.load(connection_id, user_id)
 
-        Connections opening together share one query: those that ask while one runs are
-        loaded by the next, up to ``LOAD_BATCH`` users each (a replica taking back thousands of
-        clients at once runs a few dozen queries, not one per client)."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting_loads.append((connection_id, user_id, future))
-        if self._loader is None:
-            self._loader = asyncio.create_task(self._load_waiting(), name="hub-membership-load")
-        await future
+    @property
+    def load_queries(self) -> int:
+        """``member_chats`` queries run for connections opening (one per batch of them)."""
+        return self._loads.queries
 
-    async def _load_waiting(self) -> None:
-        try:
-            while self._waiting_loads:
-                batch = self._waiting_loads[:LOAD_BATCH]
-                del self._waiting_loads[:LOAD_BATCH]
-                await self._load(batch)
-        finally:
-            self._loader = None
-
-    async def _load(self, batch: list[tuple[str, Key, asyncio.Future[None]]]) -> None:
-        users = list({user_id for _, user_id, _ in batch})
-        token = self._tracker.begin_load()
-        self.load_queries += 1
-        try:
-            rows = await self._require_pool().fetch(
-                self._member_chats, users, timeout=self._query_timeout
-            )
-        except Exception as exc:
-            self._tracker.cancel_load(token)
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        except BaseException:
-            self._tracker.cancel_load(token)
-            for *_, future in batch:
-                future.cancel()
-            raise
-        # a connection that went away meanwhile is no longer registered: it is skipped
-        self._tracker.finish_load(
-            token,
-            ((r["user_id"], r["chat_id"]) for r in rows),
-            users=users,
-            connections=[connection_id for connection_id, _, _ in batch],
-        )
-        for *_, future in batch:
-            if not future.done():
-                future.set_result(None)
+    @property
+    def hint_queries(self) -> int:
+        """``member_chats`` queries run for hints (one per batch of hinted users)."""
+        return self._hints.queries
 
     async def member_chats(self, users: list[Key]) -> list[tuple[Key, Key]]:
         """``(user_id, chat_id)`` of the users' active memberships: the manifest's
@@ -231,25 +185,17 @@ class MembershipFeed:
         users = list(self._connected_users())
         token = self._tracker.begin_load()
         try:
-            rows = (
-                await self._require_pool().fetch(
-                    self._member_chats, users, timeout=self._query_timeout
-                )
-                if users
-                else []
-            )
+            rows = await self.member_chats(users) if users else []
         except BaseException:
             self._tracker.cancel_load(token)
             raise
-        self._tracker.finish_load(token, ((r["user_id"], r["chat_id"]) for r in rows), users=users)
+        self._tracker.finish_load(token, rows, users=users)
         log.info("membership_resynced", users=len(users))
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         token = parse_barrier(payload)
         if token is not None:
-            if self._hints_applied < self._hints_heard:
-                self._held_tokens.append((self._hints_heard, token))
-            else:
+            if not self._hints.hold(token):  # held while hints heard before it are pending
                 self._token_heard(token)
             return
         change = parse_change(payload, self._keys)
@@ -257,7 +203,7 @@ class MembershipFeed:
             log.warning("membership_notification_invalid")
             return
         if change.active is None:
-            self._hint(change.user_id)
+            self._hints.hint(change.user_id)
         else:
             self._tracker.apply(change)
 
@@ -269,92 +215,13 @@ class MembershipFeed:
         if self.on_barrier is not None:
             self.on_barrier(token)
 
-    def _hint(self, user_id: Key) -> None:
-        if not self._tracker.hint(user_id):
-            return  # nobody of that user here: their next connection reads them anyway
-        self._hints_heard += 1
-        self._hinted[user_id] = self._hints_heard
-        if self._rereader is None:
-            self._rereader = asyncio.create_task(self._reread(), name="hub-membership-hints")
-
-    async def _reread(self) -> None:
-        """Read the hinted users again, a batch per query, until none is left."""
-        try:
-            while self._hinted:
-                users = list(itertools.islice(self._hinted, LOAD_BATCH))
-                for user in users:
-                    del self._hinted[user]
-                token = self._tracker.begin_load()
-                self.hint_queries += 1
-                try:
-                    rows = await self._require_pool().fetch(
-                        self._member_chats, users, timeout=self._query_timeout
-                    )
-                except BaseException:
-                    self._tracker.cancel_load(token)
-                    raise
-                self._tracker.finish_load(
-                    token, ((r["user_id"], r["chat_id"]) for r in rows), users=users
-                )
-                # Every hint before the oldest still queued is applied (a user hinted during
-                # the query is queued again: that query's answer was left out for them).
-                waiting = min(self._hinted.values(), default=self._hints_heard + 1)
-                self._hints_settled(waiting - 1)
-        except Exception as exc:  # any failure: reconnect, and so resync
-            # What the hinted users are now is unknown: reconnect, which resyncs everyone.
-            log.warning("membership_hint_failed", error=type(exc).__name__)
-            self._drop_hints()
-            self._lost.set()
-        finally:
-            self._rereader = None
-
-    def _hints_settled(self, count: int) -> None:
-        count = self._hints_applied = max(count, self._hints_applied)
-        waiting, self._hint_waiters = self._hint_waiters, []
-        for needed, future in waiting:
-            if needed <= count:
-                if not future.done():
-                    future.set_result(True)
-            else:
-                self._hint_waiters.append((needed, future))
-        held, self._held_tokens = self._held_tokens, []
-        for needed, token in held:
-            if needed <= count:
-                self._token_heard(token)
-            else:
-                self._held_tokens.append((needed, token))
-
-    def _drop_hints(self) -> None:
-        """Forget the hints in flight (the session ended, or a re-read failed): who waits for
-        them is told no, and the next session's resync reads every connected user."""
-        self._hinted.clear()
-        self._hints_applied = self._hints_heard
-        self._held_tokens.clear()
-        waiting, self._hint_waiters = self._hint_waiters, []
-        for _, future in waiting:
-            if not future.done():
-                future.set_result(False)
-
-    async def _hints_applied_now(self) -> bool:
-        """Wait until every hint heard so far is applied; False if they were dropped."""
-        if self._hints_applied >= self._hints_heard:
-            return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._hint_waiters.append((self._hints_heard, future))
-        return await future
-
     async def _ping(self) -> None:
         async with self._lock:
             await self._conn.fetchval("SELECT 1", timeout=self._query_timeout)
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
-        self._drop_hints()
-        rereader = self._rereader
-        if rereader is not None:
-            rereader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await rereader
+        await self._hints.stop()
         await close_quietly(conn)
 
     def heard(self, tokens: Collection[str]) -> bool:
@@ -387,7 +254,7 @@ class MembershipFeed:
                     await self.ready.wait()
                     await self._conn.fetchval("SELECT 1")
                     # the hints heard before that round trip: their users read again
-                    ok = await self._hints_applied_now()
+                    ok = await self._hints.applied()
         except (*DB_ERRORS, AttributeError):
             ok = False
             if self.ready.is_set():

@@ -21,10 +21,11 @@ protocol with what it lacks.
   protocol its factory builds (the hub's :class:`~.ws_direct.DirectWebSocket`) instead of
   uvicorn's WebSocket protocol and the ASGI app.
 * **POST endpoints served directly.** A ``POST`` to a path in ``posts`` (the hub's batch
-  endpoint, :class:`~.push_api.DirectBatch`) is answered by the protocol itself, in the
-  parser's callbacks, without a request cycle, a task or the ASGI app; only the endpoint's
-  own wait (the publish) runs in a task. It falls back to the app when another request is
-  still being answered on the connection (pipelining), and for ``Expect: 100-continue``.
+  endpoint, :class:`~.push_api.DirectBatch`) is answered by the protocol itself
+  (:mod:`.direct_post`), in the parser's callbacks, without a request cycle, a task or the
+  ASGI app; only the endpoint's own wait (the publish) runs in a task. It falls back to the
+  app when another request is still being answered on the connection (pipelining), and for
+  ``Expect: 100-continue``.
 * **Bounded request heads.** The request line and headers together may take
   ``max_header_bytes`` (and at most ``max_header_fields`` fields); past either the request is
   answered 431 and the connection ends (lingering close), and nothing more of it reaches the
@@ -41,171 +42,62 @@ protocol with what it lacks.
 * **Refusals counted and logged** by :class:`~.http_refusals.HttpRefusals` (a metric with a
   reason, at most a log line per reason and address per interval).
 
-One timer per connection, armed and cancelled in the parser's callbacks: no task, no polling.
+One timer per connection, armed and cancelled in the parser's callbacks: no task, no polling
+(:mod:`.http_timer`). The limits and the refusals' responses are :mod:`.http_limits`; a direct
+``POST`` on its way is :mod:`.direct_post`'s. This module holds the protocol: what it reads,
+counts, times and hands over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import sys
-import termios
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import httptools
-import structlog
 from uvicorn._types import ASGI3Application
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from realtime_dispatch.hub.http_refusals import HttpRefusals, RefusalReason
-from realtime_dispatch.hub.serving.forwarded import IPNetwork, TrustedProxies
-
-log = structlog.get_logger(__name__)
-
-BACKLOG_GRACE = 1.0
-"""Seconds more for a connection whose bytes wait in this server's own backlog at its timer."""
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 8 * 1024 * 1024
-REFUSAL_LINGER_BYTES = 64 * 1024
-"""After a refused head (431, or 503 behind a proxy): enough for what a client has in flight
-to let it read the answer, not a budget a flood can spend the server's reads on."""
-
-
-def _plain_answer(status: bytes, text: bytes) -> bytes:
-    """A whole ``text/plain`` response that ends the connection."""
-    return (
-        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n%s" % (status, len(text), text)
-    )
-
-
-REQUEST_TIMEOUT_RESPONSE = _plain_answer(b"408 Request Timeout", b"Request Timeout.")
-TOO_MANY_RESPONSE = _plain_answer(
-    b"503 Service Unavailable", b"Too many connections from this address."
+from realtime_dispatch.hub.serving.direct_post import Answer, DirectPost, DirectRequest
+from realtime_dispatch.hub.serving.forwarded import TrustedProxies
+from realtime_dispatch.hub.serving.http_limits import (
+    HEAD_TOO_LARGE_RESPONSE,
+    LINGER_BYTES,
+    LINGER_SECONDS,
+    REFUSAL_LINGER_BYTES,
+    REQUEST_TIMEOUT_RESPONSE,
+    TOO_MANY_RESPONSE,
+    ClientConnections,
+    HeadTooLarge,
+    HttpLimits,
+    expects_body,
 )
-HEAD_TOO_LARGE_RESPONSE = _plain_answer(
-    b"431 Request Header Fields Too Large", b"Request header fields too large."
-)
-MAX_HEADER_FIELDS = 100
+from realtime_dispatch.hub.serving.http_timer import ConnectionTimer
 
-
-@dataclass(frozen=True, slots=True)
-class HttpLimits:
-    header_timeout: float = 10.0
-    body_timeout: float = 15.0
-    max_per_client: int = 1000
-    max_header_bytes: int = 16 * 1024
-    """The request line and headers of one request, in bytes."""
-    max_header_fields: int = MAX_HEADER_FIELDS
-    trusted_proxies: tuple[IPNetwork, ...] = ()
-    """Peers whose ``Forwarded`` / ``X-Forwarded-For`` give the client address."""
-
-
-class HeadTooLarge(Exception):
-    """Raised in a parser callback past the field cap (httptools then stops parsing)."""
-
-
-def unread_bytes(transport: asyncio.BaseTransport) -> int:
-    """Bytes the kernel holds for this connection that the server has not read yet."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    try:
-        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    except (OSError, ValueError):  # closed meanwhile
-        return 0
-    return int.from_bytes(answer, sys.byteorder)
-
-
-class ClientConnections:
-    """Open connections per client address, in this process."""
-
-    __slots__ = ("_cap", "_open")
-
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-        self._open: dict[str, int] = {}
-
-    def acquire(self, address: str) -> bool:
-        count = self._open.get(address, 0)
-        if self._cap and count >= self._cap:
-            return False
-        self._open[address] = count + 1
-        return True
-
-    def release(self, address: str) -> None:
-        count = self._open.get(address, 0) - 1
-        if count > 0:
-            self._open[address] = count
-        else:
-            self._open.pop(address, None)
-
-    def open_from(self, address: str) -> int:
-        return self._open.get(address, 0)
-
-
-def _expects_body(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
-    for name, value in headers:
-        if name == b"content-length":
-            return int(value)  # the parser has checked it
-    return 0
-
+__all__ = [
+    "Answer",
+    "ClientConnections",
+    "DirectPost",
+    "DirectUpgrade",
+    "HttpLimits",
+    "guarded_http_protocol",
+]
 
 DirectUpgrade = Callable[[ServerState], asyncio.Protocol]
 """Builds the protocol a WebSocket upgrade is handed to (given the server's state)."""
 
-Answer = tuple[int, bytes]
-"""A status and its JSON body."""
 
+def _upgraded_by(factory: DirectUpgrade) -> Callable[..., asyncio.Protocol]:
+    """A ``ws_protocol_class`` for uvicorn's own upgrade (the request handed over as bytes)
+    that builds the protocol ``factory`` builds instead of uvicorn's WebSocket protocol
+    (uvicorn only calls it)."""
 
-class DirectPost(Protocol):
-    """A ``POST`` endpoint the protocol answers itself, without the ASGI app."""
+    def build(*, server_state: ServerState, **_: Any) -> asyncio.Protocol:
+        return factory(server_state)
 
-    @property
-    def max_body_bytes(self) -> int: ...
-
-    @property
-    def too_large(self) -> Answer:
-        """The answer to a body over ``max_body_bytes``."""
-
-    @property
-    def failure(self) -> Answer:
-        """The answer when the endpoint raised."""
-
-    def refusal(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
-        """The answer given once the headers are complete, the body unread; None to read it."""
-
-    def answer(self, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
-        """The answer to the whole body, or the coroutine that gives it."""
-
-
-class _DirectRequest:
-    """A request to a :class:`DirectPost` on its way: its body so far, whether it is all read
-    and whether it has been answered (a refusal may come before the body is read)."""
-
-    __slots__ = ("answered", "endpoint", "keep_alive", "parts", "read", "size")
-
-    def __init__(self, endpoint: DirectPost, *, keep_alive: bool) -> None:
-        self.endpoint = endpoint
-        self.keep_alive = keep_alive
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.read = False
-        self.answered = False
+    return build
 
 
 def guarded_http_protocol(
@@ -227,23 +119,26 @@ def guarded_http_protocol(
     max_fields = limits.max_header_fields
 
     class GuardedHttpProtocol(HttpToolsProtocol):
-        _timer: asyncio.TimerHandle | None = None
+        timer: ConnectionTimer
+        """The connection's one timer (its head, its body, its lingering close)."""
         _address: str | None = None
         """The client address whose place this connection (or its request) holds."""
         _proxied = False
         """The peer is a trusted proxy: places are held per request, by forwarded address."""
-        _body_pending = False
+        body_pending = False
+        """A request's body is expected and not read yet."""
         _lingering = -1
+        """Bytes discarded since the half-close; -1 while not lingering."""
         _linger_bytes = LINGER_BYTES
         """Discarded past the half-close before the connection is closed."""
-        """Bytes discarded since the half-close; -1 while not lingering."""
-        _deferred = 0.0
-        """Seconds of grace given to the current timer for bytes in the server's backlog."""
         _head = 0
         """Bytes of the current request head fed to the parser; -1 past the head (body)."""
+        direct: DirectRequest | None = None
+        """The request to a direct POST being read or answered."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self.timer = ConnectionTimer(self.loop, transport, self.flow)
             address = self.client[0] if self.client else None
             if address is not None and proxies and proxies.trusts(address):
                 self._proxied = True
@@ -254,10 +149,10 @@ def guarded_http_protocol(
                     transport.close()
                     return
                 self._address = address
-            self._arm(limits.header_timeout, self._headers_late)
+            self.timer.arm(limits.header_timeout, self._headers_late)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self.timer.disarm()
             self._release()
             super().connection_lost(exc)
 
@@ -311,30 +206,31 @@ def guarded_http_protocol(
             headers.append((name, value))
 
         def _head_too_large(self) -> None:
-            self._disarm()
+            self.timer.disarm()
             refused(RefusalReason.HEADERS_TOO_LARGE, self._client_address())
             self._refuse(HEAD_TOO_LARGE_RESPONSE)
 
         def _refuse(self, response: bytes) -> None:
             """Answer ``response`` and end the connection, reading nothing more of it."""
-            self._unset_keepalive_if_required()
             self.transport.write(response)
-            self._lingering = 0
             self._linger_bytes = REFUSAL_LINGER_BYTES  # a flood is not read for long
+            self._linger()
+
+        def _linger(self) -> None:
+            """Half-close (FIN), then discard what the client still sends, then close."""
+            self._unset_keepalive_if_required()
+            self._lingering = 0
             if self.transport.can_write_eof():
                 self.transport.write_eof()
-            self._arm(LINGER_SECONDS, self.transport.close)
+            self.timer.arm(LINGER_SECONDS, self.transport.close)
 
         def _client_address(self) -> str | None:
             if self._address is not None:
                 return self._address
             return self.client[0] if self.client else None
 
-        _direct: _DirectRequest | None = None
-        """The request to a direct POST being read or answered."""
-
         def on_headers_complete(self) -> None:
-            self._disarm()
+            self.timer.disarm()
             self._head = -1
             if self._lingering >= 0:  # ending: what is left of this read is dropped
                 return
@@ -343,62 +239,59 @@ def guarded_http_protocol(
             endpoint = self._direct_post()
             if endpoint is None:
                 super().on_headers_complete()
-            if self.transport.get_protocol() is self and _expects_body(self.headers):
-                self._body_pending = True
-                self._arm(limits.body_timeout, self._body_late)
+            if self.transport.get_protocol() is self and expects_body(self.headers):
+                self.body_pending = True
+                self.timer.arm(limits.body_timeout, self._body_late)
             if endpoint is not None:
-                self._begin_direct(endpoint)
+                request = self.direct = DirectRequest(self, endpoint)
+                request.begin()
 
         def on_body(self, body: bytes) -> None:
             if self._lingering >= 0:
                 return
-            request = self._direct
+            request = self.direct
             if request is None or request.read:
                 super().on_body(body)
             elif not request.answered:
-                self._direct_body(request, body)
+                request.body(body)
 
         def on_message_complete(self) -> None:
             self._head = 0  # what follows is the next request's head
             if self._lingering >= 0:
                 return
-            request = self._direct
+            request = self.direct
             if request is not None and not request.read:
-                self._direct_complete(request)
+                request.complete()
                 return
-            self._disarm()
-            self._body_pending = False
+            self.timer.disarm()
+            self.body_pending = False
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
-            self._response_complete(body_unread=self._body_pending)
+            self.end_response(body_unread=self.body_pending)
 
-        def _response_complete(self, *, body_unread: bool) -> None:
+        def end_response(self, *, body_unread: bool) -> None:
             if self._proxied:
                 self._release()  # the request's place under its client's address
             super().on_response_complete()
             if self.transport.is_closing():
                 return
             if body_unread:  # answered before the body was read: linger, then close
-                self._unset_keepalive_if_required()
-                self._lingering = 0
-                if self.transport.can_write_eof():
-                    self.transport.write_eof()
-                self._arm(LINGER_SECONDS, self.transport.close)
+                self._linger()
                 return
             if self.cycle is None or self.cycle.response_complete:  # no pipelined request
-                self._arm(limits.header_timeout, self._headers_late)  # the next request's
+                self.timer.arm(limits.header_timeout, self._headers_late)  # the next request's
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-            if self._direct is not None and not self._direct.answered:  # due first: queue
+            if self.direct is not None and not self.direct.answered:  # due first: queue
                 self.flow.pause_reading()
                 self.pipeline.appendleft((cycle, app))
                 return
             super()._start_asgi_task(cycle, app)
 
         def shutdown(self) -> None:
-            if self._direct is not None and not self._direct.answered:
-                self._direct.keep_alive = False  # answer it, then close
+            if self.direct is not None and not self.direct.answered:
+                self.direct.keep_alive = False  # answer it, then close
                 return
             super().shutdown()
 
@@ -406,7 +299,7 @@ def guarded_http_protocol(
             """The endpoint to answer this request directly, or None to hand it to uvicorn."""
             if not direct_posts or self.expect_100_continue or self.limit_concurrency is not None:
                 return None
-            if self._direct is not None or (
+            if self.direct is not None or (
                 self.cycle is not None and not self.cycle.response_complete
             ):
                 return None  # another request is being answered: uvicorn queues this one
@@ -414,92 +307,12 @@ def guarded_http_protocol(
                 return None
             return direct_posts.get(self.url.partition(b"?")[0])
 
-        def _begin_direct(self, endpoint: DirectPost) -> None:
-            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
-            request = self._direct = _DirectRequest(endpoint, keep_alive=keep_alive)
-            try:
-                refusal = endpoint.refusal(self.headers)
-                if refusal is None and _content_length(self.headers) > endpoint.max_body_bytes:
-                    refusal = endpoint.too_large
-            except Exception:
-                log.exception("http_direct_failed")
-                refusal = endpoint.failure
-            if refusal is not None:
-                self._answer_direct(request, refusal)
-
-        def _direct_body(self, request: _DirectRequest, body: bytes) -> None:
-            request.size += len(body)
-            if request.size > request.endpoint.max_body_bytes:
-                self._answer_direct(request, request.endpoint.too_large)
-            else:
-                request.parts.append(body)
-
-        def _direct_complete(self, request: _DirectRequest) -> None:
-            request.read = True
-            if request.answered:  # refused before its (empty) body: done with it
-                self._direct = None
-                return
-            self._disarm()
-            self._body_pending = False
-            endpoint = request.endpoint
-            try:
-                answer = endpoint.answer(b"".join(request.parts))
-            except Exception:
-                log.exception("http_direct_failed")
-                answer = endpoint.failure
-            if isinstance(answer, tuple):
-                self._answer_direct(request, answer)
-                return
-            task = self.loop.create_task(self._answer_published(request, answer))
-            self.tasks.add(task)  # uvicorn's shutdown waits for it
-            task.add_done_callback(self.tasks.discard)
-
-        async def _answer_published(
-            self, request: _DirectRequest, pending: Coroutine[Any, Any, Answer]
-        ) -> None:
-            try:
-                answer = await pending
-            except Exception:
-                log.exception("http_direct_failed")
-                answer = request.endpoint.failure
-            if self.transport.is_closing():  # the client is gone: nobody to answer
-                self._direct = None
-                return
-            self._answer_direct(request, answer)
-
-        def _answer_direct(self, request: _DirectRequest, answer: Answer) -> None:
-            request.answered = True
-            if request.read:
-                self._direct = None
-            body_unread = not request.read and self._body_pending
-            ending = not request.keep_alive or body_unread
-            self._write_answer(answer, close=ending)
-            if not request.keep_alive and not body_unread:
-                self.transport.close()
-            self._response_complete(body_unread=body_unread)
-
-        def _write_answer(self, answer: Answer, *, close: bool) -> None:
-            status, body = answer
-            parts = [STATUS_LINE[status]]
-            for name, value in self.server_state.default_headers:
-                parts += (name, b": ", value, b"\r\n")
-            parts.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
-            if close:
-                parts.append(b"connection: close\r\n")
-            parts += (b"\r\n", body)
-            self.transport.write(b"".join(parts))
-            if self.access_log:
-                client = f"{self.client[0]}:{self.client[1]}" if self.client else "-"
-                url, version = self.url.decode("latin-1"), self.parser.get_http_version()
-                self.access_logger.info('%s - "POST %s HTTP/%s" %d', client, url, version, status)
-
         def handle_websocket_upgrade(self) -> None:
-            self._disarm()
+            self.timer.disarm()
             factory = direct_paths.get(self.url.partition(b"?")[0].decode("latin-1"))
-            if factory is None:
-                super().handle_websocket_upgrade()
-            else:
-                self._upgrade_direct(factory)
+            if factory is not None:  # uvicorn's own upgrade, to what the factory builds
+                self.ws_protocol_class = _upgraded_by(factory)  # type: ignore[assignment]
+            super().handle_websocket_upgrade()
             protocol: Any = self.transport.get_protocol()
             address, self._address = self._address, None
             if address is None:
@@ -508,38 +321,6 @@ def guarded_http_protocol(
                 protocol.on_connection_lost = lambda: counter.release(address)
             else:  # a WebSocket protocol that cannot tell when it closes: not counted
                 counter.release(address)
-
-        def _upgrade_direct(self, factory: DirectUpgrade) -> None:
-            """uvicorn's own upgrade (the request handed over as bytes), to the protocol
-            ``factory`` builds instead of uvicorn's WebSocket protocol."""
-
-            def build(*, server_state: ServerState, **_: Any) -> asyncio.Protocol:
-                return factory(server_state)
-
-            self.ws_protocol_class = build  # type: ignore[assignment]  # uvicorn only calls it
-            super().handle_websocket_upgrade()
-
-        def _arm(self, delay: float, callback: Callable[[], None]) -> None:
-            self._disarm()
-            self._deferred = 0.0
-            self._timer = self.loop.call_later(delay, callback)
-
-        def _server_behind(self, timeout: float, callback: Callable[[], None]) -> bool:
-            """True (and the timer re-armed for ``BACKLOG_GRACE``) when what is late is
-            waiting on this server, not on the client; at most ``timeout`` more in all."""
-            if self._deferred >= timeout:
-                return False
-            if not (self.flow.read_paused or unread_bytes(self.transport)):
-                return False
-            self._deferred += BACKLOG_GRACE
-            self._timer = self.loop.call_later(BACKLOG_GRACE, callback)
-            log.debug("http_timeout_deferred", deferred_s=self._deferred)
-            return True
-
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
 
         def _release(self) -> None:
             if self._address is not None:
@@ -561,8 +342,8 @@ def guarded_http_protocol(
             return True
 
         def _headers_late(self) -> None:
-            self._timer = None
-            if self._server_behind(limits.header_timeout, self._headers_late):
+            self.timer.fired()
+            if self.timer.server_behind(limits.header_timeout, self._headers_late):
                 return
             if not self.transport.is_closing():
                 refused(RefusalReason.HEADER_TIMEOUT, self._client_address())
@@ -570,8 +351,9 @@ def guarded_http_protocol(
                 self.transport.close()
 
         def _body_late(self) -> None:
-            self._timer = None
-            if self._lingering < 0 and self._server_behind(limits.body_timeout, self._body_late):
+            timer = self.timer
+            timer.fired()
+            if self._lingering < 0 and timer.server_behind(limits.body_timeout, self._body_late):
                 return
             if not self.transport.is_closing() and self._lingering < 0:
                 refused(RefusalReason.BODY_TIMEOUT, self._client_address())

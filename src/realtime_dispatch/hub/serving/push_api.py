@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.tokens import service_key_matches
 from realtime_dispatch.hub.connections.registry import is_valid_group
-from realtime_dispatch.hub.serving.http_protocol import Answer
+from realtime_dispatch.hub.serving.direct_post import Answer
 from realtime_dispatch.hub.wire.protocol import invocation_frame
 from realtime_dispatch.push import (
     MAX_BATCH_BYTES,

@@ -1,6 +1,7 @@
 """Transports: what moves a connection's bytes between an HTTP request and its session.
 
-* :mod:`.ws_direct`: the WebSocket served straight on the HTTP protocol (no ASGI);
+* :mod:`.ws_direct`: the WebSocket served straight on the HTTP protocol (no ASGI), and
+  :mod:`.ws_opening`, what its opening talks to until the connection is admitted;
 * :mod:`.endpoint`: the WebSocket served through ASGI (Starlette), and what both share;
 * :mod:`.sse`, :mod:`.longpolling`, :mod:`.http` and :mod:`.common`: Server-Sent Events and
   long polling; :mod:`.http_connections` holds their connections by token;

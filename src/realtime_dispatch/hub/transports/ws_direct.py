@@ -6,7 +6,8 @@ an upgrade of ``/hubs/messenger`` to. The upgrade handshake and the frames are w
 sans-I/O :class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments,
 ping and close frames). Opening a connection (token, per-user cap, handshake, admission) is
 the endpoint's own :func:`~.endpoint.serve_websocket`, run in a task that ends once the
-connection is admitted: this class gives it the ASGI-style calls it uses. From then on:
+connection is admitted: :class:`~.ws_opening.WebSocketOpening` gives it the ASGI-style calls it
+uses, and holds what the client sends meanwhile. From then on:
 
 * a message from the client is handed to the connection in ``data_received``
   (:func:`~.endpoint.received`);
@@ -28,9 +29,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-from starlette.datastructures import Headers, QueryParams
-from starlette.responses import Response
 from starlette.types import Message
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
@@ -40,33 +38,29 @@ from websockets.server import ServerProtocol
 
 from realtime_dispatch.hub.connections.connection import Attachment, DrainWake, HubConnection, Wake
 from realtime_dispatch.hub.connections.session import CloseReason
-from realtime_dispatch.hub.transports.endpoint import (
-    detach,
-    disconnect_reason,
-    received,
-    serve_websocket,
-)
-from realtime_dispatch.hub.wire.framing import RawSink, records_frame, ws_frame
+from realtime_dispatch.hub.transports.endpoint import detach, disconnect_reason, received
+from realtime_dispatch.hub.transports.ws_opening import WebSocketOpening
+from realtime_dispatch.hub.wire.framing import RawSink, records_frame
 from realtime_dispatch.hub.wire.protocols import Transport
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub
-
-log = structlog.get_logger(__name__)
 
 _frames_log = logging.getLogger("realtime_dispatch.hub.ws_frames")
 _frames_log.setLevel(logging.WARNING)  # websockets logs every open and close at info
 
 MAX_FRAME_BYTES = 1 << 20
 """Largest inbound WebSocket message the parser takes (the hub refuses over 32 KB itself)."""
-INBOX_HIGH = 16
-"""Messages held while a connection is being opened before reading pauses."""
-
-_DISCONNECTED: Message = {"type": "websocket.disconnect", "code": 1006}
 
 
-_DENIAL_HEADERS = frozenset({"www-authenticate", "retry-after"})
-"""Headers of a denial response passed to the client (the rest are the handshake's own)."""
+def frames_parser(handshake: ServerProtocol) -> ServerProtocol:
+    """A parser of frames alone for the open connection: the handshake's parser keeps the
+    upgrade request (its headers: 2.7 KB) alive for as long as it parses."""
+    parser = ServerProtocol(state=State.OPEN, max_size=MAX_FRAME_BYTES, logger=_frames_log)
+    rest = bytes(handshake.reader.buffer)
+    if rest:
+        parser.receive_data(rest)
+    return parser
 
 
 class DirectWebSocket(asyncio.Protocol):
@@ -78,15 +72,10 @@ class DirectWebSocket(asyncio.Protocol):
         "_ended",
         "_fragments",
         "_hub",
-        "_inbox",
-        "_lost",
         "_opening",
-        "_paused_reading",
-        "_request",
-        "_response",
-        "_waiter",
         "close_sent",
         "connection",
+        "lost",
         "on_connection_lost",
         "transport",
         "writable",
@@ -105,16 +94,13 @@ class DirectWebSocket(asyncio.Protocol):
         self.connection: HubConnection | None = None
         self.on_connection_lost: Callable[[], None] | None = None
         """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
+        self.lost = False
+        """The transport is gone."""
         self._attachment: Attachment | None = None
-        self._request: Request | None = None
-        self._response: HandshakeResponse | None = None
-        self._opening: asyncio.Task[None] | None = None
-        self._inbox: deque[Message] | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self._opening: WebSocketOpening | None = None
+        """From a valid upgrade request until the connection is admitted."""
         self._fragments: list[bytes] | None = None
         self._close_timer: asyncio.TimerHandle | None = None
-        self._paused_reading = False
-        self._lost = False
         self._ended = False
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -149,7 +135,7 @@ class DirectWebSocket(asyncio.Protocol):
         self._drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
+        self.lost = True
         self._connections.discard(self)
         callback, self.on_connection_lost = self.on_connection_lost, None
         if callback is not None:
@@ -162,96 +148,44 @@ class DirectWebSocket(asyncio.Protocol):
     def shutdown(self) -> None:
         """uvicorn's shutdown: the hub has asked every connection to close already; one still
         being opened is dropped."""
-        if self.connection is None and not self._lost:
+        if self.connection is None and not self.lost:
             if self._opening is not None:
                 self._opening.cancel()
             self.transport.close()
 
-    # the opening: the calls of serve_websocket ------------------------------------------------
+    # the opening (:class:`~.ws_opening.WebSocketOpening`) -----------------------------------
 
-    @property
-    def headers(self) -> Headers:
-        request = self._request
-        assert request is not None
-        return Headers(headers={k.lower(): v for k, v in request.headers.raw_items()})
-
-    @property
-    def query_params(self) -> QueryParams:
-        request = self._request
-        assert request is not None
-        _, _, query = request.path.partition("?")
-        return QueryParams(query)
-
-    async def accept(self) -> None:
-        response, self._response = self._response, None
-        if response is None or self._lost:
-            raise ConnectionResetError("the client went away")
-        self._conn.send_response(response)
-        self._flush()
-        self._conn = self._frames_parser(self._conn)
-
-    @staticmethod
-    def _frames_parser(handshake: ServerProtocol) -> ServerProtocol:
-        """A parser of frames alone for the open connection: the handshake's parser keeps the
-        upgrade request (its headers: 2.7 KB) alive for as long as it parses."""
-        parser = ServerProtocol(state=State.OPEN, max_size=MAX_FRAME_BYTES, logger=_frames_log)
-        rest = bytes(handshake.reader.buffer)
-        if rest:
-            parser.receive_data(rest)
-        return parser
-
-    async def receive(self) -> Message:
-        inbox = self._inbox
-        if inbox is None:
-            inbox = self._inbox = deque()
-        while not inbox:
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-        message = inbox.popleft()
-        if self._paused_reading and len(inbox) < INBOX_HIGH // 2:
-            self._resume_reading()
-        return message
-
-    async def send_text(self, data: str) -> None:
-        self._write(ws_frame(data.encode(), binary=False))
-
-    async def send_bytes(self, data: bytes) -> None:
-        self._write(ws_frame(data, binary=True))
-
-    async def send_denial_response(self, response: Response) -> None:
-        self._response = None
-        if self._lost:
+    def _upgrade(self, request: Request) -> None:
+        response = self._conn.accept(request)
+        if response.status_code != 101:  # not a valid WebSocket upgrade
+            self._conn.send_response(response)
             return
-        rejection = self._conn.reject(response.status_code, bytes(response.body).decode())
-        for name, value in response.headers.items():
-            if name in _DENIAL_HEADERS:
-                rejection.headers[name] = value
-        self._conn.send_response(rejection)
+        self._opening = WebSocketOpening(self, self._hub, self._conn, request, response)
+
+    def answer(self, response: HandshakeResponse) -> None:
+        """Send the opening's answer to the upgrade: a denial, or its acceptance, after which
+        frames alone are parsed."""
+        handshake = self._conn
+        handshake.send_response(response)
         self._flush()
+        if response.status_code == 101:
+            self._conn = frames_parser(handshake)
 
-    async def close(self, code: int = 1000) -> None:
-        self._send_close(code)
-
-    def attach(self, connection: HubConnection) -> None:
-        """The connection is admitted: serve it from now on by callbacks."""
-        self._request = None
+    def attach(self, connection: HubConnection, held: deque[Message] | None) -> None:
+        """The connection is admitted: serve it from now on by callbacks, starting with the
+        messages ``held`` while it was being opened."""
+        self._opening = None
         attachment = Attachment(Transport.WEBSOCKETS, abort=self._abort)
         connection.attachment = self._attachment = attachment
         connection.detached_at = None
         connection.wake = DrainWake(asyncio.get_running_loop(), self._drain)
         self.connection = connection
-        if self._lost:
+        if self.lost:
             self._gone(CloseReason.TRANSPORT_LOST, 1006)
             return
         connection.sink = RawSink(self)
-        inbox, self._inbox = self._inbox, None
-        if self._paused_reading:
-            self._resume_reading()
-        while inbox:  # what came while it was being admitted, in order
-            message = inbox.popleft()
+        while held:  # what came while it was being admitted, in order
+            message = held.popleft()
             if message["type"] == "websocket.disconnect":
                 self._gone(disconnect_reason(message["code"]), message["code"])
                 return
@@ -259,28 +193,6 @@ class DirectWebSocket(asyncio.Protocol):
         self._drain()
 
     # frames ------------------------------------------------------------------------------------
-
-    def _upgrade(self, request: Request) -> None:
-        response = self._conn.accept(request)
-        if response.status_code != 101:  # not a valid WebSocket upgrade
-            self._conn.send_response(response)
-            return
-        self._request, self._response = request, response
-        self._opening = asyncio.get_running_loop().create_task(
-            self._open(), name="hub-websocket-open"
-        )
-
-    async def _open(self) -> None:
-        try:
-            await serve_websocket(self._hub, self)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        except Exception:
-            log.exception("hub_websocket_open_failed")
-            self._send_close(1011)
-        finally:
-            self._opening = None
-            self._request = self._response = None
 
     def _frame(self, frame: Frame) -> None:
         opcode = frame.opcode
@@ -308,32 +220,18 @@ class DirectWebSocket(asyncio.Protocol):
             return
         connection = self.connection
         if connection is None:  # still opening: for the handshake, or held until admitted
-            self._deliver({"type": "websocket.receive", "bytes": data})
+            opening = self._opening
+            if opening is not None:
+                opening.deliver({"type": "websocket.receive", "bytes": data})
             return
         if connection.closing is None and connection.attachment is self._attachment:
             received(connection, data, asyncio.get_running_loop().time())
 
-    def _deliver(self, message: Message) -> None:
-        inbox = self._inbox
-        if inbox is None:
-            inbox = self._inbox = deque()
-        inbox.append(message)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        if len(inbox) >= INBOX_HIGH and not self._paused_reading and not self._lost:
-            self._paused_reading = True
-            self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        self._paused_reading = False
-        if not self._lost:
-            self.transport.resume_reading()
-
     # writing and the end -------------------------------------------------------------------
 
-    def _write(self, data: bytes) -> None:
-        if self._lost or self.transport.is_closing():
+    def write(self, data: bytes) -> None:
+        """Write a frame of the opening (its handshake reply); raises once the client is gone."""
+        if self.lost or self.transport.is_closing():
             raise ConnectionResetError("the client went away")
         self.transport.write(data)
 
@@ -341,7 +239,7 @@ class DirectWebSocket(asyncio.Protocol):
         """Write what the parser has to send: the upgrade answer, pongs, close frames; its end
         of the stream closes the transport (the server closes TCP first)."""
         for data in self._conn.data_to_send():
-            if self._lost:
+            if self.lost:
                 return
             if data:
                 self.transport.write(data)
@@ -354,7 +252,7 @@ class DirectWebSocket(asyncio.Protocol):
         connection = self.connection
         if connection is None or connection.attachment is not self._attachment:
             return
-        if self._lost:
+        if self.lost:
             return
         binary = connection.protocol.binary
         outbound = connection.outbound
@@ -383,18 +281,19 @@ class DirectWebSocket(asyncio.Protocol):
         connection, attachment = self.connection, self._attachment
         if connection is None or attachment is None:
             if code is not None:
-                self._deliver({"type": "websocket.disconnect", "code": code})
-                self._ended = self._lost
+                if self._opening is not None:
+                    self._opening.deliver({"type": "websocket.disconnect", "code": code})
+                self._ended = self.lost
             return
         self._ended = True
         self.connection = None
         close_code = detach(self._hub, connection, attachment, reason)
-        self._send_close(close_code)
+        self.send_close(close_code)
 
-    def _send_close(self, code: int) -> None:
+    def send_close(self, code: int) -> None:
         """Send a close frame (once); the transport closes when the client answers it or
         ``close_grace`` later."""
-        if self.close_sent or self._lost:
+        if self.close_sent or self.lost:
             return
         self.close_sent = True
         conn = self._conn
@@ -410,5 +309,5 @@ class DirectWebSocket(asyncio.Protocol):
 
     def _abort(self) -> None:
         with contextlib.suppress(Exception):
-            if not self._lost:
+            if not self.lost:
                 self.transport.close()

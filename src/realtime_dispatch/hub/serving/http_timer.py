@@ -1,0 +1,80 @@
+"""The one timer of an HTTP connection (:mod:`.http_protocol`): :class:`ConnectionTimer`.
+
+It holds the deadline the connection is under (its request head, its body, its lingering
+close), armed and cancelled in the parser's callbacks: no task, no polling. When it fires while
+the client's bytes wait unread in this server's own socket buffer, or while reading is paused by
+the server's own flow control, the server is behind, not the client: the deadline is pushed
+``BACKLOG_GRACE`` further, up to the timeout once over (:meth:`ConnectionTimer.server_behind`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import sys
+import termios
+from collections.abc import Callable
+
+import structlog
+from uvicorn.protocols.http.flow_control import FlowControl
+
+log = structlog.get_logger(__name__)
+
+BACKLOG_GRACE = 1.0
+"""Seconds more for a connection whose bytes wait in this server's own backlog at its timer."""
+
+
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """Bytes the kernel holds for this connection that the server has not read yet."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):  # closed meanwhile
+        return 0
+    return int.from_bytes(answer, sys.byteorder)
+
+
+class ConnectionTimer:
+    __slots__ = ("_deferred", "_flow", "_handle", "_loop", "_transport")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, flow: FlowControl
+    ) -> None:
+        self._loop = loop
+        self._transport = transport
+        self._flow = flow
+        self._handle: asyncio.TimerHandle | None = None
+        self._deferred = 0.0
+        """Seconds of grace given to the current deadline for bytes in the server's backlog."""
+
+    def arm(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` in ``delay`` seconds, instead of what was armed."""
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+        self._deferred = 0.0
+        self._handle = self._loop.call_later(delay, callback)
+
+    def disarm(self) -> None:
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+            self._handle = None
+
+    def fired(self) -> None:
+        """The armed callback runs: nothing is armed any more."""
+        self._handle = None
+
+    def server_behind(self, timeout: float, callback: Callable[[], None]) -> bool:
+        """True (and ``callback`` armed again for ``BACKLOG_GRACE``) when what is late is
+        waiting on this server, not on the client; at most ``timeout`` more in all."""
+        if self._deferred >= timeout:
+            return False
+        if not (self._flow.read_paused or unread_bytes(self._transport)):
+            return False
+        self._deferred += BACKLOG_GRACE
+        self._handle = self._loop.call_later(BACKLOG_GRACE, callback)
+        log.debug("http_timeout_deferred", deferred_s=self._deferred)
+        return True
