@@ -182,10 +182,11 @@ def message_type(raw_type: object) -> MessageType | None:
     """A record's message type, in either protocol; ``None`` for an unknown (future) one."""
     if not isinstance(raw_type, int) or isinstance(raw_type, bool):
         raise ProtocolError("message has no integer type", code="InvalidMessage")
-    try:
-        return MessageType(raw_type)
-    except ValueError:
-        return None
+    return _MESSAGE_TYPES.get(raw_type)
+
+
+_MESSAGE_TYPES = {kind.value: kind for kind in MessageType}
+"""``MessageType(n)`` costs more than the rest of a small record's parse: a lookup instead."""
 
 
 def parse_message(record: str) -> ClientMessage | None:
@@ -247,6 +248,8 @@ def completion_error(invocation_id: str, error: str) -> str:
 
 def completion(invocation_id: str, result: JsonValue = None) -> str:
     """A successful completion: with ``result``, or void when it is None."""
+    if result is None:  # the answer of most invocations (Typing): no dict to encode
+        return f"{_COMPLETION_HEAD}{orjson.dumps(invocation_id).decode()}}}{RECORD_SEPARATOR}"
     value: dict[str, JsonValue] = {
         "type": MessageType.COMPLETION.value,
         "invocationId": invocation_id,
@@ -254,6 +257,9 @@ def completion(invocation_id: str, result: JsonValue = None) -> str:
     if result is not None:
         value["result"] = result
     return _record(value)
+
+
+_COMPLETION_HEAD = f'{{"type":{MessageType.COMPLETION.value},"invocationId":'
 
 
 def ack_message(sequence_id: int) -> str:
