@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from realtime_dispatch.hub.connections.registry import chat_group
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.hub_fixtures import (
     NODE_TRANSPORTS,
@@ -185,3 +186,48 @@ async def test_presence_with_the_official_client(database_url, pool, transport, 
             assert "at most 10" in failed["error"]
         finally:
             await watcher.stop()
+
+
+async def test_the_typescript_sdk_watches_again_after_a_reconnect(database_url, pool):
+    """Watches belong to a connection: the hub drops the TypeScript SDK's, the official client
+    reconnects, and the SDK watches Bob again on its own (the answer reaches the
+    ``presence_changed`` handlers), so Bob coming online reaches Alice without a new watch."""
+    from tests.e2e.test_own_schema_resume import sdk_client
+
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="t", members=[bob])
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.2)
+    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
+        watcher = await sdk_client(hub.http_url, alice, "WebSockets", ["presence_changed"])
+        other = None
+        try:
+            assert (await _next(watcher, "started"))["transport"] == "WebSocketTransport"
+            await watcher.send({"watch": [str(bob)]})
+            states = (await _next(watcher, "watched"))["states"]
+            assert states == [{"userId": str(bob), "online": False, "lastSeenAt": None}]
+            [connection] = hub.hub.connections.values()
+            connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))
+            again = await _next(watcher, "message")  # the re-watch's answer, as an event
+            assert again["target"] == "presence_changed"
+            assert again["args"] == [{"userId": str(bob), "online": False, "lastSeenAt": None}]
+            [reconnected] = hub.hub.connections.values()
+            assert reconnected is not connection
+            other = await NodeClient.start(f"{hub.http_url}/hubs/messenger", make_token(bob))
+            assert (await other.event())["event"] == "started"
+            online = await _next(watcher, "message")
+            assert online["target"] == "presence_changed"
+            assert online["args"] == [{"userId": str(bob), "online": True, "lastSeenAt": None}]
+        finally:
+            if other is not None:
+                await other.stop()
+            await watcher.stop()
+
+
+async def _next(client: NodeClient, kind: str) -> dict[str, object]:
+    while True:
+        event = await client.event(within=30)
+        if event["event"] == kind:
+            return event
+        assert event["event"] in {"resync", "resumed", "started", "message"}, event

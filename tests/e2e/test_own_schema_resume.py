@@ -116,9 +116,11 @@ def build_sdk() -> None:
     assert built.returncode == 0, built.stdout + built.stderr
 
 
-async def sdk_client(url: str, user: UUID, transport: str) -> NodeClient:
+async def sdk_client(
+    url: str, user: UUID, transport: str, targets: list[str] = TARGETS
+) -> NodeClient:
     """``tests/js/sdk_client.mjs``: the TypeScript SDK with its own resync hook."""
-    config = {"url": url, "token": make_token(user), "transport": transport, "targets": TARGETS}
+    config = {"url": url, "token": make_token(user), "transport": transport, "targets": targets}
     process = await asyncio.create_subprocess_exec(
         "node",
         str(REPO / "tests" / "js" / "sdk_client.mjs"),

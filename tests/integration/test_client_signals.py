@@ -15,6 +15,7 @@ from realtime_dispatch.messenger.commands import create_chat
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings
 from tests.integration.client_stack import messenger_stack
+from tests.integration.test_client_resume import drop_everyone
 
 
 async def test_typing_and_presence_through_the_sdk(database_url: str, pool: asyncpg.Pool) -> None:
@@ -44,3 +45,30 @@ async def test_typing_and_presence_through_the_sdk(database_url: str, pool: asyn
             await alice.unwatch_presence([stack.bob])
             with pytest.raises(HubMethodError, match="at most 5"):
                 await alice.watch_presence([uuid4() for _ in range(6)])
+
+
+async def test_the_sdk_watches_again_after_a_reconnect(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    """Watches belong to a connection: after the hub drops Alice's, the SDK watches Bob again
+    on the new one (its answer delivered as a ``PresenceChanged``), and Bob coming online
+    reaches Alice without her watching again; an unwatched id is not watched again."""
+    settings = hub_settings(hub_presence_grace=0.2)
+    async with messenger_stack(database_url, pool, dispatcher=False, settings=settings) as stack:
+        carol = uuid4()
+        async with pool.acquire() as conn:
+            await create_chat(conn, creator=stack.alice, title="t", members=[stack.bob, carol])
+        async with stack.client(stack.alice) as alice:
+            seen: list[PresenceChanged] = []
+            alice.on(PresenceChanged, seen.append)
+            await alice.wait_connected()
+            states = await alice.watch_presence([stack.bob, carol])
+            assert sorted(s.online for s in states) == [False, False]
+            await alice.unwatch_presence([carol])
+            drop_everyone(stack.hub)
+            await wait_until(lambda: alice.stats.connects == 2 and alice.connected)
+            await wait_until(lambda: [(p.user_id, p.online) for p in seen] == [(stack.bob, False)])
+            async with stack.client(stack.bob) as bob:
+                await bob.wait_connected()
+                await wait_until(lambda: [p.online for p in seen] == [False, True])
+            assert [(p.user_id, p.online) for p in seen] == [(stack.bob, False), (stack.bob, True)]

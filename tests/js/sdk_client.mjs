@@ -4,7 +4,8 @@
 //   ServerSentEvents|LongPolling", "targets": ["message_received", …]}'
 // Prints one JSON object per line: {"event": "started", "transport": <its class name>}, {"event": "message", "target", "args"},
 // {"event": "resync", "reason"}, {"event": "resumed", "missed"}, {"event": "requests", "paths"}
-// (on a {"report": true} line: every path the SDK requested over fetch). Exits when stdin closes.
+// (on a {"report": true} line: every path the SDK requested over fetch), {"event": "watched",
+// "states"} (on a {"watch": [ids]} line: client.watchPresence). Exits when stdin closes.
 import { createInterface } from "node:readline";
 import { MessengerClient } from "../../clients/js/dist/index.js";
 
@@ -38,8 +39,10 @@ try {
 }
 
 const lines = createInterface({ input: process.stdin });
-lines.on("line", (line) => {
-  if (JSON.parse(line).report) emit({ event: "requests", paths: [...new Set(paths)].sort() });
+lines.on("line", async (line) => {
+  const command = JSON.parse(line);
+  if (command.report) emit({ event: "requests", paths: [...new Set(paths)].sort() });
+  if (command.watch) emit({ event: "watched", states: await client.watchPresence(command.watch) });
 });
 lines.on("close", async () => {
   await client.stop();

@@ -114,6 +114,11 @@ export class MessengerClient {
   private readonly connectionHandlers: Array<(up: boolean, reconnect: boolean) => void> = [];
   private readonly resumedHandlers: Array<(missed: number) => void> = [];
   private readonly seen = new Set<string>();
+  /** The ids the application watches (watchPresence less unwatchPresence), in order: watched
+   *  again after every reconnect. */
+  private readonly watched = new Set<string>();
+  private rewatching: Promise<void> | null = null;
+  private rewatchAgain = false;
   private resuming: Promise<void> | null = null;
   private resumeAgain = false;
   private readonly wanted = new Map<string, number>();
@@ -191,13 +196,18 @@ export class MessengerClient {
 
   /** Follow these users' presence (`presence_changed`); resolves to the current state of those
    *  who share a chat with this user (others are left out). Past the hub's watch limit per
-   *  connection it rejects. Watches end with the connection: watch again on reconnect
-   *  (`onConnection`). */
+   *  connection it rejects. Watches belong to a connection: the client remembers these ids and
+   *  watches them again after every reconnect, their states then delivered to the
+   *  `presence_changed` handlers. */
   async watchPresence(userIds: readonly string[]): Promise<PresenceChanged[]> {
-    return await this.hub.invoke<PresenceChanged[]>("WatchPresence", [...userIds]);
+    const ids = [...userIds];
+    const states = await this.hub.invoke<PresenceChanged[]>("WatchPresence", ids);
+    for (const id of ids) this.watched.add(String(id));
+    return states;
   }
 
   async unwatchPresence(userIds: readonly string[]): Promise<void> {
+    for (const id of userIds) this.watched.delete(String(id));
     await this.hub.invoke("UnwatchPresence", [...userIds]);
   }
 
@@ -317,7 +327,36 @@ export class MessengerClient {
     this.stats.connects += 1;
     this.emitConnection(true, reconnect);
     this.syncOff = false; // ask again: the server may have been upgraded meanwhile
+    if (reconnect) this.requestRewatch();
     await this.requestResume();
+  }
+
+  /** After a reconnect: watch the remembered ids again on the new connection. */
+  private requestRewatch(): void {
+    if (this.rewatching !== null) {
+      this.rewatchAgain = true; // reconnected again while watching again
+    } else if (this.watched.size > 0) {
+      this.rewatching = this.rewatch().finally(() => {
+        this.rewatching = null;
+      });
+    }
+  }
+
+  private async rewatch(): Promise<void> {
+    do {
+      this.rewatchAgain = false;
+      const ids = [...this.watched];
+      let states: PresenceChanged[] = [];
+      try {
+        states = ids.length > 0 ? await this.hub.invoke<PresenceChanged[]>("WatchPresence", ids) : [];
+      } catch {
+        states = []; // down again (the next reconnect watches again) or past the limit
+      }
+      if (ids.join("\n") !== [...this.watched].join("\n")) this.rewatchAgain = true;
+      for (const state of states) {
+        if (this.watched.has(String(state.userId))) this.signal("presence_changed", state);
+      }
+    } while (this.rewatchAgain);
   }
 
   private async requestResume(): Promise<void> {

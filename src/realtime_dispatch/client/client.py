@@ -45,7 +45,12 @@ import structlog
 from realtime_dispatch.client.apply import Timelines, apply_event
 from realtime_dispatch.client.connection import ConnectionOptions, HubClientConnection
 from realtime_dispatch.client.events import parse_event
-from realtime_dispatch.client.exceptions import HubProtocolError, RestError
+from realtime_dispatch.client.exceptions import (
+    HubMethodError,
+    HubProtocolError,
+    HubUnavailable,
+    RestError,
+)
 from realtime_dispatch.client.protocol import EventRecord, reconnect_delay
 from realtime_dispatch.client.rest import SYNC_LIMIT, MessengerRest
 from realtime_dispatch.client.seen import SeenEvents
@@ -148,6 +153,11 @@ class MessengerClient:
         self._group: asyncio.TaskGroup | None = None
         self._rest: MessengerRest | None = None
         self._hub: HubClientConnection | None = None
+        self._watched: dict[str, None] = {}
+        """The ids the application watches (``watch_presence`` less ``unwatch_presence``), in
+        order: watched again after every reconnect."""
+        self._rewatcher: asyncio.Task[None] | None = None
+        self._rewatch_again = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -215,16 +225,49 @@ class MessengerClient:
         """Follow these users' presence (``presence_changed`` events, ``on(PresenceChanged,
         …)``); the answer is the current state of those who share a chat with this user (the
         others are left out). At most the hub's watch limit per connection: past it,
-        :class:`HubMethodError`. Watches end with the connection: call again after a
-        reconnect (``on_resumed``)."""
-        answer = await self._require_hub().invoke("WatchPresence", [str(u) for u in user_ids])
+        :class:`HubMethodError`. Watches belong to a connection: the client remembers these
+        ids and watches them again after every reconnect, their states then delivered as
+        ``PresenceChanged`` events."""
+        ids = [str(u) for u in user_ids]
+        answer = await self._watch(ids)
+        self._watched.update(dict.fromkeys(ids))
+        return answer
+
+    async def unwatch_presence(self, user_ids: Iterable[UUID]) -> None:
+        ids = [str(u) for u in user_ids]
+        for user_id in ids:
+            self._watched.pop(user_id, None)
+        await self._require_hub().invoke("UnwatchPresence", ids)
+
+    async def _watch(self, ids: list[str]) -> list[PresenceChanged]:
+        answer = await self._require_hub().invoke("WatchPresence", ids)
         if not isinstance(answer, list):
             raise HubProtocolError("WatchPresence: expected a list")
         context = key_context(self._keys)
         return [PresenceChanged.model_validate(entry, context=context) for entry in answer]
 
-    async def unwatch_presence(self, user_ids: Iterable[UUID]) -> None:
-        await self._require_hub().invoke("UnwatchPresence", [str(u) for u in user_ids])
+    async def _rewatch(self) -> None:
+        """After a reconnect: watch the remembered ids again on the new connection, and
+        deliver their states as ``PresenceChanged`` events (what changed while away)."""
+        try:
+            while True:
+                self._rewatch_again = False
+                ids = list(self._watched)
+                try:
+                    states = await self._watch(ids) if ids else []
+                except (HubMethodError, HubProtocolError, HubUnavailable) as exc:
+                    log.warning("client_rewatch_failed", users=len(ids), error=str(exc))
+                    states = []
+                if ids != list(self._watched):  # watched or unwatched meanwhile
+                    self._rewatch_again = True
+                for state in states:
+                    if str(state.user_id) in self._watched:
+                        for callback in self._callbacks.get(PresenceChanged, ()):
+                            await _call(callback, state)
+                if not self._rewatch_again:
+                    return
+        finally:
+            self._rewatcher = None
 
     def _require_hub(self) -> HubClientConnection:
         assert self._hub is not None, "use the client inside `async with`"
@@ -283,6 +326,12 @@ class MessengerClient:
         log.info("client_connected", reconnect=reconnect)
         self._sync_off = False  # ask again: the server may have been upgraded meanwhile
         self._request_resume()
+        if self._rewatcher is not None:
+            self._rewatch_again = True  # reconnected again while watching again
+        elif self._watched and self._group is not None:
+            self._rewatcher = self._group.create_task(
+                self._rewatch(), name="messenger-client-rewatch"
+            )
 
     def _request_resume(self) -> None:
         if self._resumer is not None:

@@ -104,6 +104,14 @@ class GroupRegistry:
         members = self._members.get(group)
         return tuple(members) if members else ()
 
+    def members_but(self, group: str, user_id: Key) -> tuple[str, ...]:
+        """:meth:`members` but ``user_id``'s connections (a typist's)."""
+        members = self._members.get(group)
+        if not members:
+            return ()
+        own = self._by_user.get(user_id)
+        return tuple(members.difference(own) if own else members)
+
     def in_group(self, connection_id: str, group: str) -> bool:
         groups = self._groups_of.get(connection_id)
         return groups is not None and group in groups

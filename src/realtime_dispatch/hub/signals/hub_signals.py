@@ -145,6 +145,7 @@ def wire_signals(
         send_to_members,
         interval=options.typing_interval,
         count=lambda outcome: typing_counts[outcome].inc(),
+        counters={o: typing_counts[o].inc for o in ("sent", "throttled")},
         origin=replica_id,
         keys=keys,
     )
