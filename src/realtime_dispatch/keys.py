@@ -86,6 +86,8 @@ class KeyCodec:
     to_json: Callable[[Key], str | int]
     """The key as the wire carries it: ``str`` for uuid and text, the int itself for bigint
     (builtins, so the uuid path costs what ``str(key)`` did)."""
+    described: str
+    """What a key of this type is, for a refusal's reason (a token's user claim)."""
 
     @property
     def array_type(self) -> str:
@@ -96,9 +98,33 @@ class KeyCodec:
         return self.name
 
 
-UUID_KEYS = KeyCodec("uuid", "uuid", frozenset({"uuid"}), _claim_uuid, _json_uuid, str)
-BIGINT_KEYS = KeyCodec("bigint", "int8", frozenset({"int2", "int4", "int8"}), _bigint, _bigint, int)
-TEXT_KEYS = KeyCodec("text", "text", frozenset({"text", "varchar"}), _text, _text, str)
+UUID_KEYS = KeyCodec(
+    "uuid",
+    "uuid",
+    frozenset({"uuid"}),
+    _claim_uuid,
+    _json_uuid,
+    str,
+    "a UUID, lowercase and hyphenated",
+)
+BIGINT_KEYS = KeyCodec(
+    "bigint",
+    "int8",
+    frozenset({"int2", "int4", "int8"}),
+    _bigint,
+    _bigint,
+    int,
+    "a decimal integer in the bigint range, a JSON number or string",
+)
+TEXT_KEYS = KeyCodec(
+    "text",
+    "text",
+    frozenset({"text", "varchar"}),
+    _text,
+    _text,
+    str,
+    f"1 to {MAX_TEXT_KEY} printable characters",
+)
 
 KEY_TYPES: dict[str, KeyCodec] = {
     codec.name: codec for codec in (UUID_KEYS, BIGINT_KEYS, TEXT_KEYS)

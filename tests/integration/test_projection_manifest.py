@@ -174,6 +174,35 @@ async def test_a_chat_that_never_existed_is_quarantined_a_deleted_one_is_gone(
     assert [a.outbox_entry_id for a in stack.alerts.events] == [never]
 
 
+async def test_a_message_of_another_chat_is_a_mismatch_even_when_the_row_names_a_deleted_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """A row whose message exists, in a live chat, but which names a deleted chat (a writer's
+    mistyped chat id): quarantined with the alert, never Done as TargetGone."""
+    live, sender = await new_chat(pool)
+    sent = await send(pool, live, sender)
+    deleted, _ = await new_chat(pool)
+    await pool.execute("DELETE FROM messenger.chats WHERE id = $1", deleted)
+    await pool.execute("DELETE FROM messenger.realtime_outbox")
+    wrong: UUID = await pool.fetchval(
+        "INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq)"
+        " VALUES ('MessageEdited', 'ChatGroup', $1, $2, 1) RETURNING id",
+        deleted,
+        sent.message_id,
+    )
+    stack = make_stack(pool)
+
+    report = await stack.dispatcher.run_pass()
+
+    assert (report.target_gone, report.quarantined, stack.publisher.calls) == (0, 1, 0)
+    bug = await row(pool, wrong)
+    assert (bug["status"], bug["last_error"]) == (
+        "Quarantined",
+        "PayloadBuildError:TargetMismatch: row targets another chat",
+    )
+    assert [a.outbox_entry_id for a in stack.alerts.events] == [wrong]
+
+
 async def test_without_deleted_chats_a_missing_reference_is_a_defect(pool: asyncpg.Pool) -> None:
     deleted, sender = await new_chat(pool)
     sent = await send(pool, deleted, sender)

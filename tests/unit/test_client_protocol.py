@@ -7,7 +7,9 @@ import socket
 from uuid import uuid4
 
 import pytest
+import structlog.testing
 
+from realtime_dispatch.client.client import MessengerClient
 from realtime_dispatch.client.connection import (
     ConnectionOptions,
     HubClientConnection,
@@ -129,6 +131,34 @@ def test_typed_events_take_the_deployment_key_type() -> None:
     # The wire form again: numbers stay numbers.
     assert event.wire()["chatId"] == 17
     assert uuids.wire()["chatId"] == str(chat)
+
+
+async def test_events_of_another_key_type_say_which_option_to_set() -> None:
+    """A client left on the default key type against a bigint deployment skips every event
+    (each one a client_event_invalid warning); once, it says why and what to set."""
+    client = MessengerClient("http://127.0.0.1:9", "token")
+    record = EventRecord(
+        "message_received", ({**_received(17, 1234, 42), "eventId": str(uuid4())},)
+    )
+    with structlog.testing.capture_logs() as logs:
+        assert not await client._deliver(record.target, record.arguments)
+        assert not await client._deliver(record.target, record.arguments)
+    assert [e["event"] for e in logs] == [
+        "client_event_invalid",
+        "client_key_type_mismatch",
+        "client_event_invalid",
+    ]
+    told = logs[1]
+    assert (told["log_level"], told["key_type"], told["payload_key_type"]) == (
+        "error",
+        "uuid",
+        "bigint",
+    )
+    assert 'ClientOptions(key_type="bigint")' in told["fix"]
+    with structlog.testing.capture_logs() as logs:  # a payload that is wrong whatever the type
+        fresh = MessengerClient("http://127.0.0.1:9", "token")
+        assert not await fresh._deliver("message_received", ({"chatId": 17},))
+    assert [e["event"] for e in logs] == ["client_event_invalid"]
 
 
 def test_reconnect_delay_doubles_up_to_the_cap_and_jitter_only_shortens() -> None:

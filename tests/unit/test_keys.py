@@ -93,10 +93,16 @@ async def test_the_user_claim_must_be_a_key_of_the_type() -> None:
         with pytest.raises(AuthError) as caught:
             await bigint.verify(_token(sub))
         assert caught.value.code == "InvalidSubject", sub
+        # the reason (the 401's error_description) says what a key of this type is
+        assert str(caught.value) == (
+            "user claim sub is not a user id"
+            " (a decimal integer in the bigint range, a JSON number or string)"
+        ), sub
     text = TokenVerifier(TokenOptions(secret=SECRET, keys=TEXT_KEYS))
     assert (await text.verify(_token("ana"))).user_id == "ana"
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError) as caught:
         await text.verify(_token(7))
+    assert str(caught.value) == ("user claim sub is not a user id (1 to 128 printable characters)")
     uuid_keys = TokenVerifier(TokenOptions(secret=SECRET))
     assert (await uuid_keys.verify(_token(str(U)))).user_id == U
     with pytest.raises(AuthError):  # as before: an integer sub is no token at all for uuid keys

@@ -42,7 +42,7 @@ from realtime_dispatch.auth.jwks import SIGNING_ALGORITHMS, JwksKeys
 from realtime_dispatch.auth.jwks import KeysUnavailable as KeysUnavailable  # noqa: PLC0414
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.keys import BIGINT_KEYS, UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0
@@ -186,11 +186,10 @@ class TokenVerifier:
                 token,
                 key,
                 algorithms=[algorithm],
-                # An integer ``sub`` is what bigint keys allow (the claim is checked below).
-                options={
-                    "require": ["exp", options.user_claim],
-                    "verify_sub": options.keys is not BIGINT_KEYS,
-                },
+                # The user claim is checked below, by the key type (a string for uuid and
+                # text, an integer for bigint), so that its refusal names the claim and what
+                # it must hold; PyJWT's own check of ``sub`` would say only "invalid token".
+                options={"require": ["exp", options.user_claim], "verify_sub": False},
                 issuer=options.issuer,
                 audience=options.audience,
                 leeway=options.leeway,
@@ -221,9 +220,9 @@ class TokenVerifier:
         try:
             user_id = self.options.keys.from_claim(claims[self.options.user_claim])
         except ValueError as exc:
-            claim = self.options.user_claim
+            claim, keys = self.options.user_claim, self.options.keys
             raise AuthError(
-                f"user claim {claim} is not a user id (a UUID, lowercase and hyphenated)",
+                f"user claim {claim} is not a user id ({keys.described})",
                 code="InvalidSubject",
             ) from exc
         issued_at = claims.get("iat")

@@ -58,7 +58,7 @@ from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
 from realtime_dispatch.contracts.signals import PresenceChanged
-from realtime_dispatch.keys import UUID_KEYS, Key, key_codec
+from realtime_dispatch.keys import KEY_TYPES, UUID_KEYS, Key, key_codec
 
 log = structlog.get_logger(__name__)
 
@@ -129,6 +129,7 @@ class MessengerClient:
             )
         self._own_resync = resync
         self._sync_off = False  # the server answered that it has no GET /api/sync
+        self._key_type_told = False  # client_key_type_mismatch said once
         self.stats = ClientStats()
         self.timelines = Timelines()
         self._base_url = base_url
@@ -345,6 +346,29 @@ class MessengerClient:
     async def hub_event(self, record: EventRecord) -> None:
         await self._deliver(record.target, record.arguments)
 
+    def _tell_key_type(self, target: str, arguments: tuple[Any, ...]) -> None:
+        """An event refused because its ids are keys of another type than ``key_type`` (a
+        bigint deployment and the default options: every event would be skipped) is said
+        once, as an error naming the option to set."""
+        if self._key_type_told:
+            return
+        for codec in KEY_TYPES.values():
+            if codec is self._keys:
+                continue
+            try:
+                parse_event(target, arguments, keys=codec)
+            except HubProtocolError:
+                continue
+            self._key_type_told = True
+            log.error(
+                "client_key_type_mismatch",
+                target=target,
+                key_type=self._keys.name,
+                payload_key_type=codec.name,
+                fix=f'ClientOptions(key_type="{codec.name}"), the server\'s REALTIME_KEY_TYPE',
+            )
+            return
+
     async def _deliver(self, target: str, arguments: tuple[Any, ...]) -> bool:
         """Parse, dedupe (``eventId``, then ``(chatId, seq)``), apply, call back; ``True`` when
         the event was new."""
@@ -353,6 +377,7 @@ class MessengerClient:
         except HubProtocolError as exc:
             # A malformed payload is skipped; a missed message shows up as a gap later.
             log.warning("client_event_invalid", target=target, error=str(exc))
+            self._tell_key_type(target, arguments)
             return False
         if event is None:
             return False

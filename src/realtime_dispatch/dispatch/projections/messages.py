@@ -67,9 +67,16 @@ class MessagePayloadBuilder:
         for item in items:
             intent = item.intent
             record = records.get(intent.message_id) if intent.message_id else None
-            if record is None or record["chat_id"] != intent.chat_id:
+            if record is None:
                 results[item.row.id] = PayloadBuildError(
                     "referenced message does not exist", code="MessageNotFound"
+                )
+                continue
+            if record["chat_id"] != intent.chat_id:
+                # A writer's bug, never TargetGone: the message lives, in another chat (were
+                # the row's chat a deleted one, a not-found would end it Done without an alert).
+                results[item.row.id] = PayloadBuildError(
+                    "row targets another chat", code="TargetMismatch"
                 )
                 continue
             if intent.seq is not None and intent.seq != record["seq"]:
