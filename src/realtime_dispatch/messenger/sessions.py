@@ -11,12 +11,14 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
     require_active_member,
 )
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
+from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
     RealtimeDispatchKind,
@@ -149,3 +151,37 @@ async def visible_session_record(
             conn, actor=viewer, call_id=row["call_id"], conference_id=row["conference_id"]
         )
     return row
+
+
+async def start_in_session(
+    conn: DbConnection,
+    *,
+    actor: UUID,
+    call_id: UUID | None,
+    conference_id: UUID | None,
+    insert: str,
+    busy: str,
+    push: RealtimeDispatchKind,
+) -> UUID:
+    """Start a recording or a screen share: the session must be live and ``actor`` not blocked
+    in it (:func:`load_session`); ``insert`` adds the row (``id, session_kind, call_id,
+    conference_id`` and the actor, ``$1`` to ``$5``), Conflict(``busy``) when one is already
+    running (a unique index); ``push`` goes to the session with the new id as ``ref_id``."""
+    record_id = new_id()
+    async with conn.transaction():
+        session = await load_session(
+            conn,
+            actor=actor,
+            call_id=call_id,
+            conference_id=conference_id,
+            require_live=True,
+            refuse_blocked=True,
+        )
+        try:
+            await conn.execute(
+                insert, record_id, session.kind.value, session.call_id, session.conference_id, actor
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise Conflict(busy) from exc
+        await enqueue(conn, *session.intents(push, record_id))
+    return record_id
