@@ -18,8 +18,8 @@ from realtime_dispatch.contracts.rest import CallOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import refuse_if_blocked
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
-from realtime_dispatch.messenger.sessions import direct_intents, new_room_name
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput
+from realtime_dispatch.messenger.sessions import direct_intents, new_room_name, party_call
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -55,17 +55,6 @@ WHERE id = $1
 """
 
 
-async def _locked_call(conn: DbConnection, call_id: UUID, actor: UUID) -> asyncpg.Record:
-    call = await conn.fetchrow(
-        "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
-        " WHERE id = $1 FOR UPDATE",
-        call_id,
-    )
-    if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
-        raise NotFound("call not found")
-    return call
-
-
 @dataclass(frozen=True, slots=True)
 class CallTransition:
     """Who may move a call from one status to the next; ``push`` goes to both parties."""
@@ -92,7 +81,7 @@ async def transition(
     """Apply ``rule`` to the call: NotFound for a non-party, Forbidden for the wrong party,
     Conflict when the call is not in ``rule.from_status``."""
     async with conn.transaction():
-        call = await _locked_call(conn, call_id, actor)
+        call = await party_call(conn, call_id, actor, lock="FOR UPDATE")
         if rule.who is not None and actor != call[f"{rule.who}_user_id"]:
             raise Forbidden(f"only the {rule.who} may do this")
         if call["status"] != rule.from_status:
@@ -144,12 +133,7 @@ def _view(r: asyncpg.Record) -> CallOut:
 
 
 async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallOut:
-    r = await conn.fetchrow(
-        f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions WHERE id = $1", call_id
-    )
-    if r is None or viewer not in (r["caller_user_id"], r["callee_user_id"]):
-        raise NotFound("call not found")
-    return _view(r)
+    return _view(await party_call(conn, call_id, viewer, columns=_CALL_COLUMNS))
 
 
 async def list_calls(

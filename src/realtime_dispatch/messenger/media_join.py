@@ -19,6 +19,7 @@ from realtime_dispatch.messenger.access import (
 )
 from realtime_dispatch.messenger.calls import LIVE_STATUSES
 from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable, NotFound
+from realtime_dispatch.messenger.sessions import other_party, party_call
 
 
 def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
@@ -31,17 +32,12 @@ def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
 async def call_media(
     conn: DbConnection, minter: MediaMinter, *, call_id: UUID, user: UUID
 ) -> MediaJoin:
-    r = await conn.fetchrow(
-        "SELECT caller_user_id, callee_user_id, room_name, status"
-        " FROM messenger.call_sessions WHERE id = $1",
-        call_id,
+    r = await party_call(
+        conn, call_id, user, columns="caller_user_id, callee_user_id, room_name, status"
     )
-    if r is None or user not in (r["caller_user_id"], r["callee_user_id"]):
-        raise NotFound("call not found")
     if r["status"] not in LIVE_STATUSES:
         raise Conflict(f"the call is {r['status']}")
-    other = r["callee_user_id"] if user == r["caller_user_id"] else r["caller_user_id"]
-    await refuse_if_blocked(conn, blocker=other, actor=user)
+    await refuse_if_blocked(conn, blocker=other_party(r, user), actor=user)
     return _mint(minter, r["room_name"], user_id=user)
 
 

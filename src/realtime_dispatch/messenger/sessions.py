@@ -74,6 +74,33 @@ def direct_intents(
     return session.intents(kind, ref_id)
 
 
+async def party_call(
+    conn: DbConnection,
+    call_id: UUID,
+    party: UUID,
+    *,
+    columns: str = "caller_user_id, callee_user_id, status",
+    lock: str = "",
+) -> asyncpg.Record:
+    """The call's ``columns`` (``caller_user_id`` and ``callee_user_id`` among them) when
+    ``party`` is its caller or callee; NotFound for anyone else, as for a missing call.
+    ``lock``: ``"FOR UPDATE"``, ``"FOR SHARE"`` or none."""
+    call = await conn.fetchrow(
+        f"SELECT {columns} FROM messenger.call_sessions WHERE id = $1 {lock}", call_id
+    )
+    if call is None or party not in (call["caller_user_id"], call["callee_user_id"]):
+        raise NotFound("call not found")
+    return call
+
+
+def other_party(call: asyncpg.Record, party: UUID) -> UUID:
+    """The caller for the callee, the callee for the caller."""
+    other: UUID = (
+        call["callee_user_id"] if party == call["caller_user_id"] else call["caller_user_id"]
+    )
+    return other
+
+
 async def load_session(
     conn: DbConnection,
     *,
@@ -94,18 +121,9 @@ async def load_session(
     if (call_id is None) == (conference_id is None):
         raise InvalidInput("give exactly one of callId and conferenceId")
     if call_id is not None:
-        call = await conn.fetchrow(
-            "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
-            " WHERE id = $1 FOR SHARE",
-            call_id,
-        )
-        if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
-            raise NotFound("call not found")
+        call = await party_call(conn, call_id, actor, lock="FOR SHARE")
         if refuse_blocked:
-            caller, callee = call["caller_user_id"], call["callee_user_id"]
-            await refuse_if_blocked(
-                conn, blocker=callee if actor == caller else caller, actor=actor
-            )
+            await refuse_if_blocked(conn, blocker=other_party(call, actor), actor=actor)
         session = MediaSession(
             SessionKind.DIRECT,
             call_id,
