@@ -62,13 +62,7 @@ def conference_intent(
     kind: RealtimeDispatchKind, chat_id: UUID | None, ref_id: UUID
 ) -> OutboxIntent:
     """A conference's push: to ``chat:{chatId}``, whose active members receive it."""
-    return OutboxIntent(
-        kind=kind,
-        target_kind=RealtimeTargetKind.CHAT_GROUP,
-        chat_id=chat_id,
-        ref_id=ref_id,
-        session_kind=SessionKind.CONFERENCE,
-    )
+    return OutboxIntent.to_chat(kind, chat_id, ref_id=ref_id, session_kind=SessionKind.CONFERENCE)
 
 
 def direct_intents(
