@@ -15,11 +15,10 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
-    require_active_member,
 )
 from realtime_dispatch.messenger.calls import LIVE_STATUSES
-from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable, NotFound
-from realtime_dispatch.messenger.sessions import other_party, party_call
+from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable
+from realtime_dispatch.messenger.sessions import member_conference, other_party, party_call
 
 
 def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
@@ -46,13 +45,7 @@ async def conference_media(
 ) -> MediaJoin:
     """For the caller alone (``context.user`` and the TURN username name the user), unlike the
     chat-scoped token in ``conference_started`` / ``conference_invited``."""
-    r = await conn.fetchrow(
-        "SELECT chat_id, room_name, status FROM messenger.conference_sessions WHERE id = $1",
-        conference_id,
-    )
-    if r is None:
-        raise NotFound("conference not found")
-    await require_active_member(conn, r["chat_id"], user)
+    r = await member_conference(conn, conference_id, user, columns="chat_id, room_name, status")
     await refuse_if_blocked_in_chat(conn, chat_id=r["chat_id"], actor=user)  # as join is
     if r["status"] != "Active":
         raise Conflict("the conference has ended")

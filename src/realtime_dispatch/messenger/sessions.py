@@ -92,6 +92,26 @@ async def party_call(
     return call
 
 
+async def member_conference(
+    conn: DbConnection,
+    conference_id: UUID,
+    member: UUID,
+    *,
+    columns: str = "chat_id, status",
+    lock: str = "",
+) -> asyncpg.Record:
+    """The conference's ``columns`` (``chat_id`` among them) when ``member`` is an active member
+    of its chat (Forbidden otherwise, :func:`~.access.require_active_member`); NotFound when
+    there is no such conference. ``lock``: ``"FOR UPDATE"``, ``"FOR SHARE"`` or none."""
+    conference = await conn.fetchrow(
+        f"SELECT {columns} FROM messenger.conference_sessions WHERE id = $1 {lock}", conference_id
+    )
+    if conference is None:
+        raise NotFound("conference not found")
+    await require_active_member(conn, conference["chat_id"], member)
+    return conference
+
+
 def other_party(call: asyncpg.Record, party: UUID) -> UUID:
     """The caller for the callee, the callee for the caller."""
     other: UUID = (
@@ -132,13 +152,8 @@ async def load_session(
             call["status"] == "Active",
         )
     else:
-        conference = await conn.fetchrow(
-            "SELECT chat_id, status FROM messenger.conference_sessions WHERE id = $1 FOR SHARE",
-            conference_id,
-        )
-        if conference is None:
-            raise NotFound("conference not found")
-        await require_active_member(conn, conference["chat_id"], actor)
+        assert conference_id is not None  # exactly one of the two, checked above
+        conference = await member_conference(conn, conference_id, actor, lock="FOR SHARE")
         if refuse_blocked:
             await refuse_if_blocked_in_chat(conn, chat_id=conference["chat_id"], actor=actor)
         session = MediaSession(
