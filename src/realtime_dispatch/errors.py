@@ -3,6 +3,10 @@
 ::
 
     RealtimeDispatchError
+    ├── Refusal                       a request refused with an HTTP status (REST API):
+    │                                 ``code``, message, ``status``, ``retry_after``; the
+    │                                 messenger's DomainError raises it, the SDK's RestError
+    │                                 reads it back
     ├── ConfigurationError            invalid settings; the process stops with one line
     ├── SchemaConflict                a migration met an existing object of the same name
     ├── IntentError                   an owner asked to enqueue an intent that cannot be valid
@@ -35,6 +39,35 @@ class RealtimeDispatchError(Exception):
     def describe(self) -> str:
         """``Class:code: message`` for ``last_error`` (callers keep messages free of PII)."""
         return f"{type(self).__name__}:{self.code}: {self}"[:512]
+
+
+class Refusal(RealtimeDispatchError):
+    """A request refused, as the REST API answers it: ``status``, and the body
+    ``{"error": code, "message": str(self)}``, with ``Retry-After`` when ``retry_after`` is set.
+    A subclass names its status (``class NotFound(Refusal, status=404)``); the client's view of
+    an answer carries the status it got."""
+
+    status: int = 400
+    retry_after: float | None = None
+    """Seconds until the refused request may be tried again (429), when known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        if status is not None:
+            self.status = status
+        self.retry_after = retry_after
+
+    def __init_subclass__(cls, *, status: int | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
 
 
 class ConfigurationError(RealtimeDispatchError):

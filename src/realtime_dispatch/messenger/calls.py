@@ -8,6 +8,8 @@ at delivery for each party; only the room name is stored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal, Protocol
 from uuid import UUID
 
 import asyncpg
@@ -16,8 +18,8 @@ from realtime_dispatch.contracts.rest import CallOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import refuse_if_blocked
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
-from realtime_dispatch.messenger.sessions import direct_intents, new_room_name
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput
+from realtime_dispatch.messenger.sessions import direct_intents, new_room_name, party_call
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -53,88 +55,62 @@ WHERE id = $1
 """
 
 
-async def _locked_call(conn: DbConnection, call_id: UUID, actor: UUID) -> asyncpg.Record:
-    call = await conn.fetchrow(
-        "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
-        " WHERE id = $1 FOR UPDATE",
-        call_id,
-    )
-    if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
-        raise NotFound("call not found")
-    return call
+@dataclass(frozen=True, slots=True)
+class CallTransition:
+    """Who may move a call from one status to the next; ``push`` goes to both parties."""
+
+    who: Literal["caller", "callee"] | None
+    """The party allowed to (``None``: either)."""
+    from_status: str
+    to_status: str
+    push: RealtimeDispatchKind
 
 
-async def _transition(
-    conn: DbConnection,
-    *,
-    call_id: UUID,
-    actor: UUID,
-    kind: RealtimeDispatchKind,
-    allowed_actor: str | None,
-    from_status: str,
-    to_status: str,
+# action: who may, from, to, what both parties are pushed
+TRANSITIONS: dict[str, CallTransition] = {
+    "answer": CallTransition("callee", "Ringing", "Active", K.CALL_ANSWERED),
+    "decline": CallTransition("callee", "Ringing", "Declined", K.CALL_DECLINED),
+    "cancel": CallTransition("caller", "Ringing", "Cancelled", K.CALL_CANCELLED),
+    "end": CallTransition(None, "Active", "Ended", K.CALL_ENDED),
+}
+
+
+async def transition(
+    conn: DbConnection, rule: CallTransition, *, call_id: UUID, actor: UUID
 ) -> None:
-    """Move the call from ``from_status`` to ``to_status`` and push ``kind`` to both parties.
-    ``allowed_actor``: ``"caller"``, ``"callee"`` or ``None`` (either party)."""
+    """Apply ``rule`` to the call: NotFound for a non-party, Forbidden for the wrong party,
+    Conflict when the call is not in ``rule.from_status``."""
     async with conn.transaction():
-        call = await _locked_call(conn, call_id, actor)
-        if allowed_actor is not None and actor != call[f"{allowed_actor}_user_id"]:
-            raise Forbidden(f"only the {allowed_actor} may do this")
-        if call["status"] != from_status:
-            raise Conflict(f"the call is {call['status']}, not {from_status}")
-        await conn.execute(_TRANSITION_SQL, call_id, to_status, actor)
+        call = await party_call(conn, call_id, actor, lock="FOR UPDATE")
+        if rule.who is not None and actor != call[f"{rule.who}_user_id"]:
+            raise Forbidden(f"only the {rule.who} may do this")
+        if call["status"] != rule.from_status:
+            raise Conflict(f"the call is {call['status']}, not {rule.from_status}")
+        await conn.execute(_TRANSITION_SQL, call_id, rule.to_status, actor)
         await enqueue(
             conn,
-            *direct_intents(kind, call_id, call["caller_user_id"], call["callee_user_id"]),
+            *direct_intents(rule.push, call_id, call["caller_user_id"], call["callee_user_id"]),
         )
 
 
-async def answer_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
-    await _transition(
-        conn,
-        call_id=call_id,
-        actor=actor,
-        kind=K.CALL_ANSWERED,
-        allowed_actor="callee",
-        from_status="Ringing",
-        to_status="Active",
-    )
+class CallCommand(Protocol):
+    async def __call__(self, conn: DbConnection, *, call_id: UUID, actor: UUID) -> None: ...
 
 
-async def decline_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
-    await _transition(
-        conn,
-        call_id=call_id,
-        actor=actor,
-        kind=K.CALL_DECLINED,
-        allowed_actor="callee",
-        from_status="Ringing",
-        to_status="Declined",
-    )
+def _command(action: str) -> CallCommand:
+    rule = TRANSITIONS[action]
+
+    async def command(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
+        await transition(conn, rule, call_id=call_id, actor=actor)
+
+    command.__name__ = command.__qualname__ = f"{action}_call"
+    return command
 
 
-async def cancel_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
-    await _transition(
-        conn,
-        call_id=call_id,
-        actor=actor,
-        kind=K.CALL_CANCELLED,
-        allowed_actor="caller",
-        from_status="Ringing",
-        to_status="Cancelled",
-    )
-
-
-async def end_call(conn: DbConnection, *, call_id: UUID, actor: UUID) -> None:
-    await _transition(
-        conn,
-        call_id=call_id,
-        actor=actor,
-        kind=K.CALL_ENDED,
-        allowed_actor=None,
-        from_status="Active",
-        to_status="Ended",
-    )
+answer_call = _command("answer")
+decline_call = _command("decline")
+cancel_call = _command("cancel")
+end_call = _command("end")
 
 
 _CALL_COLUMNS = (
@@ -157,12 +133,7 @@ def _view(r: asyncpg.Record) -> CallOut:
 
 
 async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallOut:
-    r = await conn.fetchrow(
-        f"SELECT {_CALL_COLUMNS} FROM messenger.call_sessions WHERE id = $1", call_id
-    )
-    if r is None or viewer not in (r["caller_user_id"], r["callee_user_id"]):
-        raise NotFound("call not found")
-    return _view(r)
+    return _view(await party_call(conn, call_id, viewer, columns=_CALL_COLUMNS))
 
 
 async def list_calls(

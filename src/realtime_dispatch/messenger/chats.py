@@ -24,7 +24,7 @@ from realtime_dispatch.messenger.access import (
 from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
 
 
 class ChatEventKind(StrEnum):
@@ -90,12 +90,7 @@ async def record_chat_event(
     await conn.execute(_EVENT_SQL, event_id, chat_id, kind.value, actor, subject)
     await enqueue(
         conn,
-        OutboxIntent(
-            kind=RealtimeDispatchKind.CHAT_UPDATED,
-            target_kind=RealtimeTargetKind.CHAT_GROUP,
-            chat_id=chat_id,
-            ref_id=event_id,
-        ),
+        OutboxIntent.to_chat(RealtimeDispatchKind.CHAT_UPDATED, chat_id, ref_id=event_id),
         entry_ids=[event_id],
     )
     return event_id

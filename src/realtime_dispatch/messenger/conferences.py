@@ -23,26 +23,11 @@ from realtime_dispatch.messenger.access import (
     require_active_member,
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
-from realtime_dispatch.messenger.sessions import new_room_name
+from realtime_dispatch.messenger.sessions import conference_intent, new_room_name
 from realtime_dispatch.outbox.enqueue import enqueue
-from realtime_dispatch.outbox.model import (
-    OutboxIntent,
-    RealtimeDispatchKind,
-    RealtimeTargetKind,
-    SessionKind,
-)
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 K = RealtimeDispatchKind
-
-
-def _to_chat(kind: RealtimeDispatchKind, chat_id: UUID, ref_id: UUID) -> OutboxIntent:
-    return OutboxIntent(
-        kind=kind,
-        target_kind=RealtimeTargetKind.CHAT_GROUP,
-        chat_id=chat_id,
-        ref_id=ref_id,
-        session_kind=SessionKind.CONFERENCE,
-    )
 
 
 async def _conference(
@@ -92,7 +77,7 @@ async def start_conference(conn: DbConnection, *, chat_id: UUID, actor: UUID) ->
             conference_id,
             actor,
         )
-        await enqueue(conn, _to_chat(K.CONFERENCE_STARTED, chat_id, conference_id))
+        await enqueue(conn, conference_intent(K.CONFERENCE_STARTED, chat_id, conference_id))
     return conference_id
 
 
@@ -126,7 +111,7 @@ async def invite_to_conference(
         )
         if entry_id is None:
             raise Conflict("the user is already in the conference")
-        await enqueue(conn, _to_chat(K.CONFERENCE_INVITED, chat_id, entry_id))
+        await enqueue(conn, conference_intent(K.CONFERENCE_INVITED, chat_id, entry_id))
     return entry_id  # type: ignore[no-any-return]
 
 
@@ -152,7 +137,8 @@ async def join_conference(conn: DbConnection, *, conference_id: UUID, actor: UUI
         if entry_id is None:
             raise Conflict("already in the conference")
         await enqueue(
-            conn, _to_chat(K.CONFERENCE_PARTICIPANT_JOINED, conference["chat_id"], entry_id)
+            conn,
+            conference_intent(K.CONFERENCE_PARTICIPANT_JOINED, conference["chat_id"], entry_id),
         )
     return entry_id  # type: ignore[no-any-return]
 
@@ -170,7 +156,7 @@ async def leave_conference(conn: DbConnection, *, conference_id: UUID, actor: UU
         if entry_id is None:
             raise NotFound("you are not in this conference")
         await enqueue(
-            conn, _to_chat(K.CONFERENCE_PARTICIPANT_LEFT, conference["chat_id"], entry_id)
+            conn, conference_intent(K.CONFERENCE_PARTICIPANT_LEFT, conference["chat_id"], entry_id)
         )
     return entry_id  # type: ignore[no-any-return]
 
@@ -204,7 +190,10 @@ async def close_ended(conn: DbConnection, ended: Sequence[tuple[UUID, UUID]]) ->
     )
     await enqueue(
         conn,
-        *(_to_chat(K.CONFERENCE_ENDED, chat_id, conference_id) for conference_id, chat_id in ended),
+        *(
+            conference_intent(K.CONFERENCE_ENDED, chat_id, conference_id)
+            for conference_id, chat_id in ended
+        ),
     )
 
 

@@ -15,10 +15,10 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
-    require_active_member,
 )
 from realtime_dispatch.messenger.calls import LIVE_STATUSES
-from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, MediaUnavailable
+from realtime_dispatch.messenger.sessions import member_conference, other_party, party_call
 
 
 def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
@@ -31,17 +31,12 @@ def _mint(minter: MediaMinter, room_name: str, **subject: UUID) -> MediaJoin:
 async def call_media(
     conn: DbConnection, minter: MediaMinter, *, call_id: UUID, user: UUID
 ) -> MediaJoin:
-    r = await conn.fetchrow(
-        "SELECT caller_user_id, callee_user_id, room_name, status"
-        " FROM messenger.call_sessions WHERE id = $1",
-        call_id,
+    r = await party_call(
+        conn, call_id, user, columns="caller_user_id, callee_user_id, room_name, status"
     )
-    if r is None or user not in (r["caller_user_id"], r["callee_user_id"]):
-        raise NotFound("call not found")
     if r["status"] not in LIVE_STATUSES:
         raise Conflict(f"the call is {r['status']}")
-    other = r["callee_user_id"] if user == r["caller_user_id"] else r["caller_user_id"]
-    await refuse_if_blocked(conn, blocker=other, actor=user)
+    await refuse_if_blocked(conn, blocker=other_party(r, user), actor=user)
     return _mint(minter, r["room_name"], user_id=user)
 
 
@@ -50,13 +45,7 @@ async def conference_media(
 ) -> MediaJoin:
     """For the caller alone (``context.user`` and the TURN username name the user), unlike the
     chat-scoped token in ``conference_started`` / ``conference_invited``."""
-    r = await conn.fetchrow(
-        "SELECT chat_id, room_name, status FROM messenger.conference_sessions WHERE id = $1",
-        conference_id,
-    )
-    if r is None:
-        raise NotFound("conference not found")
-    await require_active_member(conn, r["chat_id"], user)
+    r = await member_conference(conn, conference_id, user, columns="chat_id, room_name, status")
     await refuse_if_blocked_in_chat(conn, chat_id=r["chat_id"], actor=user)  # as join is
     if r["status"] != "Active":
         raise Conflict("the conference has ended")

@@ -279,10 +279,9 @@ async def edit_message(
             raise Conflict(f"the edit window of {EDIT_WINDOW_SECONDS} s has passed")
         await enqueue(
             conn,
-            OutboxIntent(
-                kind=RealtimeDispatchKind.MESSAGE_EDITED,
-                target_kind=RealtimeTargetKind.CHAT_GROUP,
-                chat_id=chat_id,
+            OutboxIntent.to_chat(
+                RealtimeDispatchKind.MESSAGE_EDITED,
+                chat_id,
                 message_id=message_id,
                 seq=int(row["seq"]),
             ),
@@ -319,10 +318,9 @@ async def delete_message(
             return  # deleted, but not pushed to the blocker (REST history shows it deleted)
         await enqueue(
             conn,
-            OutboxIntent(
-                kind=RealtimeDispatchKind.MESSAGE_DELETED,
-                target_kind=RealtimeTargetKind.CHAT_GROUP,
-                chat_id=chat_id,
+            OutboxIntent.to_chat(
+                RealtimeDispatchKind.MESSAGE_DELETED,
+                chat_id,
                 message_id=message_id,
                 seq=int(row["seq"]),
             ),

@@ -10,7 +10,7 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.access import is_blocked_in_chat, require_active_member
 from realtime_dispatch.messenger.refusals import InvalidInput
 from realtime_dispatch.outbox.enqueue import enqueue
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
 
 _READ_SQL = """
 UPDATE messenger.participants p SET last_read_seq = $3, last_read_at = now()
@@ -39,11 +39,8 @@ async def mark_read(conn: DbConnection, *, chat_id: UUID, user_id: UUID, seq: in
             return True  # recorded, but the blocker is not told what the blocked user read
         await enqueue(
             conn,
-            OutboxIntent(
-                kind=RealtimeDispatchKind.READ_RECEIPT_UPDATED,
-                target_kind=RealtimeTargetKind.CHAT_GROUP,
-                chat_id=chat_id,
-                ref_id=participant_id,
+            OutboxIntent.to_chat(
+                RealtimeDispatchKind.READ_RECEIPT_UPDATED, chat_id, ref_id=participant_id
             ),
         )
     return True

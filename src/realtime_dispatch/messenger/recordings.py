@@ -8,17 +8,16 @@ its own service identity)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from uuid import UUID
-
-import asyncpg
 
 from realtime_dispatch.contracts.rest import RecordingOut
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
 from realtime_dispatch.messenger.sessions import (
     MediaSession,
     load_session,
+    start_in_session,
     visible_session_record,
 )
 from realtime_dispatch.outbox.enqueue import enqueue
@@ -36,31 +35,17 @@ async def start_recording(
     conference_id: UUID | None = None,
 ) -> UUID:
     """Start recording a call in progress (a party) or a live conference (a chat member)."""
-    recording_id = new_id()
-    async with conn.transaction():
-        session = await load_session(
-            conn,
-            actor=actor,
-            call_id=call_id,
-            conference_id=conference_id,
-            require_live=True,
-            refuse_blocked=True,
-        )
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.call_recordings"
-                " (id, session_kind, call_id, conference_id, started_by_user_id)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                recording_id,
-                session.kind.value,
-                session.call_id,
-                session.conference_id,
-                actor,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("a recording is already running") from exc
-        await enqueue(conn, *session.intents(K.RECORDING_STARTED, recording_id))
-    return recording_id
+    return await start_in_session(
+        conn,
+        actor=actor,
+        call_id=call_id,
+        conference_id=conference_id,
+        insert="INSERT INTO messenger.call_recordings"
+        " (id, session_kind, call_id, conference_id, started_by_user_id)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        busy="a recording is already running",
+        push=K.RECORDING_STARTED,
+    )
 
 
 async def _recording(
@@ -83,49 +68,65 @@ async def _recording(
     return session, str(row["status"])
 
 
+@dataclass(frozen=True, slots=True)
+class RecordingStep:
+    """From which statuses a recording may move on, how (``sql``: ``$1`` the recording, ``$2``
+    the failure code), and what the session is pushed. Any participant of the session may take
+    a step; a user blocked in it only ``stop`` (nothing of theirs reaches the blocker, and nobody
+    is left unable to stop it), never report it available or failed (a code)."""
+
+    from_statuses: tuple[str, ...]
+    push: RealtimeDispatchKind
+    sql: str
+    blocked_may: bool = False
+
+
+STEPS: dict[str, RecordingStep] = {
+    "stop": RecordingStep(
+        ("Recording",),
+        K.RECORDING_STOPPED,
+        "UPDATE messenger.call_recordings SET status = 'Stopped', stopped_at = now() WHERE id = $1",
+        blocked_may=True,
+    ),
+    "available": RecordingStep(
+        ("Stopped",),
+        K.RECORDING_AVAILABLE,
+        "UPDATE messenger.call_recordings SET status = 'Available', available_at = now()"
+        " WHERE id = $1",
+    ),
+    "failed": RecordingStep(
+        ("Recording", "Stopped"),
+        K.RECORDING_FAILED,
+        "UPDATE messenger.call_recordings SET status = 'Failed', failed_at = now(),"
+        " stopped_at = coalesce(stopped_at, now()), failure_code = $2 WHERE id = $1",
+    ),
+}
+
+
 async def _advance(
     conn: DbConnection,
+    step: RecordingStep,
     *,
     recording_id: UUID,
     actor: UUID,
-    kind: RealtimeDispatchKind,
-    from_statuses: tuple[str, ...],
-    sql: str,
     args: tuple[object, ...] = (),
 ) -> None:
     async with conn.transaction():
-        # A blocked user may still stop a recording (nothing of theirs reaches the blocker, and
-        # nobody is left unable to stop it), never report it available or failed (a code).
-        stopping = kind is K.RECORDING_STOPPED
-        session, status = await _recording(conn, recording_id, actor, refuse_blocked=not stopping)
-        if status not in from_statuses:
+        session, status = await _recording(
+            conn, recording_id, actor, refuse_blocked=not step.blocked_may
+        )
+        if status not in step.from_statuses:
             raise Conflict(f"the recording is {status}")
-        await conn.execute(sql, recording_id, *args)
-        await enqueue(conn, *session.intents(kind, recording_id))
+        await conn.execute(step.sql, recording_id, *args)
+        await enqueue(conn, *session.intents(step.push, recording_id))
 
 
 async def stop_recording(conn: DbConnection, *, recording_id: UUID, actor: UUID) -> None:
-    await _advance(
-        conn,
-        recording_id=recording_id,
-        actor=actor,
-        kind=K.RECORDING_STOPPED,
-        from_statuses=("Recording",),
-        sql="UPDATE messenger.call_recordings SET status = 'Stopped', stopped_at = now()"
-        " WHERE id = $1",
-    )
+    await _advance(conn, STEPS["stop"], recording_id=recording_id, actor=actor)
 
 
 async def mark_recording_available(conn: DbConnection, *, recording_id: UUID, actor: UUID) -> None:
-    await _advance(
-        conn,
-        recording_id=recording_id,
-        actor=actor,
-        kind=K.RECORDING_AVAILABLE,
-        from_statuses=("Stopped",),
-        sql="UPDATE messenger.call_recordings SET status = 'Available', available_at = now()"
-        " WHERE id = $1",
-    )
+    await _advance(conn, STEPS["available"], recording_id=recording_id, actor=actor)
 
 
 async def mark_recording_failed(
@@ -134,16 +135,7 @@ async def mark_recording_failed(
     """``code``: a short machine code (letters, digits, ``_.-``), never free text."""
     if not FAILURE_CODE.match(code):
         raise InvalidInput("code must be 1-64 letters, digits, '_', '.' or '-'")
-    await _advance(
-        conn,
-        recording_id=recording_id,
-        actor=actor,
-        kind=K.RECORDING_FAILED,
-        from_statuses=("Recording", "Stopped"),
-        sql="UPDATE messenger.call_recordings SET status = 'Failed', failed_at = now(),"
-        " stopped_at = coalesce(stopped_at, now()), failure_code = $2 WHERE id = $1",
-        args=(code,),
-    )
+    await _advance(conn, STEPS["failed"], recording_id=recording_id, actor=actor, args=(code,))
 
 
 async def get_recording(conn: DbConnection, *, recording_id: UUID, viewer: UUID) -> RecordingOut:

@@ -1,10 +1,10 @@
-"""Why an owner command refused. The REST layer maps each class to one status code
-(``realtime_dispatch.messenger.api.error_responses``); messages are short and carry no ids or
-bodies.
+"""Why an owner command refused. Each class names its status code, which the REST layer
+answers with (``realtime_dispatch.messenger.api.error_responses``); messages are short and carry
+no ids or bodies.
 
 ::
 
-    RealtimeDispatchError
+    RealtimeDispatchError › Refusal (realtime_dispatch.errors: code, message, status, retry_after)
     └── DomainError
         ├── InvalidInput     400  the request cannot be valid (seq beyond the chat, self-call, …)
         ├── Forbidden        403  the actor may not do this (not a member, blocked, not the sender)
@@ -16,38 +16,38 @@ bodies.
 
 from __future__ import annotations
 
-from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.errors import Refusal
 
 
-class DomainError(RealtimeDispatchError):
-    """A command refused: the REST layer maps the class to a status."""
+class DomainError(Refusal):
+    """A command refused: the REST layer answers with the class's ``status``."""
 
     code = "Domain"
 
 
-class InvalidInput(DomainError):
+class InvalidInput(DomainError, status=400):
     code = "InvalidInput"
 
 
-class NotFound(DomainError):
+class NotFound(DomainError, status=404):
     code = "NotFound"
 
 
-class Forbidden(DomainError):
+class Forbidden(DomainError, status=403):
     code = "Forbidden"
 
 
-class Conflict(DomainError):
+class Conflict(DomainError, status=409):
     code = "Conflict"
 
 
-class RateLimited(DomainError):
+class RateLimited(DomainError, status=429):
     code = "TooManyRequests"
+    retry_after: float
 
     def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
 
 
-class MediaUnavailable(DomainError):
+class MediaUnavailable(DomainError, status=503):
     code = "MediaUnavailable"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.contracts.rest import ScreenShareOut
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
-from realtime_dispatch.messenger.sessions import load_session, visible_session_record
+from realtime_dispatch.messenger.sessions import (
+    load_session,
+    start_in_session,
+    visible_session_record,
+)
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
@@ -23,31 +24,17 @@ async def start_screen_share(
     call_id: UUID | None = None,
     conference_id: UUID | None = None,
 ) -> UUID:
-    share_id = new_id()
-    async with conn.transaction():
-        session = await load_session(
-            conn,
-            actor=actor,
-            call_id=call_id,
-            conference_id=conference_id,
-            require_live=True,
-            refuse_blocked=True,
-        )
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.screen_shares"
-                " (id, session_kind, call_id, conference_id, user_id)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                share_id,
-                session.kind.value,
-                session.call_id,
-                session.conference_id,
-                actor,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("someone is already sharing their screen") from exc
-        await enqueue(conn, *session.intents(RealtimeDispatchKind.SCREEN_SHARE_STARTED, share_id))
-    return share_id
+    """Share ``actor``'s screen in a live session (one sharer at a time)."""
+    return await start_in_session(
+        conn,
+        actor=actor,
+        call_id=call_id,
+        conference_id=conference_id,
+        insert="INSERT INTO messenger.screen_shares"
+        " (id, session_kind, call_id, conference_id, user_id) VALUES ($1, $2, $3, $4, $5)",
+        busy="someone is already sharing their screen",
+        push=RealtimeDispatchKind.SCREEN_SHARE_STARTED,
+    )
 
 
 async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) -> None:

@@ -11,12 +11,14 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database import DbConnection
+from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
     require_active_member,
 )
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
+from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
     RealtimeDispatchKind,
@@ -53,15 +55,14 @@ class MediaSession:
                 )
                 for party in self.parties
             ]
-        return [
-            OutboxIntent(
-                kind=kind,
-                target_kind=RealtimeTargetKind.CHAT_GROUP,
-                chat_id=self.chat_id,
-                ref_id=ref_id,
-                session_kind=SessionKind.CONFERENCE,
-            )
-        ]
+        return [conference_intent(kind, self.chat_id, ref_id)]
+
+
+def conference_intent(
+    kind: RealtimeDispatchKind, chat_id: UUID | None, ref_id: UUID
+) -> OutboxIntent:
+    """A conference's push: to ``chat:{chatId}``, whose active members receive it."""
+    return OutboxIntent.to_chat(kind, chat_id, ref_id=ref_id, session_kind=SessionKind.CONFERENCE)
 
 
 def direct_intents(
@@ -70,6 +71,53 @@ def direct_intents(
     """A call's push to both parties (callee first)."""
     session = MediaSession(SessionKind.DIRECT, ref_id, None, None, (callee, caller), True)
     return session.intents(kind, ref_id)
+
+
+async def party_call(
+    conn: DbConnection,
+    call_id: UUID,
+    party: UUID,
+    *,
+    columns: str = "caller_user_id, callee_user_id, status",
+    lock: str = "",
+) -> asyncpg.Record:
+    """The call's ``columns`` (``caller_user_id`` and ``callee_user_id`` among them) when
+    ``party`` is its caller or callee; NotFound for anyone else, as for a missing call.
+    ``lock``: ``"FOR UPDATE"``, ``"FOR SHARE"`` or none."""
+    call = await conn.fetchrow(
+        f"SELECT {columns} FROM messenger.call_sessions WHERE id = $1 {lock}", call_id
+    )
+    if call is None or party not in (call["caller_user_id"], call["callee_user_id"]):
+        raise NotFound("call not found")
+    return call
+
+
+async def member_conference(
+    conn: DbConnection,
+    conference_id: UUID,
+    member: UUID,
+    *,
+    columns: str = "chat_id, status",
+    lock: str = "",
+) -> asyncpg.Record:
+    """The conference's ``columns`` (``chat_id`` among them) when ``member`` is an active member
+    of its chat (Forbidden otherwise, :func:`~.access.require_active_member`); NotFound when
+    there is no such conference. ``lock``: ``"FOR UPDATE"``, ``"FOR SHARE"`` or none."""
+    conference = await conn.fetchrow(
+        f"SELECT {columns} FROM messenger.conference_sessions WHERE id = $1 {lock}", conference_id
+    )
+    if conference is None:
+        raise NotFound("conference not found")
+    await require_active_member(conn, conference["chat_id"], member)
+    return conference
+
+
+def other_party(call: asyncpg.Record, party: UUID) -> UUID:
+    """The caller for the callee, the callee for the caller."""
+    other: UUID = (
+        call["callee_user_id"] if party == call["caller_user_id"] else call["caller_user_id"]
+    )
+    return other
 
 
 async def load_session(
@@ -92,18 +140,9 @@ async def load_session(
     if (call_id is None) == (conference_id is None):
         raise InvalidInput("give exactly one of callId and conferenceId")
     if call_id is not None:
-        call = await conn.fetchrow(
-            "SELECT caller_user_id, callee_user_id, status FROM messenger.call_sessions"
-            " WHERE id = $1 FOR SHARE",
-            call_id,
-        )
-        if call is None or actor not in (call["caller_user_id"], call["callee_user_id"]):
-            raise NotFound("call not found")
+        call = await party_call(conn, call_id, actor, lock="FOR SHARE")
         if refuse_blocked:
-            caller, callee = call["caller_user_id"], call["callee_user_id"]
-            await refuse_if_blocked(
-                conn, blocker=callee if actor == caller else caller, actor=actor
-            )
+            await refuse_if_blocked(conn, blocker=other_party(call, actor), actor=actor)
         session = MediaSession(
             SessionKind.DIRECT,
             call_id,
@@ -113,13 +152,8 @@ async def load_session(
             call["status"] == "Active",
         )
     else:
-        conference = await conn.fetchrow(
-            "SELECT chat_id, status FROM messenger.conference_sessions WHERE id = $1 FOR SHARE",
-            conference_id,
-        )
-        if conference is None:
-            raise NotFound("conference not found")
-        await require_active_member(conn, conference["chat_id"], actor)
+        assert conference_id is not None  # exactly one of the two, checked above
+        conference = await member_conference(conn, conference_id, actor, lock="FOR SHARE")
         if refuse_blocked:
             await refuse_if_blocked_in_chat(conn, chat_id=conference["chat_id"], actor=actor)
         session = MediaSession(
@@ -149,3 +183,37 @@ async def visible_session_record(
             conn, actor=viewer, call_id=row["call_id"], conference_id=row["conference_id"]
         )
     return row
+
+
+async def start_in_session(
+    conn: DbConnection,
+    *,
+    actor: UUID,
+    call_id: UUID | None,
+    conference_id: UUID | None,
+    insert: str,
+    busy: str,
+    push: RealtimeDispatchKind,
+) -> UUID:
+    """Start a recording or a screen share: the session must be live and ``actor`` not blocked
+    in it (:func:`load_session`); ``insert`` adds the row (``id, session_kind, call_id,
+    conference_id`` and the actor, ``$1`` to ``$5``), Conflict(``busy``) when one is already
+    running (a unique index); ``push`` goes to the session with the new id as ``ref_id``."""
+    record_id = new_id()
+    async with conn.transaction():
+        session = await load_session(
+            conn,
+            actor=actor,
+            call_id=call_id,
+            conference_id=conference_id,
+            require_live=True,
+            refuse_blocked=True,
+        )
+        try:
+            await conn.execute(
+                insert, record_id, session.kind.value, session.call_id, session.conference_id, actor
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise Conflict(busy) from exc
+        await enqueue(conn, *session.intents(push, record_id))
+    return record_id

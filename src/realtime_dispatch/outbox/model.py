@@ -118,6 +118,28 @@ class OutboxIntent:
     def __post_init__(self) -> None:
         validate_intent(self)
 
+    @classmethod
+    def to_chat(
+        cls,
+        kind: RealtimeDispatchKind,
+        chat_id: Key | None,
+        *,
+        message_id: Key | None = None,
+        ref_id: Key | None = None,
+        session_kind: SessionKind | None = None,
+        seq: int | None = None,
+    ) -> OutboxIntent:
+        """An intent for ``chat:{chatId}``: every active member of the chat receives it."""
+        return cls(
+            kind=kind,
+            target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat_id,
+            message_id=message_id,
+            ref_id=ref_id,
+            session_kind=session_kind,
+            seq=seq,
+        )
+
     @property
     def group(self) -> str:
         return group_name(self.target_kind, self.chat_id, self.target_user_id)

@@ -27,7 +27,10 @@ from realtime_dispatch.contracts.calls import (
 )
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, build_apart
-from realtime_dispatch.dispatch.projections.conferences import ConferencePayloadBuilder
+from realtime_dispatch.dispatch.projections.conferences import (
+    ConferencePayloadBuilder,
+    MintingBuilder,
+)
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.dispatch.projections.projection import (
     RefProjectionBuilder,
@@ -51,19 +54,13 @@ _TERMINAL: dict[RealtimeDispatchKind, tuple[str, type[_CallEvent], str]] = {
 _LIVE = frozenset({"Ringing", "Active"})
 
 
-class GroupCallPayloadBuilder(RefProjectionBuilder):
+class GroupCallPayloadBuilder(MintingBuilder):
     """The ``Conference`` shape of ``CallInvited`` / ``CallEnded``: ``ref_id`` = the
     conference, pushed to its chat."""
 
     kinds = frozenset({K.CALL_INVITED, K.CALL_ENDED})
     entity = ConferencePayloadBuilder.entity
     query = ConferencePayloadBuilder.query  # the same projection of the conference
-
-    def __init__(
-        self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
-    ) -> None:
-        super().__init__(sql=sql, encoder=encoder)
-        self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require(intent.kind in self.kinds, f"{intent.kind} is 1:1 only", "BadSessionKind")

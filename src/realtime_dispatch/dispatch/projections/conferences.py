@@ -30,18 +30,22 @@ from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, S
 K = RealtimeDispatchKind
 
 
-class ConferencePayloadBuilder(RefProjectionBuilder):
-    """``ConferenceStarted`` / ``ConferenceEnded``: ``ref_id`` = the conference."""
-
-    kinds = frozenset({K.CONFERENCE_STARTED, K.CONFERENCE_ENDED})
-    entity = "Conference"
-    query = "conferences"
+class MintingBuilder(RefProjectionBuilder):
+    """A builder whose payloads carry a media join, minted at delivery by ``minter``."""
 
     def __init__(
         self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
     ) -> None:
         super().__init__(sql=sql, encoder=encoder)
         self.minter = minter
+
+
+class ConferencePayloadBuilder(MintingBuilder):
+    """``ConferenceStarted`` / ``ConferenceEnded``: ``ref_id`` = the conference."""
+
+    kinds = frozenset({K.CONFERENCE_STARTED, K.CONFERENCE_ENDED})
+    entity = "Conference"
+    query = "conferences"
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         require_session(intent, record, expected=SessionKind.CONFERENCE)
@@ -66,7 +70,7 @@ class ConferencePayloadBuilder(RefProjectionBuilder):
         }
 
 
-class RosterPayloadBuilder(RefProjectionBuilder):
+class RosterPayloadBuilder(MintingBuilder):
     """``ConferenceInvited`` / ``…ParticipantJoined`` / ``…ParticipantLeft``: ``ref_id`` = the
     roster entry (``messenger.conference_participants``)."""
 
@@ -75,12 +79,6 @@ class RosterPayloadBuilder(RefProjectionBuilder):
     )
     entity = "RosterEntry"
     query = "conference_participants"
-
-    def __init__(
-        self, minter: MediaMinter, *, sql: str | None, encoder: PayloadEncoder = FAST
-    ) -> None:
-        super().__init__(sql=sql, encoder=encoder)
-        self.minter = minter
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         personal = intent.kind is K.CONFERENCE_INVITED and intent.session_kind is SessionKind.DIRECT

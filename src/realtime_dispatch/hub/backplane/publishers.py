@@ -63,16 +63,24 @@ def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:
     return [(p.group, push_record(p.target, p.payload_json)) for p in pushes]
 
 
-class InProcessHubPublisher:
+class FramesPublisher:
+    """A :class:`FramePublisher` whose ``publish`` is ``publish_frames`` of the pushes'
+    records: a publisher implements ``publish_frames`` (and ``aclose``)."""
+
+    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+        return await self.publish_frames(push_frames(pushes))
+
+    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+        raise NotImplementedError
+
+
+class InProcessHubPublisher(FramesPublisher):
     """Delivers through ``deliver`` (the hub's local fan-out) with the runner's membership marks
     (in ``serve``); it returns False when the hub cannot order the push after membership
     changes (its membership feed is down)."""
 
     def __init__(self, deliver: Callable[[GroupFrames, Sequence[str]], Awaitable[bool]]) -> None:
         self._deliver = deliver
-
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        return await self.publish_frames(push_frames(pushes))
 
     async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
         if not items:
@@ -86,7 +94,7 @@ class InProcessHubPublisher:
         return None
 
 
-class RedisHubPublisher:
+class RedisHubPublisher(FramesPublisher):
     """Publishes pushes to the backplane, one pipelined round trip per call: a batch message per
     call (format 2) when every subscribed replica reads it, else a message per push (format 1,
     what replicas of older versions read); see :mod:`realtime_dispatch.hub.backplane.subscriber`."""
@@ -117,9 +125,6 @@ class RedisHubPublisher:
     def from_url(cls, url: str, *, channel: str = CHANNEL) -> RedisHubPublisher:
         """A publisher with its own client (the worker's case); :meth:`aclose` closes it."""
         return cls(redis_client(url), owns_client=True, channel=channel)
-
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        return await self.publish_frames(push_frames(pushes))
 
     async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
         if not items:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -23,7 +22,7 @@ from redis.asyncio.cluster import RedisCluster
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS, close_quietly
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.backplane.publishers import GroupFrames, push_frames
+from realtime_dispatch.hub.backplane.publishers import FramesPublisher, GroupFrames
 from realtime_dispatch.hub.backplane.sharded import (
     ACKS_CHANNEL,
     HEARTBEAT_TTL,
@@ -34,7 +33,7 @@ from realtime_dispatch.hub.backplane.sharded import (
 )
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX
 from realtime_dispatch.membership_mark import barrier_payload, parse_barrier
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.push import PublishResult
 
 log = structlog.get_logger(__name__)
 
@@ -126,7 +125,7 @@ class MembershipBarrier:
         await close_quietly(conn)
 
 
-class ShardedRedisHubPublisher:
+class ShardedRedisHubPublisher(FramesPublisher):
     """Publishes each push to its group's sharded channel on a Redis Cluster."""
 
     def __init__(self, url: str, *, dsn: str, barrier_timeout: float = 2.0) -> None:
@@ -138,9 +137,6 @@ class ShardedRedisHubPublisher:
         self._alive = False
         self._unsure_until = 0.0
         self._closed = False
-
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        return await self.publish_frames(push_frames(pushes))
 
     async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
         if not items:

@@ -1,4 +1,5 @@
-"""Every refusal of the REST API, mapped to a status code in one place.
+"""Every refusal of the REST API, answered in one place (a domain refusal with its class's
+``status``).
 
 Body: ``{"error": <code>, "message": <short text>}`` (validation errors add ``details``: where
 and what, never the rejected value). Messages carry no ids or bodies, so nothing here can leak
@@ -19,33 +20,9 @@ from starlette.exceptions import HTTPException
 from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, www_authenticate
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.messenger.api.send_rate import retry_after
-from realtime_dispatch.messenger.refusals import (
-    Conflict,
-    DomainError,
-    Forbidden,
-    InvalidInput,
-    MediaUnavailable,
-    NotFound,
-    RateLimited,
-)
+from realtime_dispatch.messenger.refusals import DomainError
 
 log = structlog.get_logger(__name__)
-
-DOMAIN_STATUS: dict[type[DomainError], int] = {
-    InvalidInput: 400,
-    Forbidden: 403,
-    NotFound: 404,
-    Conflict: 409,
-    RateLimited: 429,
-    MediaUnavailable: 503,
-}
-
-
-def status_of(error: DomainError) -> int:
-    for cls in type(error).__mro__:
-        if cls in DOMAIN_STATUS:
-            return DOMAIN_STATUS[cls]
-    return 400
 
 
 def _body(code: str, message: str, status: int, **extra: object) -> JSONResponse:
@@ -58,8 +35,8 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 async def _domain(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
-    response = _body(exc.code, str(exc), status_of(exc))
-    if isinstance(exc, RateLimited):
+    response = _body(exc.code, str(exc), exc.status)
+    if exc.retry_after is not None:
         response.headers["Retry-After"] = retry_after(exc.retry_after)
     return response
 

@@ -1,11 +1,23 @@
-"""``/api/calls``, conferences, ``/api/recordings`` and ``/api/screen-shares``."""
+"""``/api/calls``, conferences, ``/api/recordings`` and ``/api/screen-shares``.
 
-from __future__ import annotations
+The commands on one session (answer a call, leave a conference, stop a recording, …) all take
+the same shape, ``POST /{session}/{id}/{action}`` → 204: they stand in :data:`ACTIONS`, one row
+each, naming who may do it and what is pushed; the rule itself is the command's (the call
+transitions in :data:`~realtime_dispatch.messenger.calls.TRANSITIONS`, the recording steps in
+:data:`~realtime_dispatch.messenger.recordings.STEPS`). The reads ``GET /{session}/{id}``
+stand in :data:`VIEWS`. Creating a session, listing and minting media keep a route each.
+"""
 
-from typing import Annotated, Literal
+# No ``from __future__ import annotations``: the route factories below annotate their
+# endpoints with the path parameter of each session, which FastAPI reads at runtime.
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BaseModel
 
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.media import MediaJoin
@@ -37,6 +49,143 @@ RecordingId = Annotated[UUID, Path(alias="recordingId")]
 ShareId = Annotated[UUID, Path(alias="screenShareId")]
 
 
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One kind of media session record as the REST paths name it."""
+
+    path: str
+    """``/calls/{callId}``: the record's path, with its id parameter."""
+    alias: str
+    """The id's path parameter (``callId``)."""
+    keyword: str
+    """The id's keyword in the owner commands (``call_id``)."""
+    tag: str
+
+
+CALL = Session("/calls/{callId}", "callId", "call_id", "calls")
+CONFERENCE = Session("/conferences/{conferenceId}", "conferenceId", "conference_id", "conferences")
+RECORDING = Session("/recordings/{recordingId}", "recordingId", "recording_id", "recordings")
+SHARE = Session("/screen-shares/{screenShareId}", "screenShareId", "share_id", "screen share")
+
+Command = Callable[..., Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """``POST {session.path}/{action}`` → 204: ``command(conn, <id>=…, actor=user)``."""
+
+    session: Session
+    action: str
+    name: str
+    """The endpoint's name (the OpenAPI operation id starts with it)."""
+    command: Command
+    summary: str | None = None
+
+
+# Who may do it and what is pushed, per row (a refusal: 404 to whoever cannot see the session,
+# 403 to whoever may not act, 409 out of its state). Call pushes go to both parties, conference
+# pushes to chat:{chatId}, recording and share pushes to the session's audience.
+ACTIONS: tuple[Action, ...] = (
+    # the callee, Ringing → Active: CallAnswered
+    Action(CALL, "answer", "answer_call", calls.answer_call, "Answer (callee)"),
+    # the callee, Ringing → Declined: CallDeclined
+    Action(CALL, "decline", "decline_call", calls.decline_call, "Decline (callee)"),
+    # the caller, Ringing → Cancelled: CallCancelled
+    Action(CALL, "cancel", "cancel_call", calls.cancel_call, "Cancel (caller)"),
+    # either party, Active → Ended: CallEnded
+    Action(CALL, "end", "end_call", calls.end_call, "Hang up (a party)"),
+    # an active member not blocked in the chat, conference Active: ConferenceParticipantJoined
+    Action(CONFERENCE, "join", "join", conferences.join_conference),
+    # whoever is in the room, even after leaving the chat: ConferenceParticipantLeft
+    Action(CONFERENCE, "leave", "leave", conferences.leave_conference),
+    # the starter, conference Active: ConferenceEnded (the room is emptied)
+    Action(CONFERENCE, "end", "end", conferences.end_conference, "(starter)"),
+    # a participant (a blocked one too), Recording → Stopped: RecordingStopped
+    Action(RECORDING, "stop", "stop_recording", recordings.stop_recording),
+    # a participant not blocked, Stopped → Available: RecordingAvailable
+    Action(RECORDING, "available", "recording_available", recordings.mark_recording_available),
+    # the sharer, while sharing: ScreenShareStopped
+    Action(SHARE, "stop", "stop_screen_share", screenshare.stop_screen_share, "(sharer)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """``GET {session.path}`` → ``model``: ``read(conn, <id>=…, viewer=user)``; 404 to whoever
+    the session is not visible to. Nothing is pushed."""
+
+    session: Session
+    name: str
+    read: Command
+    model: type[BaseModel]
+    summary: str
+
+
+VIEWS: tuple[View, ...] = (
+    View(CALL, "get_call", calls.get_call, CallOut, "A call (its parties only)"),
+    View(
+        CONFERENCE,
+        "get_conference",
+        conferences.get_conference,
+        ConferenceOut,
+        "A conference and its roster",
+    ),
+    View(
+        RECORDING,
+        "get_recording",
+        recordings.get_recording,
+        RecordingOut,
+        "A recording (a party of its call, a member of its conference's chat)",
+    ),
+    View(
+        SHARE,
+        "get_screen_share",
+        screenshare.get_screen_share,
+        ScreenShareOut,
+        "A screen share (a party of its call, a member of its conference's chat)",
+    ),
+)
+
+
+def _add_action(row: Action) -> None:
+    session = row.session
+
+    async def endpoint(
+        ref: Annotated[UUID, Path(alias=session.alias)], user: User, conn: Conn
+    ) -> None:
+        await row.command(conn, actor=user, **{session.keyword: ref})
+
+    router.add_api_route(
+        f"{session.path}/{row.action}",
+        endpoint,
+        methods=["POST"],
+        name=row.name,
+        status_code=204,
+        response_class=Response,
+        tags=[session.tag],
+        summary=row.summary,
+    )
+
+
+def _add_view(row: View) -> None:
+    session = row.session
+
+    async def endpoint(
+        ref: Annotated[UUID, Path(alias=session.alias)], user: User, conn: Conn
+    ) -> Any:
+        return await row.read(conn, viewer=user, **{session.keyword: ref})
+
+    router.add_api_route(
+        session.path,
+        endpoint,
+        methods=["GET"],
+        name=row.name,
+        response_model=row.model,
+        tags=[session.tag],
+        summary=row.summary,
+    )
+
+
 # calls ---------------------------------------------------------------------------------------
 
 
@@ -66,11 +215,6 @@ async def list_calls(
     return CallList(items=await calls.list_calls(conn, user=user, statuses=statuses))
 
 
-@router.get("/calls/{callId}", tags=["calls"], summary="A call (its parties only)")
-async def get_call(call_id: CallId, user: User, conn: Conn) -> CallOut:
-    return await calls.get_call(conn, call_id=call_id, viewer=user)
-
-
 @router.post(
     "/calls/{callId}/media",
     tags=["calls"],
@@ -79,50 +223,6 @@ async def get_call(call_id: CallId, user: User, conn: Conn) -> CallOut:
 )
 async def call_media(call_id: CallId, user: User, conn: Conn, request: Request) -> MediaJoin:
     return await media_join.call_media(conn, _minter(request), call_id=call_id, user=user)
-
-
-@router.post(
-    "/calls/{callId}/answer",
-    status_code=204,
-    response_class=Response,
-    tags=["calls"],
-    summary="Answer (callee)",
-)
-async def answer_call(call_id: CallId, user: User, conn: Conn) -> None:
-    await calls.answer_call(conn, call_id=call_id, actor=user)
-
-
-@router.post(
-    "/calls/{callId}/decline",
-    status_code=204,
-    response_class=Response,
-    tags=["calls"],
-    summary="Decline (callee)",
-)
-async def decline_call(call_id: CallId, user: User, conn: Conn) -> None:
-    await calls.decline_call(conn, call_id=call_id, actor=user)
-
-
-@router.post(
-    "/calls/{callId}/cancel",
-    status_code=204,
-    response_class=Response,
-    tags=["calls"],
-    summary="Cancel (caller)",
-)
-async def cancel_call(call_id: CallId, user: User, conn: Conn) -> None:
-    await calls.cancel_call(conn, call_id=call_id, actor=user)
-
-
-@router.post(
-    "/calls/{callId}/end",
-    status_code=204,
-    response_class=Response,
-    tags=["calls"],
-    summary="Hang up (a party)",
-)
-async def end_call(call_id: CallId, user: User, conn: Conn) -> None:
-    await calls.end_call(conn, call_id=call_id, actor=user)
 
 
 # conferences ---------------------------------------------------------------------------------
@@ -137,13 +237,6 @@ async def end_call(call_id: CallId, user: User, conn: Conn) -> None:
 async def start_conference(chat_id: ChatId, user: User, conn: Conn) -> ConferenceCreated:
     conference_id = await conferences.start_conference(conn, chat_id=chat_id, actor=user)
     return ConferenceCreated(conference_id=conference_id)
-
-
-@router.get(
-    "/conferences/{conferenceId}", tags=["conferences"], summary="A conference and its roster"
-)
-async def get_conference(conference_id: ConferenceId, user: User, conn: Conn) -> ConferenceOut:
-    return await conferences.get_conference(conn, conference_id=conference_id, viewer=user)
 
 
 @router.get(
@@ -182,37 +275,6 @@ async def invite(conference_id: ConferenceId, body: UserRef, user: User, conn: C
     )
 
 
-@router.post(
-    "/conferences/{conferenceId}/join",
-    status_code=204,
-    response_class=Response,
-    tags=["conferences"],
-)
-async def join(conference_id: ConferenceId, user: User, conn: Conn) -> None:
-    await conferences.join_conference(conn, conference_id=conference_id, actor=user)
-
-
-@router.post(
-    "/conferences/{conferenceId}/leave",
-    status_code=204,
-    response_class=Response,
-    tags=["conferences"],
-)
-async def leave(conference_id: ConferenceId, user: User, conn: Conn) -> None:
-    await conferences.leave_conference(conn, conference_id=conference_id, actor=user)
-
-
-@router.post(
-    "/conferences/{conferenceId}/end",
-    status_code=204,
-    response_class=Response,
-    tags=["conferences"],
-    summary="(starter)",
-)
-async def end(conference_id: ConferenceId, user: User, conn: Conn) -> None:
-    await conferences.end_conference(conn, conference_id=conference_id, actor=user)
-
-
 # recordings and screen share -----------------------------------------------------------------
 
 
@@ -224,32 +286,6 @@ async def start_recording(body: SessionRef, user: User, conn: Conn) -> Recording
         conn, actor=user, call_id=body.call_id, conference_id=body.conference_id
     )
     return RecordingCreated(recording_id=recording_id)
-
-
-@router.get(
-    "/recordings/{recordingId}",
-    tags=["recordings"],
-    summary="A recording (a party of its call, a member of its conference's chat)",
-)
-async def get_recording(recording_id: RecordingId, user: User, conn: Conn) -> RecordingOut:
-    return await recordings.get_recording(conn, recording_id=recording_id, viewer=user)
-
-
-@router.post(
-    "/recordings/{recordingId}/stop", status_code=204, response_class=Response, tags=["recordings"]
-)
-async def stop_recording(recording_id: RecordingId, user: User, conn: Conn) -> None:
-    await recordings.stop_recording(conn, recording_id=recording_id, actor=user)
-
-
-@router.post(
-    "/recordings/{recordingId}/available",
-    status_code=204,
-    response_class=Response,
-    tags=["recordings"],
-)
-async def recording_available(recording_id: RecordingId, user: User, conn: Conn) -> None:
-    await recordings.mark_recording_available(conn, recording_id=recording_id, actor=user)
 
 
 @router.post(
@@ -276,21 +312,7 @@ async def start_screen_share(body: SessionRef, user: User, conn: Conn) -> Screen
     return ScreenShareCreated(screen_share_id=share_id)
 
 
-@router.get(
-    "/screen-shares/{screenShareId}",
-    tags=["screen share"],
-    summary="A screen share (a party of its call, a member of its conference's chat)",
-)
-async def get_screen_share(share_id: ShareId, user: User, conn: Conn) -> ScreenShareOut:
-    return await screenshare.get_screen_share(conn, share_id=share_id, viewer=user)
-
-
-@router.post(
-    "/screen-shares/{screenShareId}/stop",
-    status_code=204,
-    response_class=Response,
-    tags=["screen share"],
-    summary="(sharer)",
-)
-async def stop_screen_share(share_id: ShareId, user: User, conn: Conn) -> None:
-    await screenshare.stop_screen_share(conn, share_id=share_id, actor=user)
+for _action in ACTIONS:
+    _add_action(_action)
+for _view in VIEWS:
+    _add_view(_view)
