@@ -23,7 +23,7 @@ from redis.asyncio.cluster import RedisCluster
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS, close_quietly
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.backplane.publishers import GroupFrames, push_frames
+from realtime_dispatch.hub.backplane.publishers import push_frames
 from realtime_dispatch.hub.backplane.sharded import (
     ACKS_CHANNEL,
     HEARTBEAT_TTL,
@@ -32,6 +32,7 @@ from realtime_dispatch.hub.backplane.sharded import (
     group_channel,
     live_replicas,
 )
+from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX
 from realtime_dispatch.membership_mark import barrier_payload, parse_barrier
 from realtime_dispatch.push import PublishResult, Push
