@@ -227,7 +227,7 @@ class Hub:
             barrier_timeout=options.barrier_timeout,
         )
         self.deliver = self.delivery.deliver
-        """Fan out after the membership barrier (:meth:`.OrderedDelivery.deliver`)."""
+        """Fan out after the membership barrier (:meth:`.ordering.OrderedDelivery.deliver`)."""
         self.replica_id = new_id().hex
         """This replica's id on the backplane (its heartbeat, its presence claims, its signals)."""
         self.signals = wire_signals(
