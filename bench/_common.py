@@ -387,7 +387,7 @@ class NullTransport:
 
 
 class NullServer:
-    """What a :class:`~realtime_dispatch.hub.framing.RawSink` needs of its server."""
+    """What a :class:`~realtime_dispatch.hub.wire.framing.RawSink` needs of its server."""
 
     def __init__(self) -> None:
         self.transport = NullTransport()
@@ -397,9 +397,9 @@ class NullServer:
 
 
 def null_connection(index: int, user: Any, protocol: str = "json") -> Any:
-    """A real :class:`~realtime_dispatch.hub.connection.HubConnection`, handshake done in
-    ``protocol`` (``json`` or ``messagepack``), writing to a :class:`NullTransport`; register it
-    with ``hub.new_connection``."""
+    """A real :class:`~realtime_dispatch.hub.connections.connection.HubConnection`, handshake
+    done in ``protocol`` (``json`` or ``messagepack``), writing to a :class:`NullTransport`;
+    register it with ``hub.new_connection``."""
     from realtime_dispatch.auth.identity import Identity
     from realtime_dispatch.hub.connections.connection import ConnectionLimits, HubConnection
     from realtime_dispatch.hub.connections.outbound import Outbound

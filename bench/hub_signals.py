@@ -3,13 +3,13 @@
     python bench/hub_signals.py [--members 10,100] [--signals 2000] [--runs 3]
                                 [--connections 15000] [--watch 50] [--storm 5000]
 
-Every connection is a real :class:`~realtime_dispatch.hub.connection.HubConnection` registered
-with a real :class:`~realtime_dispatch.hub.Hub` (its registry, its typing and presence), its
-transport one that discards what it is given: what is measured is the hub's own CPU, without
-the kernel's send and without clients (as ``bench/hub_peers.py fanout``). No PostgreSQL and no
-Redis: the "shares a chat" query's answer is served from memory (the chats the benchmark built),
-and presence runs in process (the state a replica keeps; the Redis store adds one script call
-per transition, see docs/hub.md).
+Every connection is a real :class:`~realtime_dispatch.hub.connections.connection.HubConnection`
+registered with a real :class:`~realtime_dispatch.hub.Hub` (its registry, its typing and presence),
+its transport one that discards what it is given: what is measured is the hub's own CPU, without the
+kernel's send and without clients (as ``bench/hub_peers.py fanout``). No PostgreSQL and no Redis:
+the "shares a chat" query's answer is served from memory (the chats the benchmark built), and
+presence runs in process (the state a replica keeps; the Redis store adds one script call per
+transition, see docs/hub.md).
 
 1. **user_typing against a push** (``--members`` per chat, one of them typing): CPU per
    delivery of ``Typing`` (check, gate, payload, fan-out to the other members) and of one push of

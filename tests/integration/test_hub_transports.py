@@ -20,7 +20,7 @@ from websockets.asyncio.client import connect
 
 from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
-from realtime_dispatch.hub import runtime
+from realtime_dispatch.hub.connections import fanout
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.messagepack import BinaryRecordBuffer, length_prefixed
@@ -324,13 +324,13 @@ async def test_group_of_json_and_messagepack_members_is_encoded_once_per_protoco
     async with pool.acquire() as conn:
         chat = await create_chat(conn, creator=users[0], title="t", members=users[1:])
     encodings = []
-    real = runtime._encode_run
+    real = fanout._encode_run
 
     def counting(protocol, records):
         encodings.append((protocol.name, len(records)))
         return real(protocol, records)
 
-    monkeypatch.setattr(runtime, "_encode_run", counting)
+    monkeypatch.setattr(fanout, "_encode_run", counting)
     async with contextlib.AsyncExitStack() as stack:
         sockets = []
         for index, user in enumerate(users[:5]):

@@ -1,4 +1,5 @@
-"""The hub writer's wake-up (``hub.connection.Wake``): what it keeps of asyncio.Event."""
+"""The hub writer's wake-up (``hub.connections.connection.Wake``): what it keeps of
+asyncio.Event."""
 
 from __future__ import annotations
 

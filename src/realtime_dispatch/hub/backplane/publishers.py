@@ -36,11 +36,10 @@ from realtime_dispatch.hub.backplane.subscriber import (
     encode_push,
     redis_client,
 )
+from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.wire.protocol import push_record
 from realtime_dispatch.membership_mark import current_marks
 from realtime_dispatch.push import PublishResult, Push
-
-GroupFrames = Sequence[tuple[str, bytes]]
 
 MAX_MESSAGE_PUSHES = MAX_BATCH
 MAX_MESSAGE_BYTES = 1024 * 1024

@@ -22,7 +22,7 @@ from redis.asyncio.cluster import RedisCluster
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.database import DB_ERRORS, close_quietly
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.hub.backplane.publishers import FramesPublisher, GroupFrames
+from realtime_dispatch.hub.backplane.publishers import FramesPublisher
 from realtime_dispatch.hub.backplane.sharded import (
     ACKS_CHANNEL,
     HEARTBEAT_TTL,
@@ -31,6 +31,7 @@ from realtime_dispatch.hub.backplane.sharded import (
     group_channel,
     live_replicas,
 )
+from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX
 from realtime_dispatch.membership_mark import barrier_payload, parse_barrier
 from realtime_dispatch.push import PublishResult

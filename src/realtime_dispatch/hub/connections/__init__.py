@@ -8,9 +8,11 @@
 * :mod:`.registry`: :class:`~.registry.GroupRegistry`, connection ↔ groups, pure;
 * :mod:`.caps`: admission by the per-user cap (reservations);
 * :mod:`.expiry`: token expiry, one timer for every connection;
-* :mod:`.fanout`: the fan-out of serialised records to the members of groups;
-* :mod:`.lifetime`: the hub's connections, from registration to the end (revocation, expiry,
-  idle timeout, resume window).
+* :mod:`.lifetime`: :class:`~.lifetime.Lifetimes`, the hub's connections from registration to
+  the end (revocation, expiry, idle timeout, resume window, shutdown);
+* :mod:`.fanout`: :class:`~.fanout.Fanout`, the fan-out of serialised records to the members of
+  groups (framed once, re-encoded once per protocol, one write per connection).
 
-May import: :mod:`realtime_dispatch.hub.wire`.
+May import, of the hub: :mod:`realtime_dispatch.hub.wire` only (metrics are handed in as
+``prometheus_client`` objects, the rest of the hub through hooks).
 """

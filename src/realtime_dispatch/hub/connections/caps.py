@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+import structlog
+from prometheus_client import Counter
+
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.connections.registry import GroupRegistry
 from realtime_dispatch.keys import Key
+
+log = structlog.get_logger(__name__)
 
 AdmissionStage = Literal["negotiate", "open"]
 
@@ -48,11 +53,15 @@ class Reservation:
 
 
 class Admission:
-    __slots__ = ("_opening", "_registry", "max_per_user", "opening")
+    __slots__ = ("_opening", "_refused", "_registry", "max_per_user", "opening")
 
-    def __init__(self, registry: GroupRegistry, max_per_user: int) -> None:
+    def __init__(
+        self, registry: GroupRegistry, max_per_user: int, *, refused: Counter | None = None
+    ) -> None:
         self._registry = registry
         self.max_per_user = max_per_user
+        self._refused = refused
+        """The refusals by code (``messenger_realtime_hub_refused_connections``)."""
         self._opening: dict[Key, int] = {}
         self.opening = 0
         """Places reserved, all users together: connections whose handshake has not finished
@@ -62,12 +71,21 @@ class Admission:
         return self._registry.connection_count(user_id) + self._opening.get(user_id, 0)
 
     def admit(self, user_id: Key, stage: AdmissionStage) -> Reservation:
-        """Raise :class:`ConnectionRefused` (429) when the user holds the cap already. At
-        ``open`` a place is reserved; at ``negotiate`` nothing is (the reservation is empty)."""
+        """The admission check of every transport (the hub's ``admit_connection``): call it
+        when a connection is negotiated (``negotiate``) and when one is opened (``open``, before
+        accepting it; pass the reservation to the hub's ``new_connection``, or release it if
+        the connection never gets there). Raises :class:`ConnectionRefused` (429, its ``status``
+        is the HTTP answer), counted and logged, when the user is at ``max_per_user`` on this
+        replica already. At ``open`` a place is reserved; at ``negotiate`` nothing is (the
+        reservation is empty)."""
         if self.held_by(user_id) >= self.max_per_user:
+            code = "TooManyConnections"
+            if self._refused is not None:
+                self._refused.labels(code).inc()
+            log.info("hub_connection_refused", code=code, stage=stage)
             raise ConnectionRefused(
                 f"Too many connections for this user (at most {self.max_per_user}).",
-                code="TooManyConnections",
+                code=code,
                 status=429,
             )
         if stage == "negotiate":

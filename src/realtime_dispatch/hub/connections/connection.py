@@ -1,8 +1,8 @@
 """One hub connection: its identity, inbound session, outbound buffer and the transport it is
 attached to (none while a stateful connection waits to resume).
 
-A connection is the same object whatever carries it (:class:`~.wire.Transport`: WebSockets,
-Server-Sent Events, long polling) and whatever it speaks (:class:`~.wire.HubProtocol`, from its
+A connection is the same object whatever carries it (:class:`~.protocols.Transport`: WebSockets,
+Server-Sent Events, long polling) and whatever it speaks (:class:`~.protocols.HubProtocol`, from its
 handshake): groups, the slow-consumer policy, closing and metrics live here once. A transport
 attaches by running :meth:`HubConnection.write_loop` with its :class:`Writer` (the WebSocket's
 in :mod:`.endpoint`, the others in :mod:`.transports`).

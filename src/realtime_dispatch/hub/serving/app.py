@@ -2,7 +2,8 @@
 
 For a bigger app (REST + hub), enter a :class:`~.runtime.Hub` in that app's lifespan and mount
 ``hub_routes(hub)`` instead, and put :class:`~realtime_dispatch.auth.request_guard.RequestGuard`
-with :func:`~.routes.hub_body_rules` in front of it (``serve`` does: ``hub.server.guarded``).
+with :func:`~.routes.hub_body_rules` in front of it (``serve`` does:
+``hub.serving.server.guarded``).
 The header and body timeouts and the per-address cap live in the HTTP protocol
 (:mod:`.http_protocol`): they apply under ``serve`` / ``run_hub``, or with
 ``uvicorn_config``'s protocol class, not under another server.

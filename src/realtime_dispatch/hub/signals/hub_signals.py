@@ -22,6 +22,7 @@ from realtime_dispatch.hub.wire.signal_envelope import is_signal
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
+    from realtime_dispatch.hub.connections.connection import HubConnection
     from realtime_dispatch.hub.connections.registry import GroupRegistry
     from realtime_dispatch.hub.membership.feed import MembershipFeed
     from realtime_dispatch.hub.metrics import HubMetrics
@@ -64,6 +65,15 @@ class HubSignals:
         self.relay = relay
         self.methods = HubMethods(typing, presence)
         self._keys = keys
+
+    def opened(self, connection: HubConnection) -> None:
+        """A connection registered: it may invoke the hub methods, its user is online."""
+        connection.invoke = self.methods.invoke
+        self.presence.connected(connection.user_id)
+
+    def closed(self, connection: HubConnection, reason: object = None) -> None:
+        """A connection ending (still in the registry): its watches end with it."""
+        self.presence.leaving(connection.connection_id, connection.user_id)
 
     def from_backplane(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
         """``deliver`` for the backplane subscriber, the signals among what it brings taken

@@ -1,6 +1,6 @@
 """What the Server-Sent Events and long-polling routes share: authenticating each request,
 finding its connection by token, reading a ``POST``, and serving an admitted connection on a
-transport until it ends (the counterpart of the WebSocket's run in :mod:`..endpoint`)."""
+transport until it ends (the counterpart of the WebSocket's run in :mod:`.endpoint`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ transport protocol, beside the WebSocket route on the same path.
   any other ``GET`` is a long poll (:mod:`.longpolling`). The first ``GET`` of a token claims
   its negotiation; a token this replica did not negotiate gets 404.
 * ``POST`` carries records from the client: first the handshake, after which the connection is
-  admitted (:func:`~..admission.admit`, as on the WebSocket) and the handshake answered on the
+  admitted (:func:`~.admission.admit`, as on the WebSocket) and the handshake answered on the
   stream or poll; then anything else, read by the connection's session.
 * ``DELETE`` ends a connection (long polling's way to stop; accepted for both).
 

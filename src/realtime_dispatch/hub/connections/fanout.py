@@ -1,0 +1,155 @@
+"""The fan-out of serialised records to the members of groups on this replica: :class:`Fanout`,
+the encode-run-offer-flush path every push and every signal takes to its connections.
+
+Each record is framed once. Consecutive records for the same group are a run: their frames are
+joined once, and every member without stateful reconnect gets the run as that one piece.
+Members speaking another protocol than JSON (MessagePack) get the run re-encoded once for all of
+them (:func:`_encode_run`). What is due to one connection is written to its transport in one
+call at the end (:meth:`~.connection.HubConnection.flush`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import structlog
+from prometheus_client import Counter
+
+from realtime_dispatch.hub.connections.connection import HubConnection
+from realtime_dispatch.hub.connections.lifetime import Lifetimes
+from realtime_dispatch.hub.connections.registry import GroupRegistry
+from realtime_dispatch.hub.wire.framing import binary_frame, text_frame
+from realtime_dispatch.hub.wire.protocol import ProtocolError
+from realtime_dispatch.hub.wire.protocols import JSON, HubProtocol
+
+log = structlog.get_logger(__name__)
+
+GroupFrames = Sequence[tuple[str, bytes]]
+"""``(group, serialised record)`` pairs, in order: what a publisher hands over."""
+
+EncodedRun = tuple[list[bytes], list[bytes], bytes]
+"""A run of one group's records in one protocol: records, their WebSocket frames, joined."""
+
+
+class Fanout:
+    def __init__(self, lifetimes: Lifetimes, registry: GroupRegistry, sent: Counter) -> None:
+        self._lifetimes = lifetimes
+        self._connections = lifetimes.connections
+        self._expiry = lifetimes.expiry
+        self._members_of = registry.members
+        self._sent = sent
+        """The frames written (``realtime_hub_sent_frames_total``)."""
+
+    def send_to_group(self, group: str, record: bytes | str) -> int:
+        """Send one serialised record to every member on this replica; returns how many."""
+        if isinstance(record, str):
+            record = record.encode()
+        return self.send_to_groups(((group, record),))
+
+    def send_to_groups(self, items: GroupFrames) -> int:
+        """Send serialised records, in order, to their groups' members on this replica; returns
+        how many deliveries were made.
+
+        Connections whose token has expired are closed first (one comparison per call, none
+        per member), so nothing is delivered to them even if the expiry timer is late; this
+        holds for every transport, as a closing connection takes no more records.
+        """
+        expiry = self._expiry
+        if expiry.queue.next_at <= time.time():
+            expiry.run_due()
+        members_of = self._members_of
+        touched: list[HubConnection] = []
+        deliveries = 0
+        count = len(items)
+        start = 0
+        while start < count:
+            group = items[start][0]
+            end = start + 1
+            while end < count and items[end][0] == group:
+                end += 1
+            members = members_of(group)
+            if members:
+                records = [record for _, record in items[start:end]]
+                deliveries += self._offer_run(members, records, touched)
+            start = end
+        self._flush(touched)
+        return deliveries
+
+    def send_to_members(self, members: Sequence[str], record: bytes) -> int:
+        """:meth:`send_to_groups` of one record to some of a group's members (``user_typing``:
+        every member but the typist's connections)."""
+        touched: list[HubConnection] = []
+        deliveries = self._offer_run(members, [record], touched)
+        self._flush(touched)
+        return deliveries
+
+    def count_sent(self, records: int) -> None:
+        """Count frames a transport wrote on its own (a resumed connection's replay, say)."""
+        self._sent.inc(records)
+
+    def _offer_run(
+        self, members: Sequence[str], records: list[bytes], touched: list[HubConnection]
+    ) -> int:
+        frames = [text_frame(record) for record in records]
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if not self._lifetimes.not_json:  # every connection speaks JSON: no check per member
+            connections = self._connections
+            for connection_id in members:
+                connections[connection_id].offer(records, frames, data, touched)
+        else:
+            self._offer_mixed(members, records, frames, data, touched)
+        return len(members) * len(records)
+
+    def _flush(self, touched: list[HubConnection]) -> None:
+        if touched:
+            loop_time = asyncio.get_running_loop().time()
+            written = 0
+            for connection in touched:
+                written += connection.flush()
+                connection.last_sent = loop_time
+            self._sent.inc(written)
+
+    def _offer_mixed(
+        self,
+        members: Sequence[str],
+        records: list[bytes],
+        frames: list[bytes],
+        data: bytes,
+        touched: list[HubConnection],
+    ) -> None:
+        """:meth:`_offer_run` while some connections speak another protocol than JSON: the run
+        is re-encoded once per such protocol, on its first member."""
+        connections = self._connections
+        json_protocol = JSON
+        encoded: dict[HubProtocol, EncodedRun | None] = {}
+        last: HubProtocol | None = None
+        run: EncodedRun | None = None
+        for connection_id in members:
+            connection = connections[connection_id]
+            protocol = connection.protocol
+            if protocol is json_protocol:
+                connection.offer(records, frames, data, touched)
+                continue
+            if protocol is not last:
+                if protocol not in encoded:
+                    encoded[protocol] = _encode_run(protocol, records)
+                last, run = protocol, encoded[protocol]
+            if run is not None:
+                connection.offer(run[0], run[1], run[2], touched)
+
+
+def _encode_run(protocol: HubProtocol, records: list[bytes]) -> EncodedRun | None:
+    """A run of JSON records in ``protocol``, framed as binary WebSocket frames; None (logged)
+    when a record has no equivalent there."""
+    if protocol.from_json is None:
+        raise ValueError(f"{protocol.name} records are JSON records")
+    try:
+        encoded = protocol.from_json(records)
+    except ProtocolError as exc:
+        log.warning("hub_push_not_encodable", protocol=protocol.name, code=exc.code)
+        return None
+    frame = binary_frame if protocol.binary else text_frame
+    frames = [frame(record) for record in encoded]
+    return encoded, frames, frames[0] if len(frames) == 1 else b"".join(frames)
