@@ -192,8 +192,9 @@ async def test_the_typescript_sdk_watches_again_after_a_reconnect(database_url, 
     """Watches belong to a connection: the hub drops the TypeScript SDK's, the official client
     reconnects, and the SDK watches Bob again on its own (the answer reaches the
     ``presence_changed`` handlers), so Bob coming online reaches Alice without a new watch."""
-    from tests.e2e.test_own_schema_resume import sdk_client
+    from tests.e2e.test_own_schema_resume import build_sdk, sdk_client
 
+    build_sdk()  # clients/js/dist, which the driver imports (a fresh clone has none)
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         await create_chat(conn, creator=alice, title="t", members=[bob])
