@@ -25,7 +25,6 @@ import dataclasses
 import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import asyncpg
@@ -291,12 +290,7 @@ class Hub:
         log.info("hub_started", backplane=options.backplane_url is not None)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close_connections()
         await self.http_transports.aclose()
         self.expiry.cancel()

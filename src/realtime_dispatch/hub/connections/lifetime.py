@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import KW_ONLY, dataclass, field
 from collections.abc import Callable
 
 import structlog
@@ -53,43 +54,37 @@ def _nothing(connection: HubConnection, reason: CloseReason | None = None) -> No
     return None
 
 
+@dataclass(eq=False)
 class Lifetimes:
-    def __init__(
-        self,
-        registry: GroupRegistry,
-        revocations: Revocations,
-        *,
-        ping_interval: float,
-        idle_timeout: float,
-        resume_window: float,
-        open_gauge: Gauge,
-        disconnects: Counter,
-    ) -> None:
-        self.registry = registry
-        self.revocations = revocations
-        self.ping_interval = ping_interval
-        self.idle_timeout = idle_timeout
-        self.resume_window = resume_window
-        self._open_gauge = open_gauge
-        """``messenger_realtime_hub_connections{state="open"}``."""
-        self._disconnects = disconnects
-        """The connections ended, by reason."""
-        self.connections: dict[str, HubConnection] = {}
-        """The registered connections by id: the one dict the hub and its fan-out read."""
-        self._by_token: dict[str, HubConnection] = {}
-        self.not_json = 0
-        """How many connections speak another protocol than JSON (MessagePack)."""
+    registry: GroupRegistry
+    revocations: Revocations
+    _: KW_ONLY
+    ping_interval: float
+    idle_timeout: float
+    resume_window: float
+    open_gauge: Gauge
+    """``messenger_realtime_hub_connections{state="open"}``."""
+    disconnects: Counter
+    """The connections ended, by reason."""
+    connections: dict[str, HubConnection] = field(init=False, default_factory=dict)
+    """The registered connections by id: the one dict the hub and its fan-out read."""
+    _by_token: dict[str, HubConnection] = field(init=False, default_factory=dict)
+    not_json: int = field(init=False, default=0)
+    """How many connections speak another protocol than JSON (MessagePack)."""
+    expiry: ExpiryTimer = field(init=False)
+    """Each connection's token expiry, and the one timer that closes them at ``exp``."""
+    ended: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    """Set while no connection is registered."""
+    opened: Callable[[HubConnection], None] = field(init=False, default=_nothing)
+    """Called for a connection once registered (in the registry and its user's group)."""
+    closed: Callable[[HubConnection, CloseReason], None] = field(init=False, default=_nothing)
+    """Called for a connection being forgotten, while it is still in the registry."""
+    sweep: Callable[[float], None] = field(init=False, default=lambda now: None)
+    """Called once per housekeeping tick, with the loop's time (the transports' sweeps)."""
+
+    def __post_init__(self) -> None:
         self.expiry = ExpiryTimer(self._expired)
-        """Each connection's token expiry, and the one timer that closes them at ``exp``."""
-        self.ended = asyncio.Event()
-        """Set while no connection is registered."""
         self.ended.set()
-        self.opened: Callable[[HubConnection], None] = _nothing
-        """Called for a connection once registered (in the registry and its user's group)."""
-        self.closed: Callable[[HubConnection, CloseReason], None] = _nothing
-        """Called for a connection being forgotten, while it is still in the registry."""
-        self.sweep: Callable[[float], None] = lambda now: None
-        """Called once per housekeeping tick, with the loop's time (the transports' sweeps)."""
 
     # registration --------------------------------------------------------------------------
 
@@ -105,7 +100,7 @@ class Lifetimes:
         if connection.protocol is not JSON:
             self.not_json += 1
         self.expiry.track(connection.connection_id, connection.identity.expires_at)
-        self._open_gauge.inc()
+        self.open_gauge.inc()
         self.ended.clear()
         if self.revocations.refuses(connection.identity):  # revoked while it was opening
             connection.close(TOKEN_REVOKED)
@@ -139,8 +134,8 @@ class Lifetimes:
         if connection.protocol is not JSON:
             self.not_json -= 1
         self.expiry.forget(connection.connection_id)
-        self._open_gauge.dec()
-        self._disconnects.labels(reason.value).inc()
+        self.open_gauge.dec()
+        self.disconnects.labels(reason.value).inc()
         log.info("hub_disconnected", connection_id=connection.connection_id, reason=reason.value)
         if not self.connections:
             self.ended.set()
