@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -51,19 +52,16 @@ def parse_block(group: str, record: bytes, keys: KeyCodec) -> tuple[Key, Key] | 
     return None if owner is None or blocked is None else (owner, blocked)
 
 
+@dataclass(eq=False)
 class HubSignals:
-    def __init__(
-        self,
-        typing: TypingSignals,
-        presence: Presence,
-        relay: SignalRelay | None,
-        keys: KeyCodec = UUID_KEYS,
-    ) -> None:
-        self.typing = typing
-        self.presence = presence
-        self.relay = relay
-        self.methods = HubMethods(typing, presence)
-        self._keys = keys
+    typing: TypingSignals
+    presence: Presence
+    relay: SignalRelay | None
+    keys: KeyCodec = UUID_KEYS
+    methods: HubMethods = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.methods = HubMethods(self.typing, self.presence)
 
     def from_backplane(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
         """``deliver`` for the backplane subscriber, the signals among what it brings taken
@@ -84,7 +82,7 @@ class HubSignals:
     def observing(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
         """``deliver``, the ``blacklist_changed`` pushes among what it is given applied to
         presence first: a block ends the blocked user's watches on the blocker here."""
-        presence, keys = self.presence, self._keys
+        presence, keys = self.presence, self.keys
 
         async def delivering(items: Items, *rest: Any) -> object:
             for group, record in items:
