@@ -15,6 +15,8 @@ from realtime_dispatch.hub.connections.registry import USER_PREFIX
 from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
 from realtime_dispatch.hub.signals.methods import HubMethods, complete
 from realtime_dispatch.hub.signals.presence import Presence
+from realtime_dispatch.hub.signals.presence_online import OnlineState
+from realtime_dispatch.hub.signals.presence_scope import WatchScope
 from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
 from realtime_dispatch.hub.signals.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signals.typing_signal import TypingSignals
@@ -168,16 +170,23 @@ def wire_signals(
         assert pool is not None
         return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]
 
+    def count(event: str, n: int) -> None:
+        presence_counts[event].inc(n)
+
     presence = Presence(
         registry,
-        grace=options.presence_grace,
+        state=OnlineState(
+            grace=options.presence_grace, publish=publish, count=count, store=store, keys=keys
+        ),
+        scope=WatchScope(
+            registry,
+            member_chats=member_chats,
+            blockers=blockers if options.presence_blocks else None,
+            keys=keys,
+        ),
         watch_limit=options.presence_watch_limit,
-        member_chats=member_chats,
-        blockers=blockers if options.presence_blocks else None,
-        publish=publish,
         complete=complete,
-        count=lambda event, n: presence_counts[event].inc(n),
-        store=store,
+        count=count,
         subscribed=subscribed,
         keys=keys,
     )
