@@ -173,17 +173,11 @@ def wire_signals(
     def count(event: str, n: int) -> None:
         presence_counts[event].inc(n)
 
+    grace, blocks = options.presence_grace, blockers if options.presence_blocks else None
     presence = Presence(
         registry,
-        state=OnlineState(
-            grace=options.presence_grace, publish=publish, count=count, store=store, keys=keys
-        ),
-        scope=WatchScope(
-            registry,
-            member_chats=member_chats,
-            blockers=blockers if options.presence_blocks else None,
-            keys=keys,
-        ),
+        state=OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys),
+        scope=WatchScope(registry, member_chats=member_chats, blockers=blocks, keys=keys),
         watch_limit=options.presence_watch_limit,
         complete=complete,
         count=count,
