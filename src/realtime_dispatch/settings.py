@@ -277,14 +277,10 @@ class Settings(BaseSettings):
         )
 
     def call_reaper_options(self) -> CallReaperOptions:
-        return CallReaperOptions(
-            ring_timeout=self.call_ring_timeout, max_duration=self.call_max_duration
-        )
+        return CallReaperOptions(**self._prefixed("call_", CallReaperOptions))
 
     def conference_reaper_options(self) -> ConferenceReaperOptions:
-        return ConferenceReaperOptions(
-            empty_timeout=self.conference_empty_timeout, max_duration=self.conference_max_duration
-        )
+        return ConferenceReaperOptions(**self._prefixed("conference_", ConferenceReaperOptions))
 
     def recording_finalize_options(self) -> RecordingFinalizeOptions:
         return RecordingFinalizeOptions(
@@ -304,12 +300,7 @@ class Settings(BaseSettings):
         )
 
     def sync_options(self) -> SyncOptions:
-        return SyncOptions(
-            scan_limit=self.sync_scan_limit,
-            statement_timeout=self.sync_statement_timeout,
-            max_per_user=self.sync_max_per_user,
-            max_concurrent=self.sync_max_concurrent,
-        )
+        return SyncOptions(**self._prefixed("sync_", SyncOptions))
 
     def fingerprint_key(self) -> bytes | None:
         """The key of the idempotency fingerprints: ``REALTIME_MESSAGE_FINGERPRINT_SECRET``, or

@@ -48,6 +48,15 @@ ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0
 ADMIN_ROLE = "admin"
 NUMERIC_DATES = ("exp", "nbf", "iat")
+_DECODE_REFUSALS: tuple[tuple[type[jwt.InvalidTokenError], str, str], ...] = (
+    (jwt.ExpiredSignatureError, "token expired", "Expired"),
+    (jwt.InvalidIssuerError, "wrong token issuer", "InvalidIssuer"),
+    (jwt.InvalidAudienceError, "wrong token audience", "InvalidAudience"),
+    (jwt.InvalidSignatureError, "token signature does not verify", "InvalidToken"),
+    (jwt.ImmatureSignatureError, "token not valid yet (nbf or iat)", "InvalidToken"),
+    (jwt.DecodeError, "token is not a well-formed JWT", "InvalidToken"),
+)
+"""PyJWT's refusals of a token, the first that matches: (its error, our message, our code)."""
 
 
 class AuthError(RealtimeDispatchError):
@@ -194,23 +203,8 @@ class TokenVerifier:
                 audience=options.audience,
                 leeway=options.leeway,
             )
-        except jwt.ExpiredSignatureError as exc:
-            raise AuthError("token expired", code="Expired") from exc
-        except jwt.InvalidIssuerError as exc:
-            raise AuthError("wrong token issuer", code="InvalidIssuer") from exc
-        except jwt.InvalidAudienceError as exc:
-            raise AuthError("wrong token audience", code="InvalidAudience") from exc
-        except jwt.MissingRequiredClaimError as exc:
-            # the claim's name is ours (the required ones, iss, aud), never the token's
-            raise AuthError(f"token has no {exc.claim}", code="InvalidToken") from exc
-        except jwt.InvalidSignatureError as exc:
-            raise AuthError("token signature does not verify", code="InvalidToken") from exc
-        except jwt.ImmatureSignatureError as exc:
-            raise AuthError("token not valid yet (nbf or iat)", code="InvalidToken") from exc
-        except jwt.DecodeError as exc:
-            raise AuthError("token is not a well-formed JWT", code="InvalidToken") from exc
         except jwt.InvalidTokenError as exc:
-            raise AuthError("invalid token", code="InvalidToken") from exc
+            raise _refusal(exc) from exc
         for name in NUMERIC_DATES:
             if name in claims and not _numeric_date(claims[name]):
                 raise AuthError(f"{name} is not a NumericDate", code="InvalidToken")
@@ -278,3 +272,14 @@ def mint_token(
     if admin:
         claims["role"] = ADMIN_ROLE
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def _refusal(exc: jwt.InvalidTokenError) -> AuthError:
+    """PyJWT's refusal of a token as ours (:data:`_DECODE_REFUSALS`); a missing claim is named
+    (its name is ours: the required ones, iss, aud, never the token's)."""
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return AuthError(f"token has no {exc.claim}", code="InvalidToken")
+    for error, message, code in _DECODE_REFUSALS:
+        if isinstance(exc, error):
+            return AuthError(message, code=code)
+    return AuthError("invalid token", code="InvalidToken")

@@ -351,6 +351,17 @@ def run_event_loop(work: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(work)
 
 
+_FAILURES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str, int], ...] = (
+    (ConfigurationError, "invalid setting {exc}", EXIT_USAGE),
+    (UsageError, "{exc}", EXIT_USAGE),
+    (SchemaConflict, "schema conflict: {exc}", EXIT_USAGE),
+    (DatabaseUnavailable, "database unavailable ({exc})", EXIT_FAILURE),
+    ((OSError, ConnectionError), "{name}: {exc}", EXIT_FAILURE),
+)
+"""How a command's failure is told on stderr, the first that matches: (the error, the line
+after ``realtime-dispatch:``, the exit code); any other error is raised."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     flush_traces: Callable[[], None] | None = None
@@ -365,21 +376,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in SERVERS:
             tune_gc()
         return run_event_loop(_ASYNC[args.command](settings, args))
-    except ConfigurationError as exc:
-        print(f"realtime-dispatch: invalid setting {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except UsageError as exc:
-        print(f"realtime-dispatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SchemaConflict as exc:
-        print(f"realtime-dispatch: schema conflict: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except DatabaseUnavailable as exc:
-        print(f"realtime-dispatch: database unavailable ({exc})", file=sys.stderr)
-        return EXIT_FAILURE
-    except (OSError, ConnectionError) as exc:
-        print(f"realtime-dispatch: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except Exception as exc:
+        for error, line, code in _FAILURES:
+            if isinstance(exc, error):
+                print(
+                    f"realtime-dispatch: {line.format(exc=exc, name=type(exc).__name__)}",
+                    file=sys.stderr,
+                )
+                return code
+        raise
     except KeyboardInterrupt:
         return EXIT_OK
     finally:

@@ -35,7 +35,6 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
@@ -174,12 +173,9 @@ class MessengerClient:
         self._runner = self._group.create_task(connection.run(), name="messenger-client-hub")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Ends the hub connection and the client's tasks; ``exc_info`` (the block's exception,
+        if any) goes on to their task group as is."""
         assert self._group is not None
         assert self._http is not None
         try:
@@ -187,7 +183,7 @@ class MessengerClient:
             pending = [*self._syncers.values(), *filter(None, [self._chat_lister, self._resumer])]
             for task in pending:
                 task.cancel()
-            await self._group.__aexit__(exc_type, exc, tb)
+            await self._group.__aexit__(*exc_info)
         except BaseExceptionGroup as failed:
             if len(failed.exceptions) == 1:  # one failure (e.g. HubRefused): raise it as is
                 raise failed.exceptions[0] from None

@@ -1,4 +1,5 @@
-"""Record-level checks shared by the commands: chat membership and the blacklist.
+"""Record-level checks shared by the commands: chat membership, the blacklist, and the
+unique keys that make a second one a Conflict (:func:`insert_unique`).
 
 The blacklist in a chat (:func:`refuse_if_blocked_in_chat`): a user is blocked in a chat when a
 user who blocked them is an active member of it and the chat has been a chat of just the two of
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import asyncpg
+
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.refusals import Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"
 _CHAT_EXISTS_SQL = "SELECT 1 FROM messenger.chats WHERE id = $1"
@@ -69,3 +72,12 @@ async def refuse_if_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor:
     """Forbidden when ``actor`` is blocked in the chat (the module's rule)."""
     if await is_blocked_in_chat(conn, chat_id=chat_id, actor=actor):
         raise Forbidden("the user has blocked you")
+
+
+async def insert_unique(conn: DbConnection, taken: str, sql: str, *args: object) -> None:
+    """Run the insert ``sql``; Conflict(``taken``) when a unique key of the row is taken (one
+    pending request, one live conference a chat, one recording a session...)."""
+    try:
+        await conn.execute(sql, *args)
+    except asyncpg.UniqueViolationError as exc:
+        raise Conflict(taken) from exc

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
+from realtime_dispatch.messenger.access import insert_unique
+from realtime_dispatch.messenger.refusals import InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
@@ -54,16 +53,15 @@ async def block_user(conn: DbConnection, *, owner: UUID, blocked: UUID) -> UUID:
         raise InvalidInput("you cannot block yourself")
     entry_id = new_id()
     async with conn.transaction():
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.blacklist (id, owner_user_id, blocked_user_id)"
-                " VALUES ($1, $2, $3)",
-                entry_id,
-                owner,
-                blocked,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("the user is already blocked") from exc
+        await insert_unique(
+            conn,
+            "the user is already blocked",
+            "INSERT INTO messenger.blacklist (id, owner_user_id, blocked_user_id)"
+            " VALUES ($1, $2, $3)",
+            entry_id,
+            owner,
+            blocked,
+        )
         # Pending contact requests between the two, both ways, end as declined: the blocked
         # user can no longer accept the blocker's, and is not told more than a decline says.
         await conn.execute(_CANCEL_REQUESTS_SQL, owner, blocked)

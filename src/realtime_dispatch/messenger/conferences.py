@@ -17,6 +17,7 @@ from realtime_dispatch.contracts.rest import ConferenceOut, RosterOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
+    insert_unique,
     is_active_member,
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
@@ -59,17 +60,16 @@ async def start_conference(conn: DbConnection, *, chat_id: UUID, actor: UUID) ->
     async with conn.transaction():
         await require_active_member(conn, chat_id, actor)
         await refuse_if_blocked_in_chat(conn, chat_id=chat_id, actor=actor)
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.conference_sessions"
-                " (id, chat_id, started_by_user_id, room_name) VALUES ($1, $2, $3, $4)",
-                conference_id,
-                chat_id,
-                actor,
-                new_room_name("conf"),
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("a conference is already running in this chat") from exc
+        await insert_unique(
+            conn,
+            "a conference is already running in this chat",
+            "INSERT INTO messenger.conference_sessions"
+            " (id, chat_id, started_by_user_id, room_name) VALUES ($1, $2, $3, $4)",
+            conference_id,
+            chat_id,
+            actor,
+            new_room_name("conf"),
+        )
         await conn.execute(
             "INSERT INTO messenger.conference_participants"
             " (id, conference_id, user_id, status, joined_at) VALUES ($1, $2, $3, 'Joined', now())",

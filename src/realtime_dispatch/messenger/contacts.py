@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import refuse_if_blocked
+from realtime_dispatch.messenger.access import insert_unique, refuse_if_blocked
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
@@ -58,16 +56,15 @@ async def request_contact(conn: DbConnection, *, requester: UUID, addressee: UUI
         )
         if reverse is not None:
             raise Conflict("the user has already sent you a request: accept it")
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.contact_requests (id, requester_user_id, addressee_user_id)"
-                " VALUES ($1, $2, $3)",
-                request_id,
-                requester,
-                addressee,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("a request is already pending") from exc
+        await insert_unique(
+            conn,
+            "a request is already pending",
+            "INSERT INTO messenger.contact_requests (id, requester_user_id, addressee_user_id)"
+            " VALUES ($1, $2, $3)",
+            request_id,
+            requester,
+            addressee,
+        )
         await enqueue(
             conn, _to_user(RealtimeDispatchKind.CONTACT_REQUEST_RECEIVED, addressee, request_id)
         )
@@ -104,19 +101,18 @@ async def accept_contact(conn: DbConnection, *, request_id: UUID, actor: UUID) -
         )
         contact_id = new_id()
         low, high = _pair(requester, actor)
-        try:
-            await conn.execute(
-                "INSERT INTO messenger.contacts"
-                " (id, user_low, user_high, request_id, accepted_by_user_id)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                contact_id,
-                low,
-                high,
-                request_id,
-                actor,
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict("already a contact") from exc
+        await insert_unique(
+            conn,
+            "already a contact",
+            "INSERT INTO messenger.contacts"
+            " (id, user_low, user_high, request_id, accepted_by_user_id)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            contact_id,
+            low,
+            high,
+            request_id,
+            actor,
+        )
         await enqueue(
             conn, _to_user(RealtimeDispatchKind.CONTACT_REQUEST_ACCEPTED, requester, contact_id)
         )

@@ -277,16 +277,21 @@ async def edit_message(
         )
         if edited_at is None:
             raise Conflict(f"the edit window of {EDIT_WINDOW_SECONDS} s has passed")
-        await enqueue(
-            conn,
-            OutboxIntent.to_chat(
-                RealtimeDispatchKind.MESSAGE_EDITED,
-                chat_id,
-                message_id=message_id,
-                seq=int(row["seq"]),
-            ),
-        )
+        await _changed(conn, RealtimeDispatchKind.MESSAGE_EDITED, chat_id, message_id, row)
     return edited_at  # type: ignore[no-any-return]
+
+
+async def _changed(
+    conn: DbConnection,
+    kind: RealtimeDispatchKind,
+    chat_id: UUID,
+    message_id: UUID,
+    row: asyncpg.Record,
+) -> None:
+    """The push of an edit or a delete to the chat, with the message's ``seq``."""
+    await enqueue(
+        conn, OutboxIntent.to_chat(kind, chat_id, message_id=message_id, seq=int(row["seq"]))
+    )
 
 
 async def delete_message(
@@ -316,15 +321,7 @@ async def delete_message(
         )
         if await is_blocked_in_chat(conn, chat_id=chat_id, actor=actor):
             return  # deleted, but not pushed to the blocker (REST history shows it deleted)
-        await enqueue(
-            conn,
-            OutboxIntent.to_chat(
-                RealtimeDispatchKind.MESSAGE_DELETED,
-                chat_id,
-                message_id=message_id,
-                seq=int(row["seq"]),
-            ),
-        )
+        await _changed(conn, RealtimeDispatchKind.MESSAGE_DELETED, chat_id, message_id, row)
 
 
 _LIST_COLUMNS = (

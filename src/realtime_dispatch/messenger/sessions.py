@@ -13,6 +13,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.access import (
+    insert_unique,
     refuse_if_blocked,
     refuse_if_blocked_in_chat,
     require_active_member,
@@ -209,11 +210,15 @@ async def start_in_session(
             require_live=True,
             refuse_blocked=True,
         )
-        try:
-            await conn.execute(
-                insert, record_id, session.kind.value, session.call_id, session.conference_id, actor
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise Conflict(busy) from exc
+        await insert_unique(
+            conn,
+            busy,
+            insert,
+            record_id,
+            session.kind.value,
+            session.call_id,
+            session.conference_id,
+            actor,
+        )
         await enqueue(conn, *session.intents(push, record_id))
     return record_id

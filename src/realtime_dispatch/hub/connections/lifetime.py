@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import KW_ONLY, dataclass, field
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 from prometheus_client import Counter, Gauge

@@ -13,14 +13,9 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.request_guard import BodyRule
-from realtime_dispatch.auth.tokens import (
-    AuthError,
-    KeysUnavailable,
-    request_token,
-    www_authenticate,
-)
 from realtime_dispatch.hub.connections.caps import ConnectionRefused
 from realtime_dispatch.hub.serving.push_api import MAX_BODY_BYTES, BatchEndpoint, push_to_group
+from realtime_dispatch.hub.transports.common import Refused, identity_of
 from realtime_dispatch.hub.transports.endpoint import serve_websocket
 from realtime_dispatch.hub.transports.http import HttpTransportEndpoint
 from realtime_dispatch.hub.transports.negotiate import negotiate_body
@@ -58,16 +53,9 @@ def hub_routes(hub: Hub) -> list[BaseRoute]:
 
     async def negotiate(request: Request) -> Response:
         try:
-            identity = await hub.verifier.verify(
-                request_token(request.headers, request.query_params)
-            )
-        except AuthError as exc:
-            log.info("hub_auth_refused", code=exc.code, transport="negotiate")
-            headers = {"WWW-Authenticate": www_authenticate(exc)}
-            return PlainTextResponse("Unauthorized", status_code=401, headers=headers)
-        except KeysUnavailable:
-            log.warning("hub_auth_unavailable", transport="negotiate")
-            return PlainTextResponse("Service Unavailable", status_code=503)
+            identity = await identity_of(hub, request, "negotiate")
+        except Refused as refused:
+            return refused.response
         user_id = identity.user_id
         try:
             version = int(request.query_params.get("negotiateVersion", "0"))

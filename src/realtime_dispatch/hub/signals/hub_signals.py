@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -14,6 +15,8 @@ from realtime_dispatch.hub.connections.registry import USER_PREFIX
 from realtime_dispatch.hub.metrics import PRESENCE_EVENTS, TYPING_OUTCOMES
 from realtime_dispatch.hub.signals.methods import HubMethods, complete
 from realtime_dispatch.hub.signals.presence import Presence
+from realtime_dispatch.hub.signals.presence_online import OnlineState
+from realtime_dispatch.hub.signals.presence_scope import WatchScope
 from realtime_dispatch.hub.signals.presence_store import RedisPresenceStore
 from realtime_dispatch.hub.signals.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signals.typing_signal import TypingSignals
@@ -52,19 +55,16 @@ def parse_block(group: str, record: bytes, keys: KeyCodec) -> tuple[Key, Key] | 
     return None if owner is None or blocked is None else (owner, blocked)
 
 
+@dataclass(eq=False)
 class HubSignals:
-    def __init__(
-        self,
-        typing: TypingSignals,
-        presence: Presence,
-        relay: SignalRelay | None,
-        keys: KeyCodec = UUID_KEYS,
-    ) -> None:
-        self.typing = typing
-        self.presence = presence
-        self.relay = relay
-        self.methods = HubMethods(typing, presence)
-        self._keys = keys
+    typing: TypingSignals
+    presence: Presence
+    relay: SignalRelay | None
+    keys: KeyCodec = UUID_KEYS
+    methods: HubMethods = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.methods = HubMethods(self.typing, self.presence)
 
     def opened(self, connection: HubConnection) -> None:
         """A connection registered: it may invoke the hub methods, its user is online."""
@@ -94,7 +94,7 @@ class HubSignals:
     def observing(self, deliver: Callable[..., Awaitable[object]]) -> Callable[..., Any]:
         """``deliver``, the ``blacklist_changed`` pushes among what it is given applied to
         presence first: a block ends the blocked user's watches on the blocker here."""
-        presence, keys = self.presence, self._keys
+        presence, keys = self.presence, self.keys
 
         async def delivering(items: Items, *rest: Any) -> object:
             for group, record in items:
@@ -180,16 +180,17 @@ def wire_signals(
         assert pool is not None
         return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]
 
+    def count(event: str, n: int) -> None:
+        presence_counts[event].inc(n)
+
+    grace, blocks = options.presence_grace, blockers if options.presence_blocks else None
     presence = Presence(
         registry,
-        grace=options.presence_grace,
+        state=OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys),
+        scope=WatchScope(registry, member_chats=member_chats, blockers=blocks, keys=keys),
         watch_limit=options.presence_watch_limit,
-        member_chats=member_chats,
-        blockers=blockers if options.presence_blocks else None,
-        publish=publish,
         complete=complete,
-        count=lambda event, n: presence_counts[event].inc(n),
-        store=store,
+        count=count,
         subscribed=subscribed,
         keys=keys,
     )

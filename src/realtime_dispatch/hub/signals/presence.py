@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
@@ -29,14 +30,11 @@ from realtime_dispatch.hub.signals.presence_online import (
     PRESENCE_PREFIX,
     OnlineState,
     PresenceStore,
-    Publish,
     iso_now,
     presence_entry,
     presence_group,
 )
 from realtime_dispatch.hub.signals.presence_scope import (
-    Blockers,
-    MemberChats,
     WatchScope,
     user_of_group,
 )
@@ -90,34 +88,24 @@ def parse_ids(
     return list(ids)
 
 
+@dataclass(eq=False)
 class Presence:
-    def __init__(
-        self,
-        registry: GroupRegistry,
-        *,
-        grace: float,
-        watch_limit: int,
-        member_chats: MemberChats,
-        publish: Publish,
-        complete: Complete,
-        count: Callable[[str, int], None],
-        blockers: Blockers | None = None,
-        store: PresenceStore | None = None,
-        subscribed: Callable[[], Awaitable[object]] | None = None,
-        keys: KeyCodec = UUID_KEYS,
-    ) -> None:
-        self._registry = registry
-        self.watch_limit = watch_limit
-        self._complete = complete
-        self._count = count
-        self._keys = keys
-        self._subscribed = subscribed
-        """Waits until this replica receives the groups its connections joined (the
-        interest-routed backplane's subscriptions), so the state read after it misses nothing."""
-        self.state = OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys)
-        self.scope = WatchScope(registry, member_chats=member_chats, blockers=blockers, keys=keys)
-        self._busy: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+    """Presence on this replica: who is online (:attr:`state`), who watches whom
+    (:attr:`scope`), and the hub methods that change them."""
+
+    registry: GroupRegistry
+    _: KW_ONLY
+    state: OnlineState
+    scope: WatchScope
+    watch_limit: int
+    complete: Complete
+    count: Callable[[str, int], None]
+    subscribed: Callable[[], Awaitable[object]] | None = None
+    """Waits until this replica receives the groups its connections joined (the
+    interest-routed backplane's subscriptions), so the state read after it misses nothing."""
+    keys: KeyCodec = UUID_KEYS
+    _busy: set[str] = field(default_factory=set, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     @property
     def watch_count(self) -> int:
@@ -136,7 +124,7 @@ class Presence:
         """Before a connection is removed from the registry: its watches end; the user's grace
         starts if it was their last connection here."""
         self.scope.drop(connection_id)
-        if self._registry.connection_count(user_id) <= 1:
+        if self.registry.connection_count(user_id) <= 1:
             self.state.last_left(user_id)
 
     async def run(self) -> None:
@@ -145,7 +133,7 @@ class Presence:
     # methods ------------------------------------------------------------------------------
 
     def watch(self, connection: HubConnection, invocation: Invocation) -> None:
-        ids = parse_ids(invocation.arguments, "WatchPresence", self.watch_limit, self._keys)
+        ids = parse_ids(invocation.arguments, "WatchPresence", self.watch_limit, self.keys)
         connection_id = connection.connection_id
         error: str | None = None
         if isinstance(ids, str):
@@ -157,8 +145,8 @@ class Presence:
             if self.scope.watches.get(connection_id, 0) + len(added) > self.watch_limit:
                 error = OVER_LIMIT.format(method="WatchPresence", limit=self.watch_limit)
         if error is not None or isinstance(ids, str):
-            self._count("refused", 1)
-            self._complete(connection, invocation.invocation_id, error, None)
+            self.count("refused", 1)
+            self.complete(connection, invocation.invocation_id, error, None)
             return
         self._busy.add(connection_id)
         task = asyncio.create_task(self._watch(connection, invocation.invocation_id, ids))
@@ -171,36 +159,36 @@ class Presence:
         connection_id = connection.connection_id
         try:
             allowed = await self.scope.allowed(connection_id, connection.user_id, ids)
-            if connection_id not in self._registry:
+            if connection_id not in self.registry:
                 return  # closed meanwhile
             self.scope.add(connection_id, allowed)  # subscribed first: no change missed
-            if self._subscribed is not None and allowed:
-                await self._subscribed()
+            if self.subscribed is not None and allowed:
+                await self.subscribed()
             states = await self.state.states(allowed)
-            self._count("watched", len(allowed))
-            keys = self._keys
+            self.count("watched", len(allowed))
+            keys = self.keys
             result: JsonValue = [presence_entry(u, *states[u], keys) for u in allowed]
-            self._complete(connection, invocation_id, None, result)
+            self.complete(connection, invocation_id, None, result)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # PostgreSQL or Redis away: the caller may try again
             log.warning("hub_presence_watch_failed", error=type(exc).__name__)
-            self._count("refused", 1)
-            self._complete(connection, invocation_id, UNAVAILABLE, None)
+            self.count("refused", 1)
+            self.complete(connection, invocation_id, UNAVAILABLE, None)
         finally:
             self._busy.discard(connection_id)
 
     def unwatch(self, connection: HubConnection, invocation: Invocation) -> None:
-        ids = parse_ids(invocation.arguments, "UnwatchPresence", self.watch_limit, self._keys)
+        ids = parse_ids(invocation.arguments, "UnwatchPresence", self.watch_limit, self.keys)
         if isinstance(ids, str):
-            self._count("refused", 1)
-            self._complete(connection, invocation.invocation_id, ids, None)
+            self.count("refused", 1)
+            self.complete(connection, invocation.invocation_id, ids, None)
             return
         dropped = 0
         for user_id in ids:
             dropped += self.scope.unwatch(connection.connection_id, presence_group(user_id))
-        self._count("unwatched", dropped)
-        self._complete(connection, invocation.invocation_id, None, None)
+        self.count("unwatched", dropped)
+        self.complete(connection, invocation.invocation_id, None, None)
 
     # membership and blocks ----------------------------------------------------------------
 
@@ -213,7 +201,7 @@ class Presence:
     def blocked(self, owner: Key, blocked: Key) -> None:
         ended = self.scope.blocked(owner, blocked)
         if ended:
-            self._count("unwatched", ended)
+            self.count("unwatched", ended)
 
     async def aclose(self) -> None:
         self.state.aclose()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -67,30 +68,22 @@ def presence_entry(
     return {"userId": user_id_json(user_id, keys), "online": online, "lastSeenAt": last_seen}
 
 
+@dataclass(eq=False, kw_only=True)
 class OnlineState:
-    def __init__(
-        self,
-        *,
-        grace: float,
-        publish: Publish,
-        count: Callable[[str, int], None],
-        store: PresenceStore | None,
-        keys: KeyCodec,
-    ) -> None:
-        self._grace = grace
-        self._publish = publish
-        self._count = count
-        self.store = store
-        self._keys = keys
-        self.online: set[Key] = set()
-        """Users this replica holds online: with a connection here, or in their grace."""
-        self._in_grace: dict[Key, asyncio.TimerHandle] = {}
-        self._seen: dict[Key, str] = {}
-        """``lastSeenAt`` of users this replica saw go (in process, without a store), the
-        longest gone first."""
-        self.flips: dict[Key, str | None] = {}
-        """Transitions to announce: None online, else offline with that ``lastSeenAt``."""
-        self._wake = asyncio.Event()
+    grace: float
+    publish: Publish
+    count: Callable[[str, int], None]
+    store: PresenceStore | None
+    keys: KeyCodec
+    online: set[Key] = field(default_factory=set, init=False)
+    """Users this replica holds online: with a connection here, or in their grace."""
+    _in_grace: dict[Key, asyncio.TimerHandle] = field(default_factory=dict, init=False)
+    _seen: dict[Key, str] = field(default_factory=dict, init=False)
+    """``lastSeenAt`` of users this replica saw go (in process, without a store), the longest
+    gone first."""
+    flips: dict[Key, str | None] = field(default_factory=dict, init=False)
+    """Transitions to announce: None online, else offline with that ``lastSeenAt``."""
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def connected(self, user_id: Key) -> None:
         timer = self._in_grace.pop(user_id, None)
@@ -104,7 +97,7 @@ class OnlineState:
         """The user's last connection here is closing: their grace starts."""
         if user_id in self.online and user_id not in self._in_grace:
             loop = asyncio.get_running_loop()
-            self._in_grace[user_id] = loop.call_later(self._grace, self._gone, user_id, iso_now())
+            self._in_grace[user_id] = loop.call_later(self.grace, self._gone, user_id, iso_now())
 
     def _gone(self, user_id: Key, seen: str) -> None:
         del self._in_grace[user_id]
@@ -126,7 +119,7 @@ class OnlineState:
         return {u: (u in self.online, self._seen.get(u)) for u in users}
 
     def _frames(self, changes: Sequence[tuple[Key, bool, str | None]]) -> list[tuple[str, bytes]]:
-        keys = self._keys
+        keys = self.keys
         return [
             (presence_group(u), invocation_frame(PRESENCE_CHANGED, [presence_entry(u, o, s, keys)]))
             for u, o, s in changes
@@ -164,16 +157,16 @@ class OnlineState:
                 on = await self.store.went_online(went_on) if went_on else {}
                 offline = set(await self.store.went_offline(went_off)) if went_off else set()
             except Exception as exc:  # the store is Redis: nothing to retry, counted and logged
-                self._count("dropped", len(batch))
+                self.count("dropped", len(batch))
                 log.warning("hub_presence_store_failed", error=type(exc).__name__)
                 return
             off = [(u, seen) for u, seen in went_off if u in offline]
         frames = self._frames([(u, True, s) for u, s in on.items()])
         frames += self._frames([(u, False, s) for u, s in off])
         if frames:
-            await self._publish(frames)
-        self._count("online", len(on))
-        self._count("offline", len(off))
+            await self.publish(frames)
+        self.count("online", len(on))
+        self.count("offline", len(off))
 
     async def _keep(self, store: PresenceStore) -> None:
         while True:
@@ -184,8 +177,8 @@ class OnlineState:
                 # (by whichever live replica takes each dead one's sweep).
                 gone = await store.sweep()
                 if gone:
-                    await self._publish(self._frames([(u, False, seen) for u, seen in gone]))
-                    self._count("swept", len(gone))
+                    await self.publish(self._frames([(u, False, seen) for u, seen in gone]))
+                    self.count("swept", len(gone))
             except Exception as exc:  # retried at the next refresh; claims outlive three
                 log.warning("hub_presence_keep_failed", error=type(exc).__name__)
 

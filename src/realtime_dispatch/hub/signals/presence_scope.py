@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -40,61 +41,55 @@ def user_of_group(group: str, keys: KeyCodec = UUID_KEYS) -> Key | None:
     return parse_key(group[len(PRESENCE_PREFIX) :], keys)
 
 
+@dataclass(eq=False)
 class WatchScope:
-    def __init__(
-        self,
-        registry: GroupRegistry,
-        *,
-        member_chats: MemberChats,
-        blockers: Blockers | None,
-        keys: KeyCodec = UUID_KEYS,
-    ) -> None:
-        self._registry = registry
-        self.member_chats = member_chats
-        self.blockers = blockers
-        self._keys = keys
-        self.watches: dict[str, int] = {}
-        """Watched users per connection."""
-        self.watch_count = 0
-        self._chats: dict[Key, set[str]] = {}
-        """Active chats (as group names) of the watched users, while someone here watches them."""
-        self._loads: list[list[tuple[Key, str, bool]]] = []
-        self.member_chats_queries = 0
-        """``member_chats`` queries run here (ids nobody here watched yet, hinted ones)."""
-        self._hinted: dict[Key, None] = {}
-        self._rereader: asyncio.Task[None] | None = None
+    registry: GroupRegistry
+    _: KW_ONLY
+    member_chats: MemberChats
+    blockers: Blockers | None
+    keys: KeyCodec = UUID_KEYS
+    watches: dict[str, int] = field(default_factory=dict, init=False)
+    """Watched users per connection."""
+    watch_count: int = field(default=0, init=False)
+    _chats: dict[Key, set[str]] = field(default_factory=dict, init=False)
+    """Active chats (as group names) of the watched users, while someone here watches them."""
+    _loads: list[list[tuple[Key, str, bool]]] = field(default_factory=list, init=False)
+    member_chats_queries: int = field(default=0, init=False)
+    """``member_chats`` queries run here (ids nobody here watched yet, hinted ones)."""
+    _hinted: dict[Key, None] = field(default_factory=dict, init=False)
+    _rereader: asyncio.Task[None] | None = field(default=None, init=False)
 
     # watches ------------------------------------------------------------------------------
 
     def added(self, connection_id: str, users: list[Key]) -> list[Key]:
         """Of ``users``, those the connection does not watch yet."""
-        in_group = self._registry.in_group
+        in_group = self.registry.in_group
         return [u for u in users if not in_group(connection_id, presence_group(u))]
 
     def add(self, connection_id: str, users: list[Key]) -> None:
         for user_id in users:
             group = presence_group(user_id)
-            if not self._registry.in_group(connection_id, group):
-                self._registry.join(connection_id, group)
+            if not self.registry.in_group(connection_id, group):
+                self.registry.join(connection_id, group)
                 self.watches[connection_id] = self.watches.get(connection_id, 0) + 1
                 self.watch_count += 1
 
     def drop(self, connection_id: str) -> None:
         """Before a connection is removed from the registry: its watches end."""
         if self.watches.get(connection_id):
-            for group in self._registry.groups_of(connection_id):
+            for group in self.registry.groups_of(connection_id):
                 if group.startswith(PRESENCE_PREFIX):
                     self.unwatch(connection_id, group)
         self.watches.pop(connection_id, None)
 
     def unwatch(self, connection_id: str, group: str) -> int:
-        if not self._registry.in_group(connection_id, group):
+        if not self.registry.in_group(connection_id, group):
             return 0
-        self._registry.leave(connection_id, group)
+        self.registry.leave(connection_id, group)
         self.watches[connection_id] -= 1
         self.watch_count -= 1
-        if not self._registry.members(group):
-            user_id = user_of_group(group, self._keys)
+        if not self.registry.members(group):
+            user_id = user_of_group(group, self.keys)
             if user_id is not None:
                 self._chats.pop(user_id, None)
         return 1
@@ -114,7 +109,7 @@ class WatchScope:
             blocked = set(await self.blockers(caller, allowed))
             allowed = [u for u in allowed if u not in blocked]
         for user_id in set(unknown) - set(allowed):  # nobody here watches them (yet)
-            if not self._registry.members(presence_group(user_id)):
+            if not self.registry.members(presence_group(user_id)):
                 self._chats.pop(user_id, None)
         return allowed
 
@@ -137,7 +132,7 @@ class WatchScope:
         return loaded
 
     def _chat_groups(self, connection_id: str) -> set[str]:
-        return {g for g in self._registry.groups_of(connection_id) if g.startswith(CHAT_PREFIX)}
+        return {g for g in self.registry.groups_of(connection_id) if g.startswith(CHAT_PREFIX)}
 
     # live changes -------------------------------------------------------------------------
 
@@ -151,7 +146,7 @@ class WatchScope:
             (chats.add if joined else chats.discard)(group)
         if joined:
             return
-        registry = self._registry
+        registry = self.registry
         if chats is not None:
             self._end_unshared(user_id, chats)
         # The user's own watches.
@@ -162,7 +157,7 @@ class WatchScope:
             for watched in registry.groups_of(connection_id):
                 if not watched.startswith(PRESENCE_PREFIX):
                     continue
-                other = user_of_group(watched, self._keys)
+                other = user_of_group(watched, self.keys)
                 theirs = self._chats.get(other) if other is not None else None
                 if theirs is None or theirs.isdisjoint(mine):
                     self.unwatch(connection_id, watched)
@@ -170,14 +165,14 @@ class WatchScope:
     def _end_unshared(self, user_id: Key, chats: set[str]) -> None:
         """Those watching ``user_id``: the watches of those who share none of ``chats`` end."""
         watchers = presence_group(user_id)
-        for connection_id in self._registry.members(watchers):
+        for connection_id in self.registry.members(watchers):
             if chats.isdisjoint(self._chat_groups(connection_id)):
                 self.unwatch(connection_id, watchers)
 
     def hinted(self, user_id: Key) -> None:
         """A membership hint for ``user_id`` (its chats changed, read them again). The feed
         reads the users connected here; a watched user who is not is read here."""
-        if self._registry.connection_count(user_id):
+        if self.registry.connection_count(user_id):
             return
         if user_id not in self._chats and not self._loads:
             return  # nobody here watches them, nor is about to
@@ -206,9 +201,9 @@ class WatchScope:
         """The kept chats of users with no connection here can no longer be trusted: their
         watches end (a client's next ``WatchPresence`` reads them again)."""
         self._hinted.clear()
-        for user_id in [u for u in self._chats if not self._registry.connection_count(u)]:
+        for user_id in [u for u in self._chats if not self.registry.connection_count(u)]:
             group = presence_group(user_id)
-            for connection_id in self._registry.members(group):
+            for connection_id in self.registry.members(group):
                 self.unwatch(connection_id, group)
             self._chats.pop(user_id, None)
 
@@ -216,7 +211,7 @@ class WatchScope:
         """``owner`` blocked ``blocked``: the watches of ``blocked``'s connections here on
         ``owner`` end (the blocked user is not told). Returns how many ended."""
         group = presence_group(owner)
-        return sum(self.unwatch(c, group) for c in self._registry.connections_of(blocked))
+        return sum(self.unwatch(c, group) for c in self.registry.connections_of(blocked))
 
     async def aclose(self) -> None:
         if self._rereader is not None:

@@ -1,11 +1,13 @@
-"""What the Server-Sent Events and long-polling routes share: authenticating each request,
-finding its connection by token, reading a ``POST``, and serving an admitted connection on a
-transport until it ends (the counterpart of the WebSocket's run in :mod:`.endpoint`)."""
+"""What the Server-Sent Events and long-polling routes share: authenticating each request
+(negotiate and the WebSocket authenticate the same way), finding its connection by token,
+reading a ``POST``, and serving an admitted connection on a transport until it ends (the
+counterpart of the WebSocket's run in :mod:`.endpoint`)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from starlette.requests import Request
@@ -46,9 +48,20 @@ class Refused(Exception):
         self.response = response
 
 
-async def identity_of(hub: Hub, request: Request, transport: str) -> Identity:
-    """The verified identity of a request's token, as on the WebSocket: 401 when it is refused
-    (expired, revoked, forged...), 503 when the identity provider's keys are unavailable."""
+class Credentialed(Protocol):
+    """Where a token is read from: a request's or a WebSocket's headers and query string."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def query_params(self) -> Mapping[str, str]: ...
+
+
+async def identity_of(hub: Hub, request: Credentialed, transport: str) -> Identity:
+    """The verified identity of a request's token (negotiate, the WebSocket, SSE, long
+    polling): 401 when it is refused (expired, revoked, forged...), 503 when the identity
+    provider's keys are unavailable."""
     try:
         return await hub.verifier.verify(request_token(request.headers, request.query_params))
     except AuthError as exc:

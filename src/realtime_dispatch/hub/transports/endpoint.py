@@ -26,12 +26,6 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.auth.tokens import (
-    AuthError,
-    KeysUnavailable,
-    request_token,
-    www_authenticate,
-)
 from realtime_dispatch.hub.connections.caps import ConnectionRefused, Reservation
 from realtime_dispatch.hub.connections.connection import Attachment, HubConnection, WebSocketWriter
 from realtime_dispatch.hub.connections.session import (
@@ -41,6 +35,7 @@ from realtime_dispatch.hub.connections.session import (
     InboundSession,
 )
 from realtime_dispatch.hub.transports.admission import AdmissionRefused, admit
+from realtime_dispatch.hub.transports.common import Refused, identity_of
 from realtime_dispatch.hub.transports.negotiate import new_connection_id
 from realtime_dispatch.hub.wire.framing import RawSink
 from realtime_dispatch.hub.wire.protocol import HANDSHAKE_OK, handshake_error
@@ -89,18 +84,9 @@ async def serve_websocket(hub: Hub, websocket: WebSocket | DirectSocket) -> None
         await _deny(websocket, 503, "Service Unavailable")
         return
     try:
-        identity = await hub.verifier.verify(
-            request_token(websocket.headers, websocket.query_params)
-        )
-    except AuthError as exc:
-        log.info("hub_auth_refused", code=exc.code, transport="websocket")
-        headers = {"WWW-Authenticate": www_authenticate(exc)}
-        unauthorized = PlainTextResponse("Unauthorized", status_code=401, headers=headers)
-        await _deny_response(websocket, unauthorized)
-        return
-    except KeysUnavailable:
-        log.warning("hub_auth_unavailable", transport="websocket")
-        await _deny(websocket, 503, "Service Unavailable")
+        identity = await identity_of(hub, websocket, "websocket")
+    except Refused as refused:
+        await _deny_response(websocket, refused.response)
         return
     id_param = websocket.query_params.get("id")
     existing = hub.resumable(id_param, identity.user_id)

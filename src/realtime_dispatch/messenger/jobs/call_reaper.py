@@ -12,12 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.jobs.metrics import CALL_REAPER, MediaJobMetrics
-from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE
-from realtime_dispatch.messenger.jobs.scheduled import JobRun
+from realtime_dispatch.messenger.jobs.metrics import CALL_REAPER
+from realtime_dispatch.messenger.jobs.scheduled import BatchJob, JobRun
 from realtime_dispatch.messenger.reaper import (
     CALL_MAX_DURATION_SECONDS,
     CALL_RING_TIMEOUT_SECONDS,
@@ -34,24 +31,11 @@ class CallReaperOptions:
     max_duration: float = CALL_MAX_DURATION_SECONDS
 
 
-class CallTimeoutReaper:
+class CallTimeoutReaper(BatchJob[CallReaperOptions]):
     """The job's work: missed calls, then overlong ones, each in batches until one is short of
     full, the run's time is up or a stop is asked (resting after each full batch)."""
 
     name = CALL_REAPER
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        options: CallReaperOptions,
-        metrics: MediaJobMetrics,
-        *,
-        batch_size: int = JOB_BATCH_SIZE,
-    ) -> None:
-        self._pool = pool
-        self.options = options
-        self.metrics = metrics
-        self._batch = batch_size
 
     async def run_once(self, run: JobRun) -> None:
         ring, longest = self.options.ring_timeout, self.options.max_duration

@@ -15,13 +15,11 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-import asyncpg
-
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.messenger.conferences import close_ended
-from realtime_dispatch.messenger.jobs.metrics import CONFERENCE_REAPER, MediaJobMetrics
-from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, ConferenceReaperOptions
-from realtime_dispatch.messenger.jobs.scheduled import QUERIES, JobRun
+from realtime_dispatch.messenger.jobs.metrics import CONFERENCE_REAPER
+from realtime_dispatch.messenger.jobs.options import ConferenceReaperOptions
+from realtime_dispatch.messenger.jobs.scheduled import QUERIES, BatchJob, JobRun
 
 
 async def reap_stale_conferences(
@@ -45,24 +43,11 @@ async def reap_stale_conferences(
     )
 
 
-class ConferenceRoomReaper:
+class ConferenceRoomReaper(BatchJob[ConferenceReaperOptions]):
     """The job's work: batches of ``batch_size`` until none is full, the run's time is up or a
     stop is asked (checked between batches; a batch is one short transaction)."""
 
     name = CONFERENCE_REAPER
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        options: ConferenceReaperOptions,
-        metrics: MediaJobMetrics,
-        *,
-        batch_size: int = JOB_BATCH_SIZE,
-    ) -> None:
-        self._pool = pool
-        self.options = options
-        self._metrics = metrics
-        self._batch = batch_size
 
     async def run_once(self, run: JobRun) -> None:
         while not run.out_of_time():
@@ -73,8 +58,8 @@ class ConferenceRoomReaper:
                 )
             run.add("ended_empty", len(empty))
             run.add("ended_overlong", len(overlong))
-            self._metrics.reaped.labels("empty").inc(len(empty))
-            self._metrics.reaped.labels("overlong").inc(len(overlong))
+            self.metrics.reaped.labels("empty").inc(len(empty))
+            self.metrics.reaped.labels("overlong").inc(len(overlong))
             if locked < self._batch:
                 return
             await run.rest(started)

@@ -34,7 +34,7 @@ from realtime_dispatch.messenger.jobs.finalize_policy import (
 )
 from realtime_dispatch.messenger.jobs.metrics import RECORDING_FINALIZE, MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, RecordingFinalizeOptions
-from realtime_dispatch.messenger.jobs.scheduled import QUERIES, JobRun
+from realtime_dispatch.messenger.jobs.scheduled import QUERIES, BatchJob, JobRun
 from realtime_dispatch.messenger.jobs.status_client import MAX_CONNECTIONS, RecordingStatusClient
 from realtime_dispatch.messenger.sessions import MediaSession
 from realtime_dispatch.outbox.backoff import JITTER
@@ -100,7 +100,7 @@ async def time_out_recordings(conn: DbConnection, *, older_than: float, limit: i
     return len(locked)
 
 
-class RecordingFinalizeRetry:
+class RecordingFinalizeRetry(BatchJob[RecordingFinalizeOptions]):
     """The job's work: claim a batch, ask about each (the client's pool bounds how many at
     once), write the batch's outcomes in one transaction; again while batches come back full
     and the run has time. A stop is honoured between asks: the rest wait for their backoff."""
@@ -119,11 +119,8 @@ class RecordingFinalizeRetry:
         """``client``: the status service at ``options.status_url`` (None when unset)."""
         if (client is None) != (options.status_url is None):
             raise ValueError("a status client exactly when a status URL is set")
-        self._pool = pool
-        self.options = options
-        self._metrics = metrics
+        super().__init__(pool, options, metrics, batch_size=batch_size)
         self._client = client
-        self._batch = batch_size
 
     async def run_once(self, run: JobRun) -> None:
         while not run.out_of_time():
@@ -172,7 +169,7 @@ class RecordingFinalizeRetry:
         for r, answer in zip(claimed, answers, strict=True):
             if answer is None:
                 continue
-            self._metrics.finalize_retried.labels(answer.result.value).inc()
+            self.metrics.finalize_retried.labels(answer.result.value).inc()
             run.add(f"answered_{answer.result.value}")
             if answer.result is AskResult.UNREACHABLE:
                 causes[answer.code or "Unknown"] += 1
@@ -212,5 +209,5 @@ class RecordingFinalizeRetry:
     def _counted_outcomes(self, run: JobRun, **outcomes: int) -> None:
         for outcome, n in outcomes.items():
             if n:
-                self._metrics.finalized.labels(outcome).inc(n)
+                self.metrics.finalized.labels(outcome).inc(n)
                 run.add(f"finalized_{outcome}", n)

@@ -16,15 +16,16 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import uuid4
 
+import asyncpg
 import structlog
 from opentelemetry import trace
 
 from realtime_dispatch.database import is_unavailable
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
-from realtime_dispatch.messenger.jobs.options import JobSchedule
+from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, JobSchedule
 from realtime_dispatch.outbox.queries import load_queries
 
 _log = structlog.get_logger(__name__)
@@ -70,6 +71,27 @@ class JobWork(Protocol):
     """The job's metric label, e.g. ``conference-room-reaper``."""
 
     async def run_once(self, run: JobRun) -> None: ...
+
+
+OptionsT = TypeVar("OptionsT")
+
+
+class BatchJob(Generic[OptionsT]):
+    """What the media jobs' work holds: the pool its batches run on, its options, the jobs'
+    metrics and the batch size (rows per transaction)."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        options: OptionsT,
+        metrics: MediaJobMetrics,
+        *,
+        batch_size: int = JOB_BATCH_SIZE,
+    ) -> None:
+        self._pool = pool
+        self.options = options
+        self.metrics = metrics
+        self._batch = batch_size
 
 
 def lock_key(name: str) -> str:

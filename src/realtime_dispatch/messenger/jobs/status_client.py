@@ -4,7 +4,6 @@ the retry decides what that means (:mod:`.finalize_policy`)."""
 
 from __future__ import annotations
 
-from types import TracebackType
 from uuid import UUID
 
 import httpx
@@ -33,12 +32,7 @@ class RecordingStatusClient:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
