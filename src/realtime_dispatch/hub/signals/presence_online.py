@@ -136,8 +136,9 @@ class OnlineState:
                 self._wake.clear()
                 await self.drain()
         finally:
-            if refresher is not None:
+            if refresher is not None:  # ended with the hub, not left cancelling behind it
                 refresher.cancel()
+                await asyncio.wait([refresher])
 
     async def drain(self) -> None:
         """Announce the flips waiting, in batches."""
