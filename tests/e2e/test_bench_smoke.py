@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -93,42 +92,52 @@ def run(smoke: Smoke, dsn: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@dataclass(frozen=True)
+class Runs:
+    """Every smoke started, and the result files there were before any of them ran."""
+
+    futures: dict[Smoke, Future[subprocess.CompletedProcess[str]]]
+    before: set[Path]
+
+    def outcome(self, smoke: Smoke) -> subprocess.CompletedProcess[str]:
+        return self.futures[smoke].result()
+
+    def written(self, pattern: str) -> set[Path]:
+        return set(RESULTS.glob(pattern)) - self.before
+
+
 @pytest.fixture(scope="module")
-def smokes(pg_server_url: str) -> Iterator[tuple[dict[Smoke, Future[Any]], set[Path]]]:
-    """Every smoke started (``PARALLEL`` at a time), and the result files there were before."""
+def smokes(pg_server_url: str) -> Iterator[Runs]:
+    """Every smoke started, ``PARALLEL`` at a time."""
     before = set(RESULTS.glob("*.json"))
     with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {smoke: pool.submit(run, smoke, pg_server_url) for smoke in ALL}
-        yield futures, before
-        for future in futures.values():
+        runs = Runs({smoke: pool.submit(run, smoke, pg_server_url) for smoke in ALL}, before)
+        yield runs
+        for future in runs.futures.values():
             future.cancel()
-
-
-def outcome(smokes: tuple[dict[Smoke, Future[Any]], set[Path]], smoke: Smoke) -> Any:
-    return smokes[0][smoke].result()
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(set(SMOKES) - {"e2e", "storm"}))
-def test_bench_smoke_runs(name: str, smokes: Any) -> None:
-    done = outcome(smokes, Smoke(name))
+def test_bench_smoke_runs(name: str, smokes: Runs) -> None:
+    done = smokes.outcome(Smoke(name))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["drain", "lag"])
-def test_bench_key_types_smoke_runs(name: str, smokes: Any) -> None:
+def test_bench_key_types_smoke_runs(name: str, smokes: Runs) -> None:
     """The ``--key-types`` runs: an owner's schema on uuid and on bigint keys."""
-    done = outcome(smokes, Smoke(name, KEY_TYPES))
+    done = smokes.outcome(Smoke(name, KEY_TYPES))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "bigint" in done.stdout
 
 
 @pytest.mark.timeout(600)
-def test_bench_e2e_smoke_delivers_everything(smokes: Any) -> None:
-    done = outcome(smokes, Smoke("e2e"))
+def test_bench_e2e_smoke_delivers_everything(smokes: Runs) -> None:
+    done = smokes.outcome(Smoke("e2e"))
     assert done.returncode == 0, done.stdout + done.stderr
-    [written] = set(RESULTS.glob("e2e-smoke-*.json")) - smokes[1]
+    [written] = smokes.written("e2e-smoke-*.json")
     result = json.loads(written.read_text())
     [run] = result["runs"]
     assert run["commits"] > 0
@@ -138,10 +147,10 @@ def test_bench_e2e_smoke_delivers_everything(smokes: Any) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_bench_storm_smoke_brings_everyone_back(smokes: Any) -> None:
-    done = outcome(smokes, Smoke("storm"))
+def test_bench_storm_smoke_brings_everyone_back(smokes: Runs) -> None:
+    done = smokes.outcome(Smoke("storm"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    [written] = set(RESULTS.glob("storm-*.json")) - smokes[1]
+    [written] = smokes.written("storm-*.json")
     result = json.loads(written.read_text())
     assert result["messages_written"] > 0
     assert result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0

@@ -52,13 +52,7 @@ def post_message(room_id: int, author: AbstractBaseUser, body: str) -> Post:
         room.last_number += 1
         room.save(update_fields=["last_number"])
         post = Post.objects.create(room=room, number=room.last_number, author=author, body=body)
-        RealtimeOutbox.objects.create(
-            kind="MessageReceived",
-            target_kind="ChatGroup",
-            chat_id=room.pk,
-            message_id=post.pk,
-            seq=post.number,
-        )
+        _push_post("MessageReceived", post)
     return post
 
 
@@ -68,13 +62,7 @@ def edit_message(post_id: int, editor: AbstractBaseUser, body: str) -> Post:
         post.body = body
         post.edited_at = TransactionNow()
         post.save(update_fields=["body", "edited_at"])
-        RealtimeOutbox.objects.create(
-            kind="MessageEdited",
-            target_kind="ChatGroup",
-            chat_id=post.room_id,
-            message_id=post.pk,
-            seq=post.number,
-        )
+        _push_post("MessageEdited", post)
     return post
 
 
@@ -85,13 +73,19 @@ def remove_message(post_id: int, editor: AbstractBaseUser) -> None:
         post.removed = True
         post.removed_at = TransactionNow()
         post.save(update_fields=["removed", "removed_at"])
-        RealtimeOutbox.objects.create(
-            kind="MessageDeleted",
-            target_kind="ChatGroup",
-            chat_id=post.room_id,
-            message_id=post.pk,
-            seq=post.number,
-        )
+        _push_post("MessageDeleted", post)
+
+
+def _push_post(kind: str, post: Post) -> None:
+    """The outbox row of a change to ``post``, in the caller's transaction: its room's group,
+    the post's id and its number in the room as the push's seq."""
+    RealtimeOutbox.objects.create(
+        kind=kind,
+        target_kind="ChatGroup",
+        chat_id=post.room_id,
+        message_id=post.pk,
+        seq=post.number,
+    )
 
 
 def mark_read(room_id: int, user: AbstractBaseUser, number: int) -> None:
