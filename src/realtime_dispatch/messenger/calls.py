@@ -114,22 +114,15 @@ end_call = _command("end")
 
 
 _CALL_COLUMNS = (
-    "id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at, ended_at"
+    "id AS call_id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
+    " ended_at"
 )
+"""A call as :class:`CallOut` names it."""
 LIVE_STATUSES = ("Ringing", "Active")
 
 
 def _view(r: asyncpg.Record) -> CallOut:
-    return CallOut(
-        call_id=r["id"],
-        caller_user_id=r["caller_user_id"],
-        callee_user_id=r["callee_user_id"],
-        room_name=r["room_name"],
-        status=r["status"],
-        created_at=r["created_at"],
-        answered_at=r["answered_at"],
-        ended_at=r["ended_at"],
-    )
+    return CallOut(**dict(r))
 
 
 async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallOut:
