@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -206,23 +207,13 @@ def test_void_completions_are_the_protocols(invocation_id):
 # --- the completion written straight to the transport ---------------------------------------
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-
-class _Server:
-    def __init__(self) -> None:
-        self.transport = _Transport()
-        self.writable = asyncio.Event()
-        self.writable.set()
-        self.close_sent = False
+def _server() -> Any:
+    """What a :class:`RawSink` reads of its server, the frames written kept in a list."""
+    written: list[bytes] = []
+    transport = SimpleNamespace(write=written.append, is_closing=lambda: False, written=written)
+    writable = asyncio.Event()
+    writable.set()
+    return SimpleNamespace(transport=transport, writable=writable, close_sent=False)
 
 
 def _connection(sent: list[int], *, stateful: bool = False, expires_in: float = 60) -> Any:
@@ -238,8 +229,8 @@ def _connection(sent: list[int], *, stateful: bool = False, expires_in: float = 
         on_sent=sent.append,
         now=0.0,
     )
-    server = _Server()
-    connection.sink = RawSink(server)  # type: ignore[arg-type]
+    server = _server()
+    connection.sink = RawSink(server)
     return connection, server.transport
 
 
