@@ -32,7 +32,7 @@ from realtime_dispatch.hub.connections.session import (
     Inbound,
     InboundSession,
 )
-from realtime_dispatch.hub.wire.framing import RawSink, records_frame
+from realtime_dispatch.hub.wire.framing import RawSink, records_frame, ws_frame
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.hub.wire.protocols import HubProtocol, Transport
 from realtime_dispatch.keys import Key
@@ -274,6 +274,27 @@ class HubConnection:
             return
         if self.outbound.push(record):
             self.wake.set()
+        else:
+            self._too_slow()
+
+    def reply(self, record: bytes) -> None:
+        """:meth:`send` of an answer to the client (a completion), written to the transport at
+        once, as a push's frames are, when nothing is queued before it, the transport takes
+        writes and the token is still valid; otherwise queued for the writer as :meth:`send`."""
+        sink = self.sink
+        outbound = self.outbound
+        if (
+            sink is None
+            or self.batch
+            or self.closing is not None
+            or outbound.has_pending()
+            or not sink.open()
+            or self.identity.expires_at <= time.time()
+        ):
+            self.send(record)
+        elif outbound.push_written(record):
+            sink.transport.write(ws_frame(record, binary=self.protocol.binary))
+            self.wrote(1)
         else:
             self._too_slow()
 
