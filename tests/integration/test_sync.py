@@ -438,7 +438,9 @@ async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.
     (the retention floor's table locked), the pages of other users wait their turn in the
     process, never on a database connection, and end at the timeout with 503; once it is
     free, they run again."""
-    options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1)
+    options = SyncOptions(
+        scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=0.5
+    )
     service = SyncService(pool, default_payload_builder(MEDIA), options)
     app = create_api(
         pool=pool,
@@ -481,6 +483,33 @@ async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.
         assert len(turns) == 2, [a.json() for a in answers]
         for user, cursor in zip(users, cursors, strict=True):
             assert (await sync.get(user, since=cursor)).status_code == 200
+
+
+async def test_pages_queued_for_their_turn_wait_past_the_statement_timeout(
+    pool: asyncpg.Pool,
+) -> None:
+    """A storm of pages behind one turn at a time: a page waiting for its turn waits on this
+    server, not on its statement, so it is answered once its turn comes (within
+    ``queue_timeout``), not 503 at the statement timeout."""
+    options = SyncOptions(
+        scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=20
+    )
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
+    app = create_api(
+        pool=pool,
+        options=hub_settings().api_options(),
+        routes=sync_routes(service, TokenVerifier(SECRET)),
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
+        sync = Sync(http)
+        users = [uuid4() for _ in range(100)]
+        cursors = [await sync.cursor(user) for user in users]
+        answers = await asyncio.gather(
+            *(sync.get(user, since=cursor) for user, cursor in zip(users, cursors, strict=True))
+        )
+    assert [a.status_code for a in answers] == [200] * len(users), [a.text for a in answers]
 
 
 def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
