@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli
+from tests.e2e.processes import cli_env, start_cli, wait_ready
 from tests.hub_fixtures import SECRET, SERVICE_KEY, make_token
 
 pytestmark = pytest.mark.e2e
@@ -44,16 +44,10 @@ async def replica(database_url: str) -> AsyncIterator[tuple[asyncio.subprocess.P
         REALTIME_LOG_LEVEL="warning",
     )
     process = await start_cli("hub", "--port", str(port), env=env)
-    drain = asyncio.create_task(_drain(process))
+    # Read what the replica writes, so that a full pipe never stalls it.
+    drains = [asyncio.create_task(s.read()) for s in (process.stdout, process.stderr) if s]
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            async with asyncio.timeout(60):
-                while True:
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await http.get("/readyz")).status_code == 200:
-                            break
-                    assert process.returncode is None, "the replica exited"
-                    await asyncio.sleep(0.05)
+        await wait_ready(process, f"http://127.0.0.1:{port}", within=60)
         yield process, port
     finally:
         if process.returncode is None:
@@ -64,18 +58,7 @@ async def replica(database_url: str) -> AsyncIterator[tuple[asyncio.subprocess.P
             except TimeoutError:
                 process.kill()
                 await process.wait()
-        await drain
-
-
-async def _drain(process: asyncio.subprocess.Process) -> None:
-    """Reads what the replica writes, so that a full pipe never stalls it."""
-
-    async def read(stream: asyncio.StreamReader | None) -> None:
-        assert stream is not None
-        while await stream.readline():
-            pass
-
-    await asyncio.gather(read(process.stdout), read(process.stderr))
+        await asyncio.gather(*drains)
 
 
 async def connected(port: int) -> socket.socket:

@@ -5,6 +5,7 @@ and across databases; refusals; no gap however commits interleave; one indexed s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -61,15 +62,24 @@ class Sync:
                 return events, since
 
 
-@pytest.fixture
-async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
-    service = SyncService(pool, default_payload_builder(MEDIA))
+@contextlib.asynccontextmanager
+async def sync_api(
+    pool: asyncpg.Pool, options: SyncOptions | None = None
+) -> AsyncIterator[tuple[Sync, httpx.AsyncClient]]:
+    """The REST API with ``GET /api/sync`` under ``options``, in this process."""
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
     routes = sync_routes(service, TokenVerifier(SECRET))
     app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://api"
     ) as http:
-        yield Sync(http)
+        yield Sync(http), http
+
+
+@pytest.fixture
+async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
+    async with sync_api(pool) as (api, _):
+        yield api
 
 
 async def outbox_ids(pool: asyncpg.Pool, where: str, *args: object) -> list[str]:
@@ -336,13 +346,8 @@ async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asy
 async def bounded(pool: asyncpg.Pool) -> AsyncIterator[tuple[Sync, httpx.AsyncClient]]:
     """Sync with a scan bound of 1,000 rows, a 0.5 s statement timeout, 2 pages per user."""
     options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2)
-    service = SyncService(pool, default_payload_builder(MEDIA), options)
-    routes = sync_routes(service, TokenVerifier(SECRET))
-    app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        yield Sync(http), http
+    async with sync_api(pool, options) as api:
+        yield api
 
 
 async def test_a_page_examines_a_bounded_number_of_rows_whatever_the_log_holds(
@@ -441,16 +446,7 @@ async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.
     options = SyncOptions(
         scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=0.5
     )
-    service = SyncService(pool, default_payload_builder(MEDIA), options)
-    app = create_api(
-        pool=pool,
-        options=hub_settings().api_options(),
-        routes=sync_routes(service, TokenVerifier(SECRET)),
-    )
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        sync = Sync(http)
+    async with sync_api(pool, options) as (sync, _):
         users = [uuid4() for _ in range(3)]
         cursors = [await sync.cursor(user) for user in users]
         locker = await pool.acquire()
@@ -494,16 +490,7 @@ async def test_pages_queued_for_their_turn_wait_past_the_statement_timeout(
     options = SyncOptions(
         scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=20
     )
-    service = SyncService(pool, default_payload_builder(MEDIA), options)
-    app = create_api(
-        pool=pool,
-        options=hub_settings().api_options(),
-        routes=sync_routes(service, TokenVerifier(SECRET)),
-    )
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        sync = Sync(http)
+    async with sync_api(pool, options) as (sync, _):
         users = [uuid4() for _ in range(100)]
         cursors = [await sync.cursor(user) for user in users]
         answers = await asyncio.gather(
