@@ -67,7 +67,7 @@ class Shared:
         self.errors: Counter[str] = Counter()  # transport errors by class
         self.hub_refusals: Counter[str] = Counter()
         self.marked_at = 0.0
-        self.latency: dict[str, list[float]] = {}  # REST request seconds by kind
+        self.latency: dict[str, list[tuple[float, float]]] = {}  # REST (ended at, seconds)
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
 
     def spawn(self, coro: Any) -> None:
@@ -243,7 +243,8 @@ class Client(WSListener):  # type: ignore[misc]
                     if path == "/api/chats"
                     else "history"
                 )
-                shared.latency.setdefault(key, []).append(time.perf_counter() - started)
+                seconds = time.perf_counter() - started
+                shared.latency.setdefault(key, []).append((time.time(), seconds))
             except httpx.TransportError as error:
                 shared.errors[type(error).__name__] += 1
                 await asyncio.sleep(random.random() * min(5.0, 0.25 * 2**attempt))
@@ -390,14 +391,7 @@ async def main(spec: dict[str, Any]) -> None:
         "not_live": not_live,
         "rest_errors": dict(shared.errors),
         "hub_refusals": dict(shared.hub_refusals),
-        "rest_latency_ms": {
-            key: {
-                "p50": round(sorted(v)[len(v) // 2] * 1000, 1),
-                "p95": round(sorted(v)[int(len(v) * 0.95)] * 1000, 1),
-                "n": len(v),
-            }
-            for key, v in shared.latency.items()
-        },
+        "rest_latency": {key: [list(sample) for sample in v] for key, v in shared.latency.items()},
     }
     await asyncio.to_thread(Path(spec["out"]).write_bytes, orjson.dumps(results))
     emit({"event": "done"})

@@ -243,6 +243,14 @@ class ClientsGroup:
     def live(self) -> int:
         return sum(part.live for part in self.parts)
 
+    def cpu(self) -> float:
+        """CPU seconds of the client processes so far."""
+        total = 0.0
+        for part in self.parts:
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(part.process.pid)
+        return total
+
     @live.setter
     def live(self, value: int) -> None:
         for part in self.parts:
@@ -260,8 +268,12 @@ def merge(outputs: list[dict[str, Any]]) -> dict[str, Any]:
         for output in outputs:
             total.update(output.get(key, {}))
         merged[key] = dict(total)
+    latency: dict[str, list[list[float]]] = defaultdict(list)
     for output in outputs:
         merged["clients"] += output["clients"]
+        for kind, samples in output.get("rest_latency", {}).items():
+            latency[kind] += samples
+    merged["rest_latency"] = dict(latency)
     return merged
 
 
@@ -279,6 +291,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """p50, p95 and max, rounded (empty: nothing)."""
+    if not values:
+        return {}
+    return {
+        "p50": round(percentile(values, 0.5), 3),
+        "p95": round(percentile(values, 0.95), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (shared: others' work shows here)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 async def storm(
     mode: str,
     *,
@@ -292,6 +320,8 @@ async def storm(
     await clients.send(cmd="mode", mode=mode)
     await asyncio.sleep(args.before)
     rest_cpu0 = rest.cpu()
+    clients_cpu0 = clients.cpu()
+    load_at_kill = load_average()
     await clients.send(cmd="mark")  # live from now on = caught up after this storm
     killed_at = time.time()
     await hub.kill()
@@ -312,6 +342,10 @@ async def storm(
         "live": clients.live,
         "rest_cpu_s": round(rest.cpu() - rest_cpu0, 2),
         "hub_cpu_s": round(hub.cpu(), 2),  # the new process, from its start
+        # The load generator is not the product: what it cost in the same window.
+        "clients_cpu_s": round(clients.cpu() - clients_cpu0, 2),
+        "load_at_kill": load_at_kill,
+        "load_at_end": load_average(),
     }
     await asyncio.sleep(2)
     return result
@@ -324,6 +358,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     logs = Path(tempfile.mkdtemp(prefix="bench-storm-"))
+    load_at_start = load_average()
     async with scratch_database(args.dsn, "storm") as url:
         conn = await asyncpg.connect(url)
         try:
@@ -381,7 +416,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{len(users)} clients connected in {connect_s:.1f} s", flush=True)
             owners.start()
             storms = []
-            for mode in ("sync", "full"):
+            for mode in args.modes:
                 storms.append(
                     await storm(
                         mode,
@@ -422,6 +457,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await proc.kill(signal.SIGTERM)
         data = merge([orjson.loads(part.out.read_bytes()) for part in parts])
     data["clients_cpu_s"] = clients_cpu
+    data["load_at_start"] = load_at_start
     return analyse(
         args,
         rosters=rosters,
@@ -458,12 +494,14 @@ def analyse(
         duplicates_shown += sum(count - 1 for count in shown.values() if count > 1)
         dropped += client["dropped"]
     for entry in storms:
-        waits, requests = [], []
+        waits, requests, handshaken, catching = [], [], [], []
         for client in data["clients"]:
             for catchup in client["catchups"]:
                 if catchup["mode"] == entry["mode"] and catchup["down_at"] >= entry["killed_at"]:
                     waits.append(catchup["live_at"] - entry["ready_at"])
                     requests.append(catchup["requests"])
+                    handshaken.append(catchup["connected_at"] - entry["ready_at"])
+                    catching.append(catchup["live_at"] - catchup["connected_at"])
         entry["caught_up"] = len(waits)
         if waits:
             entry |= {
@@ -473,6 +511,15 @@ def analyse(
                 "rest_requests": sum(requests),
                 "requests_per_client": round(statistics.mean(requests), 2),
             }
+        # Where the time goes: the handshake done (after the backoff window and the hub's
+        # admission), the catch-up itself (REST), and each REST request's latency in the window.
+        window = (entry["ready_at"], entry["ready_at"] + entry["all_live_wall_s"] + 1)
+        entry["handshake_after_ready_s"] = spread(handshaken)
+        entry["catch_up_s"] = spread(catching)
+        entry["rest_latency_s"] = {
+            kind: spread([s for at, s in samples if window[0] <= at <= window[1]])
+            for kind, samples in data["rest_latency"].items()
+        }
     statuses = Counter({int(k): v for k, v in data["rest_statuses"].items()})
     return {
         "args": vars(args),
@@ -489,6 +536,8 @@ def analyse(
         "hub_refusals": data["hub_refusals"],
         "not_live_at_stop": data["not_live"],
         "clients_process_cpu_s": round(data["clients_cpu_s"], 1),
+        "load_at_start": data["load_at_start"],
+        "load_at_end": load_average(),
         "storms": storms,
         "logs": str(logs),
     }
@@ -504,16 +553,29 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--processes", type=int, default=2, help="client processes")
     parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
+    parser.add_argument(
+        "--modes",
+        type=lambda text: [m for m in text.split(",") if m],
+        default=["sync", "full"],
+        help="the storms to run, in order: sync (resume from the cursor), full (full resync)",
+    )
     smoke = {"clients": 100, "per_address": 40, "before": 1.0, "down": 1.0, "timeout": 60.0}
     args = parse_with_smoke(parser, smoke)
+    if not args.modes or set(args.modes) - {"sync", "full"}:
+        parser.error("--modes: sync, full or both, comma-separated")
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
                "hub_cpu_s"]  # fmt: skip
     print_table(columns, [[s.get(c, "") for c in columns] for s in result["storms"]])
     keys = ("messages_written", "lost", "duplicates_shown", "duplicates_dropped", "rest_5xx",
-            "rest_statuses", "clients_process_cpu_s")  # fmt: skip
+            "rest_statuses", "clients_process_cpu_s", "hub_refusals", "not_live_at_stop",
+            "load_at_start", "load_at_end")  # fmt: skip
     summary = {k: result[k] for k in keys}
     print(json.dumps(summary))
+    for s in result["storms"]:
+        where = ("handshake_after_ready_s", "catch_up_s", "rest_latency_s", "clients_cpu_s",
+                 "load_at_kill", "load_at_end")  # fmt: skip
+        print(s["mode"], json.dumps({k: s.get(k) for k in where}))
     print(write_json("storm", result))
     everyone = all(s["live"] == s.get("caught_up") == args.clients for s in result["storms"])
     clean = result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0

@@ -141,7 +141,9 @@ class Settings(BaseSettings):
     sync_pool_size: int = Field(default=2, ge=1)
     sync_max_concurrent: int = Field(default_factory=default_concurrency, ge=1)
     """Sync pages of anyone running at once in one process (the others wait their turn within
-    ``sync_statement_timeout``); by default half the machine's cores, at least 1."""
+    ``sync_queue_timeout``); by default half the machine's cores, at least 1."""
+    sync_queue_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """Seconds a sync page may wait for its turn among ``sync_max_concurrent`` (then 503)."""
     # Message sends and edits per user (REST), per replica: a token bucket.
     api_send_rate: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     api_send_burst: int = Field(default=30, ge=1)

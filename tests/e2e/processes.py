@@ -10,6 +10,8 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 
+import httpx
+
 COMMAND = [sys.executable, "-m", "realtime_dispatch.cli.main"]
 
 
@@ -108,3 +110,14 @@ async def _drain(proc: asyncio.subprocess.Process) -> None:
     assert proc.stderr is not None
     while await proc.stderr.readline():
         pass
+
+
+async def wait_ready(proc: asyncio.subprocess.Process, url: str, within: float = 30) -> None:
+    """Until ``GET {url}/readyz`` answers 200; fails if the process exits first."""
+    async with httpx.AsyncClient(base_url=url) as http, asyncio.timeout(within):
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get("/readyz")).status_code == 200:
+                    return
+            assert proc.returncode is None, "the process exited"
+            await asyncio.sleep(0.05)

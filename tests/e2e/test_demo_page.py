@@ -17,7 +17,7 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, stop
+from tests.e2e.processes import cli_env, start_cli, stop, wait_ready
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e
@@ -38,13 +38,7 @@ async def serve(database_url: str, data_dir: Path, **extra: str) -> AsyncIterato
     url = f"http://127.0.0.1:{port}"
     drains = [asyncio.create_task(s.read()) for s in (proc.stdout, proc.stderr) if s is not None]
     try:
-        async with httpx.AsyncClient(base_url=url) as http, asyncio.timeout(30):
-            while True:
-                with contextlib.suppress(httpx.TransportError):
-                    if (await http.get("/readyz")).status_code == 200:
-                        break
-                assert proc.returncode is None, "serve exited"
-                await asyncio.sleep(0.05)
+        await wait_ready(proc, url)
         yield url
     finally:
         code = await stop(proc)

@@ -5,6 +5,7 @@ and across databases; refusals; no gap however commits interleave; one indexed s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -61,15 +62,24 @@ class Sync:
                 return events, since
 
 
-@pytest.fixture
-async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
-    service = SyncService(pool, default_payload_builder(MEDIA))
+@contextlib.asynccontextmanager
+async def sync_api(
+    pool: asyncpg.Pool, options: SyncOptions | None = None
+) -> AsyncIterator[tuple[Sync, httpx.AsyncClient]]:
+    """The REST API with ``GET /api/sync`` under ``options``, in this process."""
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
     routes = sync_routes(service, TokenVerifier(SECRET))
     app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://api"
     ) as http:
-        yield Sync(http)
+        yield Sync(http), http
+
+
+@pytest.fixture
+async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
+    async with sync_api(pool) as (api, _):
+        yield api
 
 
 async def outbox_ids(pool: asyncpg.Pool, where: str, *args: object) -> list[str]:
@@ -336,13 +346,8 @@ async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asy
 async def bounded(pool: asyncpg.Pool) -> AsyncIterator[tuple[Sync, httpx.AsyncClient]]:
     """Sync with a scan bound of 1,000 rows, a 0.5 s statement timeout, 2 pages per user."""
     options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2)
-    service = SyncService(pool, default_payload_builder(MEDIA), options)
-    routes = sync_routes(service, TokenVerifier(SECRET))
-    app = create_api(pool=pool, options=hub_settings().api_options(), routes=routes)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        yield Sync(http), http
+    async with sync_api(pool, options) as api:
+        yield api
 
 
 async def test_a_page_examines_a_bounded_number_of_rows_whatever_the_log_holds(
@@ -438,17 +443,10 @@ async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.
     (the retention floor's table locked), the pages of other users wait their turn in the
     process, never on a database connection, and end at the timeout with 503; once it is
     free, they run again."""
-    options = SyncOptions(scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1)
-    service = SyncService(pool, default_payload_builder(MEDIA), options)
-    app = create_api(
-        pool=pool,
-        options=hub_settings().api_options(),
-        routes=sync_routes(service, TokenVerifier(SECRET)),
+    options = SyncOptions(
+        scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=0.5
     )
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        sync = Sync(http)
+    async with sync_api(pool, options) as (sync, _):
         users = [uuid4() for _ in range(3)]
         cursors = [await sync.cursor(user) for user in users]
         locker = await pool.acquire()
@@ -481,6 +479,24 @@ async def test_pages_of_anyone_run_at_most_max_concurrent_at_once(pool: asyncpg.
         assert len(turns) == 2, [a.json() for a in answers]
         for user, cursor in zip(users, cursors, strict=True):
             assert (await sync.get(user, since=cursor)).status_code == 200
+
+
+async def test_pages_queued_for_their_turn_wait_past_the_statement_timeout(
+    pool: asyncpg.Pool,
+) -> None:
+    """A storm of pages behind one turn at a time: a page waiting for its turn waits on this
+    server, not on its statement, so it is answered once its turn comes (within
+    ``queue_timeout``), not 503 at the statement timeout."""
+    options = SyncOptions(
+        scan_limit=1000, statement_timeout=0.5, max_per_user=2, max_concurrent=1, queue_timeout=20
+    )
+    async with sync_api(pool, options) as (sync, _):
+        users = [uuid4() for _ in range(100)]
+        cursors = [await sync.cursor(user) for user in users]
+        answers = await asyncio.gather(
+            *(sync.get(user, since=cursor) for user, cursor in zip(users, cursors, strict=True))
+        )
+    assert [a.status_code for a in answers] == [200] * len(users), [a.text for a in answers]
 
 
 def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ Starving nothing: the page runs in a transaction under ``statement_timeout``
 so REST, the hub's admission and the dispatcher keep theirs), at most ``max_per_user`` pages
 of one user run at once (:class:`SyncBusy` past it, answered 429), and at most
 ``max_concurrent`` pages of anyone run at once in this process (the others wait their turn,
-first come first served, within the same timeout): by default half the machine's cores, so that
+first come first served, within ``queue_timeout``): by default half the machine's cores, so that
 replays of old cursors, however many users replay, leave the other half to REST, the hub's
 admission and the dispatcher (each page keeps a PostgreSQL backend busy while it scans).
 
@@ -68,12 +68,14 @@ def default_concurrency() -> int:
 @dataclass(frozen=True, slots=True)
 class SyncOptions:
     """``REALTIME_SYNC_*``: rows examined per page, the page's statement timeout (seconds),
-    pages of one user at once, pages of anyone at once (in this process)."""
+    pages of one user at once, pages of anyone at once (in this process), and how long a page
+    may wait for its turn among those (seconds)."""
 
     scan_limit: int = 10_000
     statement_timeout: float = 2.0
     max_per_user: int = 2
     max_concurrent: int = field(default_factory=default_concurrency)
+    queue_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if self.scan_limit < MAX_LIMIT:
@@ -84,6 +86,8 @@ class SyncOptions:
             raise ValueError("max_per_user: at least 1")
         if self.max_concurrent < 1:
             raise ValueError("max_concurrent: at least 1")
+        if not self.queue_timeout > 0:
+            raise ValueError("queue_timeout: must be positive")
 
 
 class SyncBusy(RealtimeDispatchError):
@@ -179,18 +183,16 @@ class SyncService:
                 self._running[user_id] = left
 
     async def _page(self, user_id: Key, cursor: SyncCursor | None, limit: int) -> SyncPage:
-        timeout = self.options.statement_timeout
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        # The wait for a turn has its own bound: a page queued behind others waits on this
+        # server, not on its statement (a storm of cheap pages is not a slow one), and the
+        # statement timeout starts with the turn.
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(self.options.queue_timeout):
                 await self._slots.acquire()
         except TimeoutError as exc:
             raise SyncTimeout("sync is busy: no turn for this page within the timeout") from exc
         try:
-            return await self._page_in_turn(
-                user_id, cursor, limit, max(0.001, deadline - loop.time())
-            )
+            return await self._page_in_turn(user_id, cursor, limit, self.options.statement_timeout)
         finally:
             self._slots.release()
 

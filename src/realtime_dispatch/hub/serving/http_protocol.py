@@ -17,6 +17,11 @@ protocol with what it lacks.
   writing, and the client would see the reset instead of the answer. The connection is
   half-closed after the response (FIN), and what the client still sends is discarded unparsed
   for up to ``LINGER_SECONDS`` / ``LINGER_BYTES``, then it is closed.
+* **An upgrade its client gave up on is dropped.** When a replica behind a storm reads an
+  upgrade whose client has closed its side meanwhile (it timed out while the request waited in
+  this server's accept queue or socket buffer), the connection is closed at once, before the
+  token is verified or an opening started (:func:`~.http_timer.peer_closed`): otherwise a replica
+  whose queue is deeper than its clients' patience spends all its work on the ones that left.
 * **WebSocket upgrades served directly.** An upgrade of a path in ``direct`` goes to the
   protocol its factory builds (the hub's :class:`~.ws_direct.DirectWebSocket`) instead of
   uvicorn's WebSocket protocol and the ASGI app.
@@ -55,6 +60,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import httptools
+import structlog
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
@@ -74,7 +80,9 @@ from realtime_dispatch.hub.serving.http_limits import (
     HttpLimits,
     expects_body,
 )
-from realtime_dispatch.hub.serving.http_timer import ConnectionTimer
+from realtime_dispatch.hub.serving.http_timer import ConnectionTimer, peer_closed
+
+log = structlog.get_logger(__name__)
 
 __all__ = [
     "Answer",
@@ -310,6 +318,15 @@ def guarded_http_protocol(
 
         def handle_websocket_upgrade(self) -> None:
             self.timer.disarm()
+            if peer_closed(self.transport):
+                # The client closed before its upgrade was read: it gave up while the request
+                # waited in this server's backlog, and nothing can become a WebSocket on it.
+                # Opening it would verify its token and run an opening only for the handshake
+                # to fail, work a replica behind a storm cannot spare for the clients still
+                # waiting.
+                log.debug("http_upgrade_abandoned", client=self._client_address())
+                self.transport.close()
+                return
             factory = direct_paths.get(self.url.partition(b"?")[0].decode("latin-1"))
             if factory is not None:  # uvicorn's own upgrade, to what the factory builds
                 self.ws_protocol_class = _upgraded_by(factory)  # type: ignore[assignment]

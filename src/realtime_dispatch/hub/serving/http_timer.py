@@ -5,12 +5,14 @@ close), armed and cancelled in the parser's callbacks: no task, no polling. When
 the client's bytes wait unread in this server's own socket buffer, or while reading is paused by
 the server's own flow control, the server is behind, not the client: the deadline is pushed
 ``BACKLOG_GRACE`` further, up to the timeout once over (:meth:`ConnectionTimer.server_behind`).
+:func:`peer_closed` tells the opposite case: a client that gave up while its request waited.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import socket
 import sys
 import termios
 from collections.abc import Callable
@@ -34,6 +36,24 @@ def unread_bytes(transport: asyncio.BaseTransport) -> int:
     except (OSError, ValueError):  # closed meanwhile
         return 0
     return int.from_bytes(answer, sys.byteorder)
+
+
+TCP_CLOSE_WAIT = 8
+"""``tcpi_state`` of a connection whose peer has closed its side (Linux ``TCP_INFO``)."""
+
+
+def peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """The client has closed its side already: on a server that fell behind, it gave up while
+    its request waited unread in this server's backlog (False where it cannot be told)."""
+    sock = transport.get_extra_info("socket")
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if sock is None or tcp_info is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        state = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, 1)
+    except (OSError, ValueError):  # closed meanwhile
+        return False
+    return bool(state) and state[0] == TCP_CLOSE_WAIT
 
 
 class ConnectionTimer:
