@@ -338,6 +338,9 @@ class HubConnection:
             sink.transport.writelines(batch)
         return records
 
+    def loop_time(self) -> float:
+        return self._loop.time()
+
     def _too_slow(self) -> None:
         self.close(
             CloseRequest(
