@@ -25,6 +25,8 @@ error carries a short ``code`` that is safe to store in ``last_error`` (no ids, 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RealtimeDispatchError(Exception):
     """Root of every error this package raises on purpose."""
@@ -36,6 +38,13 @@ class RealtimeDispatchError(Exception):
         if code is not None:
             self.code = code
 
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: Any) -> None:
+        """A subclass names its code where it is declared (``class TargetGone(…,
+        code="TargetGone")``), as a :class:`Refusal` names its status."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+
     def describe(self) -> str:
         """``Class:code: message`` for ``last_error`` (callers keep messages free of PII)."""
         return f"{type(self).__name__}:{self.code}: {self}"[:512]
@@ -44,8 +53,8 @@ class RealtimeDispatchError(Exception):
 class Refusal(RealtimeDispatchError):
     """A request refused, as the REST API answers it: ``status``, and the body
     ``{"error": code, "message": str(self)}``, with ``Retry-After`` when ``retry_after`` is set.
-    A subclass names its status (``class NotFound(Refusal, status=404)``); the client's view of
-    an answer carries the status it got."""
+    A subclass names its status beside its code (``class NotFound(Refusal, status=404,
+    code="NotFound")``); the client's view of an answer carries the status it got."""
 
     status: int = 400
     retry_after: float | None = None
@@ -64,65 +73,49 @@ class Refusal(RealtimeDispatchError):
             self.status = status
         self.retry_after = retry_after
 
-    def __init_subclass__(cls, *, status: int | None = None, **kwargs: object) -> None:
+    def __init_subclass__(cls, *, status: int | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if status is not None:
             cls.status = status
 
 
-class ConfigurationError(RealtimeDispatchError):
+class ConfigurationError(RealtimeDispatchError, code="InvalidSetting"):
     """A setting is invalid. ``variable`` names the environment variable."""
-
-    code = "InvalidSetting"
 
     def __init__(self, variable: str, message: str) -> None:
         super().__init__(f"{variable}: {message}")
         self.variable = variable
 
 
-class SchemaConflict(RealtimeDispatchError):
+class SchemaConflict(RealtimeDispatchError, code="SchemaConflict"):
     """A migration would create an object that exists already (an adopter's own table named
     like one of ours): nothing of that migration was applied; the process stops with one line."""
 
-    code = "SchemaConflict"
 
-
-class IntentError(RealtimeDispatchError, ValueError):
+class IntentError(RealtimeDispatchError, ValueError, code="InvalidIntent"):
     """An outbox intent is malformed (wrong ids for its kind, bad target)."""
 
-    code = "InvalidIntent"
 
-
-class TargetGone(RealtimeDispatchError):
+class TargetGone(RealtimeDispatchError, code="TargetGone"):
     """The row's audience is gone (a deleted chat took its messages and sessions with it): not
     poison, so no quarantine and no alert; the row is Done with this as its recorded reason."""
 
-    code = "TargetGone"
 
-
-class TransientError(RealtimeDispatchError):
+class TransientError(RealtimeDispatchError, code="Transient"):
     """Retry after backoff."""
 
-    code = "Transient"
+
+class HubUnavailable(TransientError, code="HubUnavailable"): ...
 
 
-class HubUnavailable(TransientError):
-    code = "HubUnavailable"
+class DatabaseUnavailable(TransientError, code="DatabaseUnavailable"): ...
 
 
-class DatabaseUnavailable(TransientError):
-    code = "DatabaseUnavailable"
-
-
-class PermanentError(RealtimeDispatchError):
+class PermanentError(RealtimeDispatchError, code="Permanent"):
     """Quarantine at once."""
 
-    code = "Permanent"
+
+class PayloadBuildError(PermanentError, code="PayloadBuild"): ...
 
 
-class PayloadBuildError(PermanentError):
-    code = "PayloadBuild"
-
-
-class PushRejected(PermanentError):
-    code = "PushRejected"
+class PushRejected(PermanentError, code="PushRejected"): ...

@@ -167,12 +167,13 @@ async def test_worker_sends_a_batch_in_one_request(hub):
 AUTH = f"Bearer {SERVICE_KEY}"
 
 
+def limited_hub(database_url, pool, limits: HttpLimits):
+    return running_hub(hub_settings(), dsn=database_url, pool=pool, http_limits=limits)
+
+
 @pytest.fixture
 async def direct_hub(database_url, pool):
-    limits = HttpLimits(header_timeout=1.0)
-    async with running_hub(
-        hub_settings(), dsn=database_url, pool=pool, http_limits=limits
-    ) as running:
+    async with limited_hub(database_url, pool, HttpLimits(header_timeout=1.0)) as running:
         yield running
 
 
@@ -381,3 +382,72 @@ async def test_a_failing_publish_is_answered_500(direct_hub, monkeypatch):
             writer.write(batch_request(chat_pushes(1)))
             status, _, body = await asyncio.wait_for(read_response(reader), 5)
             assert (status, orjson.loads(body)["code"]) == (500, "Internal")
+
+
+@pytest.mark.parametrize(
+    ("auth", "status"),
+    [
+        (AUTH, 200),  # exactly what the worker sends: the direct path's byte comparison
+        (f"bearer {SERVICE_KEY}", 200),  # any other form of it: the general check, as before
+        (f"Bearer  {SERVICE_KEY} ", 200),
+        ("Bearer " + "x" * len(SERVICE_KEY), 401),  # as long as the key, not it
+        (f"Bearer {SERVICE_KEY}x", 401),
+        (f"Basic {SERVICE_KEY}", 401),
+        ("Bearer ", 401),
+    ],
+)
+async def test_the_key_is_read_as_the_app_reads_it(hub, auth, status):
+    """The batch endpoint answers every form of the ``Authorization`` header as the app's check
+    does, served directly or through the app."""
+    async with connection(hub) as (reader, writer):
+        writer.write(batch_request(chat_pushes(1), auth=auth))
+        answer, _, body = await asyncio.wait_for(read_response(reader), 5)
+    assert answer == status
+    if status == 401:
+        assert orjson.loads(body)["code"] == "Unauthorized"
+
+
+async def test_the_first_authorization_header_is_the_one_read(hub):
+    body = orjson.dumps({"pushes": chat_pushes(1)})
+    for first, second, status in [(AUTH, "Bearer wrong", 200), ("Bearer wrong", AUTH, 401)]:
+        request = (
+            f"POST {BATCH_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {first}\r\n"
+            f"Authorization: {second}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        async with connection(hub) as (reader, writer):
+            writer.write(request.encode() + body)
+            answer, _, _ = await asyncio.wait_for(read_response(reader), 5)
+        assert answer == status
+
+
+@pytest.fixture
+async def body_timeout_hub(database_url, pool):
+    async with limited_hub(database_url, pool, HttpLimits(body_timeout=1.0)) as running:
+        yield running
+
+
+async def test_a_body_in_another_read_than_its_head_is_timed(body_timeout_hub):
+    """A batch whose body comes after its head, in time, is answered; one whose body stops
+    coming is cut at the body timeout, unanswered; a body that came with its head arms nothing
+    that could cut the connection later (it stays open, kept alive)."""
+    request = batch_request(chat_pushes(2))
+    split = request.index(b"\r\n\r\n") + 4
+    async with connection(body_timeout_hub) as (reader, writer):
+        writer.write(request[:split])
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(request[split:])
+        status, _, body = await asyncio.wait_for(read_response(reader), 5)
+        assert (status, len(orjson.loads(body)["results"])) == (200, 2)
+        writer.write(request)  # whole, in one write: nothing left armed for its body
+        status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+        assert status == 200
+        await asyncio.sleep(1.5)  # past the body timeout
+        writer.write(request)
+        status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+        assert status == 200
+    async with connection(body_timeout_hub) as (reader, writer):
+        writer.write(request[: split + 5])
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert asyncio.get_running_loop().time() - started >= 0.9

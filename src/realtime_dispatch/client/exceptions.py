@@ -19,32 +19,25 @@ from __future__ import annotations
 from realtime_dispatch.errors import RealtimeDispatchError, Refusal
 
 
-class ClientError(RealtimeDispatchError):
-    code = "ClientError"
+class ClientError(RealtimeDispatchError, code="ClientError"): ...
 
 
-class HubRefused(ClientError):
-    code = "HubRefused"
+class HubRefused(ClientError, code="HubRefused"): ...
 
 
-class HubProtocolError(ClientError):
-    code = "HubProtocol"
+class HubProtocolError(ClientError, code="HubProtocol"): ...
 
 
-class HubMethodError(ClientError):
-    code = "HubMethodError"
+class HubMethodError(ClientError, code="HubMethodError"): ...
 
 
-class HubUnavailable(ClientError):
-    code = "HubUnavailable"
+class HubUnavailable(ClientError, code="HubUnavailable"): ...
 
 
-class RestError(ClientError, Refusal):
+class RestError(ClientError, Refusal, code="RestError"):
     """The server's :class:`~realtime_dispatch.errors.Refusal` as the client got it:
     ``status``, ``error`` (the body's code, also ``code``), ``message`` (the body's), and
     ``retry_after`` (seconds, when the server said when to come back)."""
-
-    code = "RestError"
 
     def __init__(
         self, status: int, error: str, message: str, *, retry_after: float | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 from uuid import UUID
 
 from pydantic import (
@@ -131,17 +131,26 @@ def _details(error: Any) -> InitErrorDetails:
     return details
 
 
-class EditMessage(ApiModel):
-    """A Text message takes ``body``, a Card message ``cardText``."""
+class _OneOf(ApiModel):
+    """A request that takes exactly one of the two fields ``one_of`` names; the refusal names
+    them as the JSON does."""
 
-    body: Body | None = None
-    card_text: CardText | None = None
+    one_of: ClassVar[tuple[str, str]]
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> EditMessage:
-        if (self.body is None) == (self.card_text is None):
-            raise ValueError("give exactly one of body and cardText")
+    def _exactly_one(self) -> Self:
+        first, second = self.one_of
+        if (getattr(self, first) is None) == (getattr(self, second) is None):
+            raise ValueError(f"give exactly one of {to_camel(first)} and {to_camel(second)}")
         return self
+
+
+class EditMessage(_OneOf):
+    """A Text message takes ``body``, a Card message ``cardText``."""
+
+    one_of = ("body", "card_text")
+    body: Body | None = None
+    card_text: CardText | None = None
 
 
 class ReadMark(ApiModel):
@@ -152,17 +161,12 @@ class StartCall(ApiModel):
     callee_user_id: UUID
 
 
-class SessionRef(ApiModel):
+class SessionRef(_OneOf):
     """A 1:1 call or a conference: exactly one of the two."""
 
+    one_of = ("call_id", "conference_id")
     call_id: UUID | None = None
     conference_id: UUID | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> SessionRef:
-        if (self.call_id is None) == (self.conference_id is None):
-            raise ValueError("give exactly one of callId and conferenceId")
-        return self
 
 
 class RecordingFailure(ApiModel):

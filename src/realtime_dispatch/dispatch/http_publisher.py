@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from urllib.parse import quote
 
@@ -31,6 +32,7 @@ import httpx
 import orjson
 import structlog
 
+from realtime_dispatch.dispatch.http_post import PostTransport
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 from realtime_dispatch.push import (
     BATCH_PATH,
@@ -62,7 +64,11 @@ class HttpHubPublisher:
         batch: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        """``batch=False`` always uses the one-push form (what an older worker does)."""
+        """``batch=False`` always uses the one-push form (what an older worker does). The
+        requests go through :class:`~.http_post.PostTransport` unless a ``transport`` is given
+        or a proxy is configured in the environment (then httpx's own, which honours it)."""
+        if transport is None and not urllib.request.getproxies():
+            transport = PostTransport()
         self._client = httpx.AsyncClient(
             base_url=hub_url.rstrip("/"),
             headers={

@@ -16,7 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database import DbConnection
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"
 _CHAT_EXISTS_SQL = "SELECT 1 FROM messenger.chats WHERE id = $1"
@@ -61,6 +61,14 @@ async def refuse_if_blocked(conn: DbConnection, *, blocker: UUID, actor: UUID) -
     """A blocked user cannot reach the user who blocked them."""
     if await has_blocked(conn, blocker, actor):
         raise Forbidden("the user has blocked you")
+
+
+async def refuse_to_reach(conn: DbConnection, *, actor: UUID, other: UUID, yourself: str) -> None:
+    """What one user starts toward another (a call, a contact request): never toward
+    themselves (InvalidInput(``yourself``)), nor toward a user who has blocked them."""
+    if actor == other:
+        raise InvalidInput(yourself)
+    await refuse_if_blocked(conn, blocker=other, actor=actor)
 
 
 async def is_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> bool:

@@ -17,8 +17,8 @@ import asyncpg
 from realtime_dispatch.contracts.rest import CallOut
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import refuse_if_blocked
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput
+from realtime_dispatch.messenger.access import refuse_to_reach
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden
 from realtime_dispatch.messenger.sessions import direct_intents, new_room_name, party_call
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
@@ -28,11 +28,9 @@ K = RealtimeDispatchKind
 
 async def start_call(conn: DbConnection, *, caller: UUID, callee: UUID) -> UUID:
     """Ring ``callee``; refused when the callee has blocked the caller."""
-    if caller == callee:
-        raise InvalidInput("you cannot call yourself")
     call_id = new_id()
     async with conn.transaction():
-        await refuse_if_blocked(conn, blocker=callee, actor=caller)
+        await refuse_to_reach(conn, actor=caller, other=callee, yourself="you cannot call yourself")
         await conn.execute(
             "INSERT INTO messenger.call_sessions (id, caller_user_id, callee_user_id, room_name)"
             " VALUES ($1, $2, $3, $4)",
@@ -114,22 +112,15 @@ end_call = _command("end")
 
 
 _CALL_COLUMNS = (
-    "id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at, ended_at"
+    "id AS call_id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
+    " ended_at"
 )
+"""A call as :class:`CallOut` names it."""
 LIVE_STATUSES = ("Ringing", "Active")
 
 
 def _view(r: asyncpg.Record) -> CallOut:
-    return CallOut(
-        call_id=r["id"],
-        caller_user_id=r["caller_user_id"],
-        callee_user_id=r["callee_user_id"],
-        room_name=r["room_name"],
-        status=r["status"],
-        created_at=r["created_at"],
-        answered_at=r["answered_at"],
-        ended_at=r["ended_at"],
-    )
+    return CallOut(**dict(r))
 
 
 async def get_call(conn: DbConnection, *, call_id: UUID, viewer: UUID) -> CallOut:

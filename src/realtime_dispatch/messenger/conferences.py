@@ -197,7 +197,10 @@ async def close_ended(conn: DbConnection, ended: Sequence[tuple[UUID, UUID]]) ->
     )
 
 
-_CONFERENCE_COLUMNS = "id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
+_CONFERENCE_COLUMNS = (
+    "id AS conference_id, chat_id, room_name, status, started_by_user_id, started_at, ended_at"
+)
+"""A conference as :class:`ConferenceOut` names it (its roster apart)."""
 
 
 async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> ConferenceOut:
@@ -209,16 +212,10 @@ async def _view(conn: DbConnection, r: asyncpg.Record | None, viewer: UUID) -> C
     roster = await conn.fetch(
         "SELECT user_id, status FROM messenger.conference_participants"
         " WHERE conference_id = $1 ORDER BY id",
-        r["id"],
+        r["conference_id"],
     )
     return ConferenceOut(
-        conference_id=r["id"],
-        chat_id=r["chat_id"],
-        room_name=r["room_name"],
-        status=r["status"],
-        started_by_user_id=r["started_by_user_id"],
-        started_at=r["started_at"],
-        ended_at=r["ended_at"],
+        **dict(r),
         roster=[RosterOut(user_id=e["user_id"], status=e["status"]) for e in roster],
     )
 

@@ -11,8 +11,8 @@ from uuid import UUID
 
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.ids import new_id
-from realtime_dispatch.messenger.access import insert_unique, refuse_if_blocked
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
+from realtime_dispatch.messenger.access import insert_unique, refuse_to_reach
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
 
@@ -41,11 +41,11 @@ WHERE user_low = $1 AND user_high = $2 AND removed_at IS NULL
 
 
 async def request_contact(conn: DbConnection, *, requester: UUID, addressee: UUID) -> UUID:
-    if requester == addressee:
-        raise InvalidInput("you cannot add yourself as a contact")
     request_id = new_id()
     async with conn.transaction():
-        await refuse_if_blocked(conn, blocker=addressee, actor=requester)
+        await refuse_to_reach(
+            conn, actor=requester, other=addressee, yourself="you cannot add yourself as a contact"
+        )
         if await conn.fetchval(_ACTIVE_CONTACT_SQL, *_pair(requester, addressee)) is not None:
             raise Conflict("already a contact")
         reverse = await conn.fetchval(

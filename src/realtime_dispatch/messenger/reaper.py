@@ -24,29 +24,28 @@ CALL_RING_TIMEOUT_SECONDS = 45.0
 CALL_MAX_DURATION_SECONDS = 4 * 3600.0
 REAPER_BATCH = 500
 
-_REAP_SQL = """
+
+def _timed_out(status: str, since: str, becomes: str) -> str:
+    """Up to $2 calls in ``status`` whose ``since`` is more than $1 seconds ago, oldest first,
+    locked (a call an answer or a hang-up holds is skipped), set to ``becomes``: their ids and
+    parties. Only this module's constants are formatted in; the values are bound."""
+    return f"""
 UPDATE messenger.call_sessions c
-SET status = 'Missed', ended_at = now()
+SET {becomes}
 WHERE c.id IN (
     SELECT id FROM messenger.call_sessions
-    WHERE status = 'Ringing' AND created_at <= now() - make_interval(secs => $1)
-    ORDER BY created_at
+    WHERE status = '{status}' AND {since} <= now() - make_interval(secs => $1)
+    ORDER BY {since}
     LIMIT $2
     FOR UPDATE SKIP LOCKED)
 RETURNING c.id, c.caller_user_id, c.callee_user_id
 """
 
-_END_SQL = """
-UPDATE messenger.call_sessions c
-SET status = 'Ended', ended_at = now(), ended_by_user_id = NULL
-WHERE c.id IN (
-    SELECT id FROM messenger.call_sessions
-    WHERE status = 'Active' AND answered_at <= now() - make_interval(secs => $1)
-    ORDER BY answered_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED)
-RETURNING c.id, c.caller_user_id, c.callee_user_id
-"""
+
+_REAP_SQL = _timed_out("Ringing", "created_at", "status = 'Missed', ended_at = now()")
+_END_SQL = _timed_out(
+    "Active", "answered_at", "status = 'Ended', ended_at = now(), ended_by_user_id = NULL"
+)
 
 
 async def _reap(

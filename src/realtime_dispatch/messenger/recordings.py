@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from uuid import UUID
 
 from realtime_dispatch.contracts.rest import RecordingOut
@@ -27,25 +28,15 @@ K = RealtimeDispatchKind
 FAILURE_CODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-async def start_recording(
-    conn: DbConnection,
-    *,
-    actor: UUID,
-    call_id: UUID | None = None,
-    conference_id: UUID | None = None,
-) -> UUID:
-    """Start recording a call in progress (a party) or a live conference (a chat member)."""
-    return await start_in_session(
-        conn,
-        actor=actor,
-        call_id=call_id,
-        conference_id=conference_id,
-        insert="INSERT INTO messenger.call_recordings"
-        " (id, session_kind, call_id, conference_id, started_by_user_id)"
-        " VALUES ($1, $2, $3, $4, $5)",
-        busy="a recording is already running",
-        push=K.RECORDING_STARTED,
-    )
+start_recording = partial(
+    start_in_session,
+    insert="INSERT INTO messenger.call_recordings"
+    " (id, session_kind, call_id, conference_id, started_by_user_id)"
+    " VALUES ($1, $2, $3, $4, $5)",
+    busy="a recording is already running",
+    push=K.RECORDING_STARTED,
+)
+"""Start recording a call in progress (a party) or a live conference (a chat member)."""
 
 
 async def _recording(

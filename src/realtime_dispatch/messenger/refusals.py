@@ -19,35 +19,27 @@ from __future__ import annotations
 from realtime_dispatch.errors import Refusal
 
 
-class DomainError(Refusal):
+class DomainError(Refusal, code="Domain"):
     """A command refused: the REST layer answers with the class's ``status``."""
 
-    code = "Domain"
+
+class InvalidInput(DomainError, status=400, code="InvalidInput"): ...
 
 
-class InvalidInput(DomainError, status=400):
-    code = "InvalidInput"
+class NotFound(DomainError, status=404, code="NotFound"): ...
 
 
-class NotFound(DomainError, status=404):
-    code = "NotFound"
+class Forbidden(DomainError, status=403, code="Forbidden"): ...
 
 
-class Forbidden(DomainError, status=403):
-    code = "Forbidden"
+class Conflict(DomainError, status=409, code="Conflict"): ...
 
 
-class Conflict(DomainError, status=409):
-    code = "Conflict"
-
-
-class RateLimited(DomainError, status=429):
-    code = "TooManyRequests"
+class RateLimited(DomainError, status=429, code="TooManyRequests"):
     retry_after: float
 
     def __init__(self, message: str, *, retry_after: float) -> None:
         super().__init__(message, retry_after=retry_after)
 
 
-class MediaUnavailable(DomainError, status=503):
-    code = "MediaUnavailable"
+class MediaUnavailable(DomainError, status=503, code="MediaUnavailable"): ...

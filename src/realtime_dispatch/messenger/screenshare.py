@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from uuid import UUID
 
 from realtime_dispatch.contracts.rest import ScreenShareOut
@@ -16,25 +17,14 @@ from realtime_dispatch.messenger.sessions import (
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
-
-async def start_screen_share(
-    conn: DbConnection,
-    *,
-    actor: UUID,
-    call_id: UUID | None = None,
-    conference_id: UUID | None = None,
-) -> UUID:
-    """Share ``actor``'s screen in a live session (one sharer at a time)."""
-    return await start_in_session(
-        conn,
-        actor=actor,
-        call_id=call_id,
-        conference_id=conference_id,
-        insert="INSERT INTO messenger.screen_shares"
-        " (id, session_kind, call_id, conference_id, user_id) VALUES ($1, $2, $3, $4, $5)",
-        busy="someone is already sharing their screen",
-        push=RealtimeDispatchKind.SCREEN_SHARE_STARTED,
-    )
+start_screen_share = partial(
+    start_in_session,
+    insert="INSERT INTO messenger.screen_shares"
+    " (id, session_kind, call_id, conference_id, user_id) VALUES ($1, $2, $3, $4, $5)",
+    busy="someone is already sharing their screen",
+    push=RealtimeDispatchKind.SCREEN_SHARE_STARTED,
+)
+"""Share ``actor``'s screen in a live session (one sharer at a time)."""
 
 
 async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) -> None:

@@ -190,13 +190,14 @@ async def start_in_session(
     conn: DbConnection,
     *,
     actor: UUID,
-    call_id: UUID | None,
-    conference_id: UUID | None,
+    call_id: UUID | None = None,
+    conference_id: UUID | None = None,
     insert: str,
     busy: str,
     push: RealtimeDispatchKind,
 ) -> UUID:
-    """Start a recording or a screen share: the session must be live and ``actor`` not blocked
+    """Start a recording or a screen share (each one's command is this with its ``insert``,
+    ``busy`` and ``push`` bound): the session must be live and ``actor`` not blocked
     in it (:func:`load_session`); ``insert`` adds the row (``id, session_kind, call_id,
     conference_id`` and the actor, ``$1`` to ``$5``), Conflict(``busy``) when one is already
     running (a unique index); ``push`` goes to the session with the new id as ``ref_id``."""

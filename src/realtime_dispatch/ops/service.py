@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
+from pydantic.alias_generators import to_camel
 
 from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.revocations import Revocation
@@ -21,13 +22,30 @@ from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
 QUERIES = load_queries("realtime_dispatch.ops")
 
 
-def _key_json(key: Key | None) -> str | int | None:
-    """An owner's key as the payloads write it: a UUID as its string, a bigint as a number."""
-    return str(key) if isinstance(key, UUID) else key
+def _json_value(value: object) -> object:
+    """A read model's value as the ops API writes it: a UUID (an owner's key too) as its
+    string, a time in ISO 8601, anything else (a bigint key, a count, a text) as is."""
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+class _ReadModel:
+    """A dataclass whose JSON is its fields in order, named in camelCase."""
+
+    __slots__ = ()
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            to_camel(field.name): _json_value(getattr(self, field.name))
+            for field in fields(self)  # type: ignore[arg-type]
+        }
 
 
 @dataclass(frozen=True, slots=True)
-class QuarantinedRow:
+class QuarantinedRow(_ReadModel):
     id: UUID
     kind: str
     target_kind: str
@@ -39,53 +57,22 @@ class QuarantinedRow:
     created_at: datetime
     updated_at: datetime
 
-    def as_json(self) -> dict[str, object]:
-        return {
-            "id": str(self.id),
-            "kind": self.kind,
-            "targetKind": self.target_kind,
-            "chatId": _key_json(self.chat_id),
-            "targetUserId": _key_json(self.target_user_id),
-            "sessionKind": self.session_kind,
-            "attempts": self.attempts,
-            "lastError": self.last_error,
-            "createdAt": self.created_at.isoformat(),
-            "updatedAt": self.updated_at.isoformat(),
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class LockHolder:
+class LockHolder(_ReadModel):
     pid: int
     application_name: str
     client_addr: str | None
     backend_start: datetime
     state: str | None
 
-    def as_json(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "applicationName": self.application_name,
-            "clientAddr": self.client_addr,
-            "backendStart": self.backend_start.isoformat(),
-            "state": self.state,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class RecentLag:
+class RecentLag(_ReadModel):
     window_seconds: float
     done: int
     p50: float | None
     p95: float | None
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "windowSeconds": self.window_seconds,
-            "done": self.done,
-            "p50": self.p50,
-            "p95": self.p95,
-        }
 
 
 class OpsService:

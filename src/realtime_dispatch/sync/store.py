@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from uuid import UUID
 
@@ -30,6 +30,8 @@ def _composed(loaded: Mapping[str, str]) -> Mapping[str, str]:
 
 
 QUERIES = _composed(load_queries("realtime_dispatch.sync"))
+_ROW_COLUMNS = tuple(field.name for field in fields(ClaimedRow))
+"""The page's columns that make the row, named as :class:`ClaimedRow`'s fields."""
 
 
 def spans_page(member_spans: str) -> str:
@@ -85,20 +87,7 @@ async def page(  # noqa: PLR0917 (the statement's parameters, in order)
     rows = [
         (
             int(r["xid"]),
-            ClaimedRow(
-                id=r["id"],
-                kind=r["kind"],
-                target_kind=r["target_kind"],
-                chat_id=r["chat_id"],
-                target_user_id=r["target_user_id"],
-                message_id=r["message_id"],
-                ref_id=r["ref_id"],
-                session_kind=r["session_kind"],
-                seq=r["seq"],
-                attempts=r["attempts"],
-                row_version=r["row_version"],
-                created_at=r["created_at"],
-            ),
+            ClaimedRow(**{name: r[name] for name in _ROW_COLUMNS}),
         )
         for r in records
         if r["id"] is not None and int(r["xid"]) < horizon

@@ -4,12 +4,14 @@ target is allowed to see it, and shapes the payload from the entity's current st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import asyncpg
 from pydantic import ValidationError
 
+from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
@@ -98,6 +100,58 @@ def require_session(
         require_user(intent, record["caller_user_id"], record["callee_user_id"])
     else:
         require_chat(intent, record)
+
+
+def session_fields(record: asyncpg.Record) -> dict[str, object]:
+    """Where a recording or a screen share happens, as its payloads say it: the session's kind,
+    its call or conference, and the conference's chat."""
+    return {
+        "session_kind": record["session_kind"],
+        "call_id": record["call_id"],
+        "conference_id": record["conference_id"],
+        "chat_id": record["chat_id"],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStep:
+    """One event of a record in a media session: its payload, and the time column the payload
+    reports (with any ``extra`` columns); where ``missing`` is set, a row whose column is still
+    null is refused with it (``code``): the record has not taken that step."""
+
+    payload: type[Contract]
+    at: str
+    missing: str | None = None
+    code: str = ""
+    extra: tuple[str, ...] = ()
+
+
+class SessionRecordBuilder(RefProjectionBuilder):
+    """A record in a call or a conference (a recording, a screen share): the session kind picks
+    the audience (:func:`require_session`), and each kind's payload is the record's id (as
+    ``record_id``), :func:`session_fields`, its ``user_field`` and its step's columns.
+    Subclasses set ``steps``, one per kind."""
+
+    record_id: ClassVar[str]
+    user_field: ClassVar[str]
+    steps: ClassVar[Mapping[RealtimeDispatchKind, SessionStep]]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kinds = frozenset(cls.steps)
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
+        require_session(intent, record)
+        step = self.steps[intent.kind]
+        if step.missing is not None:
+            require(record[step.at] is not None, step.missing, step.code)
+        return step.payload, {
+            self.record_id: record["id"],
+            **session_fields(record),
+            self.user_field: record[self.user_field],
+            step.at: record[step.at],
+            **{column: record[column] for column in step.extra},
+        }
 
 
 def media_withheld(record: asyncpg.Record) -> bool:

@@ -3,7 +3,8 @@ party of the call, ``Conference`` → ``chat:`` of the recorded conference."""
 
 from __future__ import annotations
 
-import asyncpg
+from collections.abc import Mapping
+from typing import ClassVar
 
 from realtime_dispatch.contracts.recordings import (
     RecordingAvailable,
@@ -11,44 +12,30 @@ from realtime_dispatch.contracts.recordings import (
     RecordingStarted,
     RecordingStopped,
 )
-from realtime_dispatch.dispatch.projections.encoding import Shaped
-from realtime_dispatch.dispatch.projections.projection import (
-    RefProjectionBuilder,
-    require,
-    require_session,
-)
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.dispatch.projections.projection import SessionRecordBuilder, SessionStep
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 K = RealtimeDispatchKind
 
 
-class RecordingPayloadBuilder(RefProjectionBuilder):
-    kinds = frozenset(
-        {K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED}
-    )
+class RecordingPayloadBuilder(SessionRecordBuilder):
     entity = "Recording"
     query = "recordings"
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
-        require_session(intent, record)
-        common = {
-            "recording_id": record["id"],
-            "session_kind": record["session_kind"],
-            "call_id": record["call_id"],
-            "conference_id": record["conference_id"],
-            "chat_id": record["chat_id"],
-            "started_by_user_id": record["started_by_user_id"],
-        }
-        kind = intent.kind
-        if kind is K.RECORDING_STARTED:
-            return RecordingStarted, dict(**common, started_at=record["started_at"])
-        if kind is K.RECORDING_STOPPED:
-            require(record["stopped_at"] is not None, "recording not stopped", "NotStopped")
-            return RecordingStopped, dict(**common, stopped_at=record["stopped_at"])
-        if kind is K.RECORDING_AVAILABLE:
-            require(record["available_at"] is not None, "recording not available", "NotAvailable")
-            return RecordingAvailable, dict(**common, available_at=record["available_at"])
-        require(record["failed_at"] is not None, "recording did not fail", "NotFailed")
-        return RecordingFailed, dict(
-            **common, failed_at=record["failed_at"], failure_code=record["failure_code"]
-        )
+    record_id = "recording_id"
+    user_field = "started_by_user_id"
+    steps: ClassVar[Mapping[RealtimeDispatchKind, SessionStep]] = {
+        K.RECORDING_STARTED: SessionStep(RecordingStarted, "started_at"),
+        K.RECORDING_STOPPED: SessionStep(
+            RecordingStopped, "stopped_at", "recording not stopped", "NotStopped"
+        ),
+        K.RECORDING_AVAILABLE: SessionStep(
+            RecordingAvailable, "available_at", "recording not available", "NotAvailable"
+        ),
+        K.RECORDING_FAILED: SessionStep(
+            RecordingFailed,
+            "failed_at",
+            "recording did not fail",
+            "NotFailed",
+            extra=("failure_code",),
+        ),
+    }

@@ -2,39 +2,27 @@
 
 from __future__ import annotations
 
-import asyncpg
+from collections.abc import Mapping
+from typing import ClassVar
 
 from realtime_dispatch.contracts.screenshare import (
     ScreenShareStarted,
     ScreenShareStopped,
 )
-from realtime_dispatch.dispatch.projections.encoding import Shaped
-from realtime_dispatch.dispatch.projections.projection import (
-    RefProjectionBuilder,
-    require,
-    require_session,
-)
-from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.dispatch.projections.projection import SessionRecordBuilder, SessionStep
+from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 K = RealtimeDispatchKind
 
 
-class ScreenSharePayloadBuilder(RefProjectionBuilder):
-    kinds = frozenset({K.SCREEN_SHARE_STARTED, K.SCREEN_SHARE_STOPPED})
+class ScreenSharePayloadBuilder(SessionRecordBuilder):
     entity = "ScreenShare"
     query = "screen_shares"
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
-        require_session(intent, record)
-        common = {
-            "screen_share_id": record["id"],
-            "session_kind": record["session_kind"],
-            "call_id": record["call_id"],
-            "conference_id": record["conference_id"],
-            "chat_id": record["chat_id"],
-            "user_id": record["user_id"],
-        }
-        if intent.kind is K.SCREEN_SHARE_STARTED:
-            return ScreenShareStarted, dict(**common, started_at=record["started_at"])
-        require(record["stopped_at"] is not None, "screen share not stopped", "NotStopped")
-        return ScreenShareStopped, dict(**common, stopped_at=record["stopped_at"])
+    record_id = "screen_share_id"
+    user_field = "user_id"
+    steps: ClassVar[Mapping[RealtimeDispatchKind, SessionStep]] = {
+        K.SCREEN_SHARE_STARTED: SessionStep(ScreenShareStarted, "started_at"),
+        K.SCREEN_SHARE_STOPPED: SessionStep(
+            ScreenShareStopped, "stopped_at", "screen share not stopped", "NotStopped"
+        ),
+    }

@@ -32,7 +32,7 @@ from realtime_dispatch.hub.connections.session import (
     Inbound,
     InboundSession,
 )
-from realtime_dispatch.hub.wire.framing import RawSink, records_frame
+from realtime_dispatch.hub.wire.framing import RawSink, records_frame, ws_frame
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.hub.wire.protocols import HubProtocol, Transport
 from realtime_dispatch.keys import Key
@@ -194,7 +194,6 @@ class Attachment:
 
 class HubConnection:
     __slots__ = (
-        "_loop",
         "_on_sent",
         "attachment",
         "batch",
@@ -207,6 +206,7 @@ class HubConnection:
         "last_received",
         "last_sent",
         "limits",
+        "loop",
         "outbound",
         "protocol",
         "session",
@@ -249,7 +249,7 @@ class HubConnection:
         self.detached_at: float | None = None
         self.last_received = now
         self.last_sent = now
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self.sink: RawSink | None = None
         """The attached transport, while frames may be written to it directly."""
         self.batch: list[bytes] = []
@@ -274,6 +274,27 @@ class HubConnection:
             return
         if self.outbound.push(record):
             self.wake.set()
+        else:
+            self._too_slow()
+
+    def reply(self, record: bytes) -> None:
+        """:meth:`send` of an answer to the client (a completion), written to the transport at
+        once, as a push's frames are, when nothing is queued before it, the transport takes
+        writes and the token is still valid; otherwise queued for the writer as :meth:`send`."""
+        sink = self.sink
+        outbound = self.outbound
+        if (
+            sink is None
+            or self.batch
+            or self.closing is not None
+            or outbound.has_pending()
+            or not sink.open()
+            or self.identity.expires_at <= time.time()
+        ):
+            self.send(record)
+        elif outbound.push_written(record):
+            sink.transport.write(ws_frame(record, binary=self.protocol.binary))
+            self.wrote(1)
         else:
             self._too_slow()
 
@@ -338,9 +359,6 @@ class HubConnection:
             sink.transport.writelines(batch)
         return records
 
-    def loop_time(self) -> float:
-        return self._loop.time()
-
     def _too_slow(self) -> None:
         self.close(
             CloseRequest(
@@ -381,7 +399,7 @@ class HubConnection:
         self.wake.set()
         attachment = self.attachment
         if attachment is not None and attachment.writer is not None:
-            attachment.force_close = self._loop.call_later(
+            attachment.force_close = self.loop.call_later(
                 self.limits.close_grace, attachment.writer.cancel
             )
 
@@ -420,5 +438,5 @@ class HubConnection:
 
     def wrote(self, records: int) -> None:
         """``records`` queued records were written to the transport."""
-        self.last_sent = self._loop.time()
+        self.last_sent = self.loop.time()
         self._on_sent(records)

@@ -149,7 +149,7 @@ class Fanout:
                 continue
             sink.transport.write(run_data)
             if now < 0:
-                now = connection.loop_time()
+                now = connection.loop.time()
             connection.last_sent = now
             written += size
         if written:
@@ -159,7 +159,7 @@ class Fanout:
 
     def _flush(self, touched: list[HubConnection]) -> None:
         if touched:
-            loop_time = touched[0].loop_time()
+            loop_time = touched[0].loop.time()
             written = 0
             for connection in touched:
                 written += connection.flush()

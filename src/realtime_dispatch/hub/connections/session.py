@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from realtime_dispatch.hub.wire.invocations import typing_json, typing_messagepack
 from realtime_dispatch.hub.wire.messagepack import BinaryRecordBuffer
 from realtime_dispatch.hub.wire.protocol import (
     SEQUENCED_TYPES,
@@ -127,14 +128,24 @@ class InboundSession:
             self._binary.clear()
 
     def feed(self, data: str | bytes) -> Inbound:
+        binary = self._binary
+        if self.handshake is not None:  # the fast path: a lone ``Typing`` invocation record
+            if binary is None:
+                invocation = None if self._buffer.holds_partial() else typing_json(data, self._max)
+            elif isinstance(data, bytes) and not binary.holds_partial():
+                invocation = typing_messagepack(data, self._max)
+            else:
+                invocation = None
+            if invocation is not None:
+                return self._typing(invocation)
         result = Inbound()
         if self.handshake is None:
             rest = self._feed_handshake(data, result)
             if rest is None:
                 return result
             data = rest
-        try:
             binary = self._binary
+        try:
             records: list[str] | list[bytes] = (
                 self._buffer.feed(decode_frame(data))
                 if binary is None
@@ -150,10 +161,24 @@ class InboundSession:
                 self._fail(result, exc)
             if result.close is not None:
                 break
+        self._ack(result)
+        return result
+
+    def _typing(self, invocation: Invocation) -> Inbound:
+        """What :meth:`feed` answers for one whole ``Typing`` record (read by
+        :mod:`.wire.invocations`): the same as the general path's."""
+        if not self.stateful:  # nothing numbered, nothing to acknowledge
+            return Inbound(invocations=[invocation])
+        result = Inbound()
+        if not self._is_duplicate():
+            result.invocations.append(invocation)
+        self._ack(result)
+        return result
+
+    def _ack(self, result: Inbound) -> None:
         if self._latest_received > self._last_acked_sent and result.close is None:
             self._last_acked_sent = self._latest_received
             result.ack_to_send = self._latest_received
-        return result
 
     def _feed_handshake(self, data: str | bytes, result: Inbound) -> str | bytes | None:
         """Take the handshake record; what follows it, or None when there is nothing more to

@@ -29,6 +29,31 @@ Answer = tuple[int, bytes]
 """A status and its JSON body."""
 
 
+_LENGTH = b"content-length: %d\r\n\r\n"
+
+
+class _DefaultHeaders:
+    """uvicorn's default headers (``date``, ``server``) and the content type, as the bytes of a
+    response head: joined again only when uvicorn replaces its list (once a second, for the
+    date), not per response."""
+
+    __slots__ = ("_joined", "_source")
+
+    def __init__(self) -> None:
+        self._source: list[tuple[bytes, bytes]] | None = None
+        self._joined = b""
+
+    def of(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        if headers is not self._source:
+            parts = [b"%s: %s\r\n" % (name, value) for name, value in headers]
+            self._joined = b"".join((*parts, b"content-type: application/json\r\n"))
+            self._source = headers
+        return self._joined
+
+
+_HEADERS = _DefaultHeaders()
+
+
 class DirectPost(Protocol):
     """A ``POST`` endpoint the protocol answers itself, without the ASGI app."""
 
@@ -181,14 +206,9 @@ class DirectRequest:
     def _write(self, answer: Answer, *, close: bool) -> None:
         host = self._host
         status, body = answer
-        parts = [STATUS_LINE[status]]
-        for name, value in host.server_state.default_headers:
-            parts += (name, b": ", value, b"\r\n")
-        parts.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
-        if close:
-            parts.append(b"connection: close\r\n")
-        parts += (b"\r\n", body)
-        host.transport.write(b"".join(parts))
+        head = _HEADERS.of(host.server_state.default_headers)
+        length = b"content-length: %d\r\nconnection: close\r\n\r\n" if close else _LENGTH
+        host.transport.write(b"".join((STATUS_LINE[status], head, length % len(body), body)))
         if host.access_log:
             client = f"{host.client[0]}:{host.client[1]}" if host.client else "-"
             url, version = host.url.decode("latin-1"), host.parser.get_http_version()

@@ -195,6 +195,7 @@ def guarded_http_protocol(
                     msg = "Invalid HTTP request received."
                     self.logger.warning(msg)
                     self.send_400_response(msg)
+            self.timer.settle()  # a body not complete in this read: timed from now
 
         def on_header(self, name: bytes, value: bytes) -> None:
             headers = self.headers
@@ -241,7 +242,7 @@ def guarded_http_protocol(
                 super().on_headers_complete()
             if self.transport.get_protocol() is self and expects_body(self.headers):
                 self.body_pending = True
-                self.timer.arm(limits.body_timeout, self._body_late)
+                self.timer.arm_after_read(limits.body_timeout, self._body_late)
             if endpoint is not None:
                 request = self.direct = DirectRequest(self, endpoint)
                 request.begin()

@@ -37,7 +37,7 @@ def unread_bytes(transport: asyncio.BaseTransport) -> int:
 
 
 class ConnectionTimer:
-    __slots__ = ("_deferred", "_flow", "_handle", "_loop", "_transport")
+    __slots__ = ("_after_read", "_deferred", "_flow", "_handle", "_loop", "_transport")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, flow: FlowControl
@@ -48,6 +48,8 @@ class ConnectionTimer:
         self._handle: asyncio.TimerHandle | None = None
         self._deferred = 0.0
         """Seconds of grace given to the current deadline for bytes in the server's backlog."""
+        self._after_read: tuple[float, Callable[[], None]] | None = None
+        """A deadline to arm once the current read is parsed (:meth:`arm_after_read`)."""
 
     def arm(self, delay: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` in ``delay`` seconds, instead of what was armed."""
@@ -55,9 +57,23 @@ class ConnectionTimer:
         if handle is not None:
             handle.cancel()
         self._deferred = 0.0
+        self._after_read = None
         self._handle = self._loop.call_later(delay, callback)
 
+    def arm_after_read(self, delay: float, callback: Callable[[], None]) -> None:
+        """:meth:`arm` once the read being parsed is done (:meth:`settle`), unless the timer is
+        armed or disarmed before: a request body that arrives in the same read as its head (the
+        common case) then costs no timer at all. The deadline starts at the same moment."""
+        self._after_read = (delay, callback)
+
+    def settle(self) -> None:
+        """A read is parsed: arm what :meth:`arm_after_read` left, if nothing replaced it."""
+        after_read = self._after_read
+        if after_read is not None:
+            self.arm(*after_read)
+
     def disarm(self) -> None:
+        self._after_read = None
         handle = self._handle
         if handle is not None:
             handle.cancel()

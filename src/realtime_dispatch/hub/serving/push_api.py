@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -140,18 +141,30 @@ class BatchEndpoint:
 class DirectBatch:
     """The batch endpoint as the hub's HTTP protocol serves it itself, without the ASGI app
     (:func:`~.http_protocol.guarded_http_protocol`'s ``posts``): the same answers as
-    :class:`BatchEndpoint`."""
+    :class:`BatchEndpoint`. The key is checked on the raw header: an ``Authorization`` that is
+    exactly ``Bearer <key>`` (what the worker sends) is one constant-time comparison of bytes;
+    any other form of it goes through :func:`service_key_matches`, as the app's check does."""
 
-    __slots__ = ("_hub",)
+    __slots__ = ("_expected", "_hub")
     max_body_bytes = MAX_BATCH_BYTES
     too_large = BODY_TOO_LARGE
     failure = INTERNAL_ERROR
 
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
+        key = hub.options.service_key
+        plain = key is not None and key.isascii() and key == key.strip()  # as bearer() reads it
+        self._expected = b"Bearer " + key.encode() if key and plain else None
 
     def refusal(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
         """The answer given at once, before the body is read (a missing or wrong key)."""
+        expected = self._expected
+        if expected is not None:
+            for name, value in headers:
+                if name == b"authorization":
+                    if hmac.compare_digest(value, expected):
+                        return None
+                    break
         return _unauthorized(self._hub, Headers(raw=headers))
 
     def answer(self, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:

@@ -4,10 +4,13 @@ result, or an error whose text says why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from realtime_dispatch.hub.signals.typing_signal import TypingSignals
+from realtime_dispatch.hub.wire.invocations import void_completion_json, void_completion_messagepack
 from realtime_dispatch.hub.wire.protocol import Invocation
+from realtime_dispatch.hub.wire.protocols import JSON, MESSAGEPACK, HubProtocol
 from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
@@ -18,14 +21,23 @@ if TYPE_CHECKING:
 def complete(
     connection: HubConnection, invocation_id: str | None, error: str | None, result: JsonValue
 ) -> None:
-    """Answer an invocation (nothing when the client does not wait for it)."""
+    """Answer an invocation (nothing when the client does not wait for it), straight to the
+    transport when it can (:meth:`~.connection.HubConnection.reply`)."""
     if invocation_id is None:
         return
     protocol = connection.protocol
-    if error is None:
-        connection.send(protocol.completion(invocation_id, result))
+    if error is not None:
+        connection.reply(protocol.completion_error(invocation_id, error))
+    elif result is None:  # the answer of most invocations (Typing): the record around the id
+        connection.reply(_VOID[protocol](invocation_id))
     else:
-        connection.send(protocol.completion_error(invocation_id, error))
+        connection.reply(protocol.completion(invocation_id, result))
+
+
+_VOID: dict[HubProtocol, Callable[[str], bytes]] = {
+    JSON: void_completion_json,
+    MESSAGEPACK: void_completion_messagepack,
+}
 
 
 class HubMethods:

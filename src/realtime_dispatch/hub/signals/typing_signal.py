@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -35,36 +36,57 @@ _TAIL = b'"}]}\x1e'
 """What follows ``expiresAt``'s value in a ``user_typing`` record (:func:`invocation_frame`)."""
 
 
+class Pass:
+    """A key's last pass through the :class:`TypingGate`, and what its signals reuse."""
+
+    __slots__ = ("at", "head")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.head: tuple[bytes, str] | None = None
+        """The ``user_typing`` record up to its ``expiresAt`` and the user id as the envelope
+        carries it (:meth:`TypingSignals.typing`): a signal's record is then one join."""
+
+
 class TypingGate:
     """At most one pass per key per ``interval``. Pure (the clock is passed in).
 
-    A pass is one lookup and one store. The keys whose last pass is older than the interval
-    are forgotten in one sweep at most once per interval, on a pass: the gate holds only the
-    keys that passed within the last two intervals, whatever the rate of calls, each swept
-    once (O(1) amortised)."""
+    A pass is one lookup (the key's :class:`Pass`, updated in place) and one append to a queue
+    of the passes in time order. The keys whose last pass is ``interval`` old are forgotten from
+    the queue's head, each once, on later passes (O(1) amortised, no sweep of the whole gate):
+    the gate holds only the keys that passed within the last interval, whatever the rate of
+    calls."""
 
-    __slots__ = ("_interval", "_passed", "_swept_at")
+    __slots__ = ("_interval", "_passed", "_queue")
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
-        self._passed: dict[tuple[Key, str], float] = {}
-        self._swept_at = float("-inf")
+        self._passed: dict[tuple[Key, str], Pass] = {}
+        self._queue: deque[tuple[float, tuple[Key, str], Pass]] = deque()
 
     def __len__(self) -> int:
         return len(self._passed)
 
     def allow(self, key: tuple[Key, str], now: float) -> bool:
-        passed = self._passed
-        last = passed.get(key)
+        return self.enter(key, now) is not None
+
+    def enter(self, key: tuple[Key, str], now: float) -> Pass | None:
+        """The key's :class:`Pass` when it passes now, None when it passed within the interval."""
         interval = self._interval
-        if last is not None and now - last < interval:
-            return False
-        passed[key] = now
-        if now - self._swept_at >= interval:
-            self._swept_at = now
-            horizon = now - interval
-            self._passed = {k: at for k, at in passed.items() if at > horizon or k == key}
-        return True
+        passed = self._passed.get(key)
+        if passed is None:
+            passed = self._passed[key] = Pass(now)
+        elif now - passed.at < interval:
+            return None
+        else:
+            passed.at = now
+        queue = self._queue
+        queue.append((now, key, passed))
+        while queue and now - queue[0][0] >= interval:
+            at, old, entry = queue.popleft()
+            if entry.at == at and self._passed.get(old) is entry:  # its last pass, expired
+                del self._passed[old]
+        return passed
 
 
 def chat_of(
@@ -123,9 +145,6 @@ class TypingSignals:
         self._parsed: dict[str, tuple[JsonValue, str]] = {}
         """Chat ids as sent → as the payload carries them and their group (parsing a UUID costs
         more than the rest of the check); at most :data:`PARSED_KEPT`, then started over."""
-        self._heads: dict[tuple[Key, str], tuple[bytes, str]] = {}
-        """(user, chat group) → the record up to its ``expiresAt`` and the user id as the
-        envelope carries it: a signal's record is then one join; at most :data:`PARSED_KEPT`."""
         self._expires: tuple[int, bytes] = (0, b"")
         """The last ``expiresAt`` written, by its 10 ms: the same text for every signal in it."""
 
@@ -161,13 +180,13 @@ class TypingSignals:
             self._count("refused")
             return NOT_A_MEMBER
         user_id = connection.identity.user_id
-        key = (user_id, group)
-        if not self.gate.allow(key, self._clock()):
+        passed = self.gate.enter((user_id, group), self._clock())
+        if passed is None:
             self._throttled()
             return None
-        head = self._heads.get(key)
+        head = passed.head
         if head is None:
-            head = self._head(user_id, group, chat_id)
+            head = passed.head = self._head(user_id, chat_id)
         record = b"".join((head[0], self._expires_at(), _TAIL))
         members = self._registry.members_but(group, user_id)
         if members:
@@ -177,16 +196,12 @@ class TypingSignals:
         self._sent()
         return None
 
-    def _head(self, user_id: Key, group: str, chat_id: JsonValue) -> tuple[bytes, str]:
+    def _head(self, user_id: Key, chat_id: JsonValue) -> tuple[bytes, str]:
         user_json = user_id_json(user_id, self._keys)
         record = invocation_frame(
             USER_TYPING, [{"chatId": chat_id, "userId": user_json, "expiresAt": ""}]
         )
-        head = (record[: -len(_TAIL)], str(user_json))
-        if len(self._heads) >= PARSED_KEPT:
-            self._heads.clear()
-        self._heads[(user_id, group)] = head
-        return head
+        return record[: -len(_TAIL)], str(user_json)
 
     def received(self, items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
         """Fan out the signals among what came from the backplane (but this replica's own);

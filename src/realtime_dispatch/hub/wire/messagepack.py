@@ -109,6 +109,10 @@ class BinaryRecordBuffer:
     def clear(self) -> None:
         self._partial = b""
 
+    def holds_partial(self) -> bool:
+        """True while the start of a record waits for its rest."""
+        return bool(self._partial)
+
 
 def _int_at(value: list[Any], index: int, what: str) -> int:
     raw = value[index] if len(value) > index else None

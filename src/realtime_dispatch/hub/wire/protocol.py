@@ -130,6 +130,10 @@ class RecordBuffer:
     def clear(self) -> None:
         self._partial = ""
 
+    def holds_partial(self) -> bool:
+        """True while the start of a record waits for its rest."""
+        return bool(self._partial)
+
 
 def decode_frame(data: str | bytes) -> str:
     """Text of one inbound WebSocket frame (binary frames must be UTF-8 for the JSON protocol)."""

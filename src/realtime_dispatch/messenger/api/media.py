@@ -5,7 +5,9 @@ the same shape, ``POST /{session}/{id}/{action}`` → 204: they stand in :data:`
 each, naming who may do it and what is pushed; the rule itself is the command's (the call
 transitions in :data:`~realtime_dispatch.messenger.calls.TRANSITIONS`, the recording steps in
 :data:`~realtime_dispatch.messenger.recordings.STEPS`). The reads ``GET /{session}/{id}``
-stand in :data:`VIEWS`. Creating a session, listing and minting media keep a route each.
+stand in :data:`VIEWS`, and starting a recording or a screen share in a call or a conference,
+``POST /{session}`` → 201, in :data:`STARTS`. Starting a call or a conference, listing and
+minting media keep a route each.
 """
 
 # No ``from __future__ import annotations``: the route factories below annotate their
@@ -147,42 +149,121 @@ VIEWS: tuple[View, ...] = (
 )
 
 
-def _add_action(row: Action) -> None:
-    session = row.session
+@dataclass(frozen=True, slots=True)
+class Start:
+    """``POST {path}`` with a :class:`SessionRef` → 201 ``created``: ``command(conn, actor=user,
+    call_id=…, conference_id=…)``, whose new id the answer carries as ``field``. The rule (a
+    live session, the actor not blocked in it, one at a time) is the command's."""
 
-    async def endpoint(
-        ref: Annotated[UUID, Path(alias=session.alias)], user: User, conn: Conn
-    ) -> None:
-        await row.command(conn, actor=user, **{session.keyword: ref})
+    session: Session
+    path: str
+    name: str
+    command: Command
+    created: type[BaseModel]
+    field: str
+    summary: str
+
+
+STARTS: tuple[Start, ...] = (
+    # a party of a call in progress, a member of a live conference's chat: RecordingStarted
+    Start(
+        RECORDING,
+        "/recordings",
+        "start_recording",
+        recordings.start_recording,
+        RecordingCreated,
+        "recording_id",
+        "Record a call or conference",
+    ),
+    # the same, one sharer at a time: ScreenShareStarted
+    Start(
+        SHARE,
+        "/screen-shares",
+        "start_screen_share",
+        screenshare.start_screen_share,
+        ScreenShareCreated,
+        "screen_share_id",
+        "Share the caller's screen",
+    ),
+)
+
+
+def _add_start(row: Start) -> None:
+    async def endpoint(body: SessionRef, user: User, conn: Conn) -> Any:
+        new_id = await row.command(
+            conn, actor=user, call_id=body.call_id, conference_id=body.conference_id
+        )
+        return row.created(**{row.field: new_id})
 
     router.add_api_route(
-        f"{session.path}/{row.action}",
+        row.path,
         endpoint,
         methods=["POST"],
         name=row.name,
-        status_code=204,
-        response_class=Response,
-        tags=[session.tag],
+        status_code=201,
+        response_model=row.created,
+        tags=[row.session.tag],
         summary=row.summary,
     )
 
 
-def _add_view(row: View) -> None:
-    session = row.session
+def _add_on_session(
+    session: Session,
+    suffix: str,
+    *,
+    method: str,
+    name: str,
+    summary: str | None,
+    answer: Callable[[Conn, UUID, dict[str, UUID]], Awaitable[Any]],
+    **response: Any,
+) -> None:
+    """``{method} {session.path}{suffix}``: ``answer(conn, user, {<id keyword>: id})``."""
 
     async def endpoint(
         ref: Annotated[UUID, Path(alias=session.alias)], user: User, conn: Conn
     ) -> Any:
-        return await row.read(conn, viewer=user, **{session.keyword: ref})
+        return await answer(conn, user, {session.keyword: ref})
 
     router.add_api_route(
-        session.path,
+        session.path + suffix,
         endpoint,
-        methods=["GET"],
-        name=row.name,
-        response_model=row.model,
+        methods=[method],
+        name=name,
         tags=[session.tag],
+        summary=summary,
+        **response,
+    )
+
+
+def _add_action(row: Action) -> None:
+    async def act(conn: Conn, user: UUID, ref: dict[str, UUID]) -> None:
+        await row.command(conn, actor=user, **ref)
+
+    _add_on_session(
+        row.session,
+        f"/{row.action}",
+        method="POST",
+        name=row.name,
         summary=row.summary,
+        answer=act,
+        response_model=None,
+        status_code=204,
+        response_class=Response,
+    )
+
+
+def _add_view(row: View) -> None:
+    async def read(conn: Conn, user: UUID, ref: dict[str, UUID]) -> object:
+        return await row.read(conn, viewer=user, **ref)
+
+    _add_on_session(
+        row.session,
+        "",
+        method="GET",
+        name=row.name,
+        summary=row.summary,
+        answer=read,
+        response_model=row.model,
     )
 
 
@@ -279,16 +360,6 @@ async def invite(conference_id: ConferenceId, body: UserRef, user: User, conn: C
 
 
 @router.post(
-    "/recordings", status_code=201, tags=["recordings"], summary="Record a call or conference"
-)
-async def start_recording(body: SessionRef, user: User, conn: Conn) -> RecordingCreated:
-    recording_id = await recordings.start_recording(
-        conn, actor=user, call_id=body.call_id, conference_id=body.conference_id
-    )
-    return RecordingCreated(recording_id=recording_id)
-
-
-@router.post(
     "/recordings/{recordingId}/failed",
     status_code=204,
     response_class=Response,
@@ -302,16 +373,8 @@ async def recording_failed(
     )
 
 
-@router.post(
-    "/screen-shares", status_code=201, tags=["screen share"], summary="Share the caller's screen"
-)
-async def start_screen_share(body: SessionRef, user: User, conn: Conn) -> ScreenShareCreated:
-    share_id = await screenshare.start_screen_share(
-        conn, actor=user, call_id=body.call_id, conference_id=body.conference_id
-    )
-    return ScreenShareCreated(screen_share_id=share_id)
-
-
+for _start in STARTS:
+    _add_start(_start)
 for _action in ACTIONS:
     _add_action(_action)
 for _view in VIEWS:
