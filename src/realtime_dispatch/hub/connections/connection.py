@@ -194,7 +194,6 @@ class Attachment:
 
 class HubConnection:
     __slots__ = (
-        "_loop",
         "_on_sent",
         "attachment",
         "batch",
@@ -207,6 +206,7 @@ class HubConnection:
         "last_received",
         "last_sent",
         "limits",
+        "loop",
         "outbound",
         "protocol",
         "session",
@@ -249,7 +249,7 @@ class HubConnection:
         self.detached_at: float | None = None
         self.last_received = now
         self.last_sent = now
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self.sink: RawSink | None = None
         """The attached transport, while frames may be written to it directly."""
         self.batch: list[bytes] = []
@@ -399,7 +399,7 @@ class HubConnection:
         self.wake.set()
         attachment = self.attachment
         if attachment is not None and attachment.writer is not None:
-            attachment.force_close = self._loop.call_later(
+            attachment.force_close = self.loop.call_later(
                 self.limits.close_grace, attachment.writer.cancel
             )
 
@@ -438,5 +438,5 @@ class HubConnection:
 
     def wrote(self, records: int) -> None:
         """``records`` queued records were written to the transport."""
-        self.last_sent = self._loop.time()
+        self.last_sent = self.loop.time()
         self._on_sent(records)

@@ -10,7 +10,6 @@ call at the end (:meth:`~.connection.HubConnection.flush`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
@@ -59,10 +58,21 @@ class Fanout:
         expiry = self._expiry
         if expiry.queue.next_at <= time.time():
             expiry.run_due()
+        count = len(items)
+        if not count:
+            return 0
         members_of = self._members_of
+        group = items[0][0]
+        end = 1
+        while end < count and items[end][0] == group:
+            end += 1
+        if end == count:  # one run (a batch to one group): each member gets it once, at once
+            members = members_of(group)
+            if not members:
+                return 0
+            return self._write_run(members, [record for _, record in items])
         touched: list[HubConnection] = []
         deliveries = 0
-        count = len(items)
         start = 0
         while start < count:
             group = items[start][0]
@@ -102,9 +112,54 @@ class Fanout:
             self._offer_mixed(members, records, frames, data, touched)
         return len(members) * len(records)
 
+    def _write_run(self, members: Sequence[str], records: list[bytes]) -> int:
+        """:meth:`_offer_run` and :meth:`_flush` of a delivery that is one run: a member whose
+        transport takes writes, with nothing queued and no replay buffer, has the run written at
+        once (what ``offer`` and ``flush`` would do, without the batch); the others are offered
+        it."""
+        frames = [text_frame(record) for record in records]
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        connections = self._connections
+        size = len(records)
+        encoded: dict[HubProtocol, EncodedRun | None] = {}
+        touched: list[HubConnection] = []
+        mixed = self._lifetimes.not_json
+        written = 0
+        now = -1.0
+        for connection_id in members:
+            connection = connections[connection_id]
+            run_records, run_frames, run_data = records, frames, data
+            if mixed and connection.protocol is not JSON:
+                protocol = connection.protocol
+                if protocol in encoded:
+                    run = encoded[protocol]
+                else:
+                    run = encoded[protocol] = _encode_run(protocol, records)
+                if run is None:
+                    continue
+                run_records, run_frames, run_data = run
+            sink = connection.sink
+            if (
+                sink is None
+                or connection.closing is not None
+                or not sink.open()
+                or not connection.outbound.write_through(size)
+            ):
+                connection.offer(run_records, run_frames, run_data, touched)
+                continue
+            sink.transport.write(run_data)
+            if now < 0:
+                now = connection.loop.time()
+            connection.last_sent = now
+            written += size
+        if written:
+            self._sent.inc(written)
+        self._flush(touched)
+        return len(members) * size
+
     def _flush(self, touched: list[HubConnection]) -> None:
         if touched:
-            loop_time = asyncio.get_running_loop().time()
+            loop_time = touched[0].loop.time()
             written = 0
             for connection in touched:
                 written += connection.flush()

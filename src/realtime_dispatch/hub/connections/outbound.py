@@ -80,6 +80,18 @@ class Outbound:
         self._unsent_from = self._first_id = self._next_id
         return True
 
+    def write_through(self, count: int) -> bool:
+        """:meth:`push_written_run` when nothing waits (no record, no control record) and
+        nothing is kept for replay: the ``count`` records are numbered for a caller that writes
+        them at once. False otherwise, nothing numbered: the caller queues them instead."""
+        if self.stateful or self._control or self._next_id != self._unsent_from:
+            return False
+        if self._max_pending <= 0:
+            return False
+        self._next_id += count
+        self._unsent_from = self._first_id = self._next_id
+        return True
+
     def push_control(self, record: bytes, *, first: bool = False) -> None:
         """Queue a record to go before any data; ``first``: before the control records queued
         already too (a handshake answer, behind which a close message may wait)."""

@@ -12,8 +12,9 @@ every (re)connect, before the feed counts as ready.
 before it: a round trip on the listening connection. PostgreSQL delivers the notifications a
 session has been signalled before it reports the query done, and asyncpg runs the listener
 callbacks before the query's caller resumes, so once ``SELECT 1`` returns, every change committed
-before the push was produced has been applied. A batch may instead carry a worker's membership
-marks (:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
+before the push was produced has been applied (it goes as a simple query: one message, no
+prepared statement). A batch may instead carry a worker's membership marks
+(:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
 (:meth:`MembershipFeed.heard`), the batch needs no round trip.
 
 A notification without ``active`` is a hint (:mod:`.tracker`): the feed re-reads that user's
@@ -46,6 +47,9 @@ from realtime_dispatch.manifest.manifest import shipped_manifest
 from realtime_dispatch.membership_mark import parse_barrier
 
 log = structlog.get_logger(__name__)
+
+BARRIER_QUERY = "SELECT 1"
+"""The barrier's round trip on the listening connection."""
 
 HEARD_TOKENS = 256
 """Barrier tokens a feed remembers (workers send one every few seconds, and after changes)."""
@@ -230,8 +234,7 @@ class MembershipFeed:
         and the batch needs no :meth:`barrier`. Tokens heard before a reconnect do not count."""
         if not self.ready.is_set():
             return False
-        heard = self._heard
-        return any(token in heard for token in tokens)
+        return not self._heard.keys().isdisjoint(tokens)
 
     async def barrier(self, within: float) -> bool:
         """Wait until every membership change committed before now has been applied.
@@ -252,7 +255,10 @@ class MembershipFeed:
                     self._next_barrier = None
                 async with asyncio.timeout(within):
                     await self.ready.wait()
-                    await self._conn.fetchval("SELECT 1")
+                    # The simple query protocol (``execute`` without arguments): one message
+                    # each way and no statement cache, half the CPU of ``fetchval``'s extended
+                    # protocol; the notifications still come before its ReadyForQuery.
+                    await self._conn.execute(BARRIER_QUERY)
                     # the hints heard before that round trip: their users read again
                     ok = await self._hints.applied()
         except (*DB_ERRORS, AttributeError):

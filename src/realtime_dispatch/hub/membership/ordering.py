@@ -55,7 +55,11 @@ class OrderedDelivery:
         is then not delivered: its publisher reports it unavailable and the dispatcher retries
         it. A push from the backplane is delivered anyway, with a warning: nobody could retry it.
         """
-        ordered = not any(group.startswith(CHAT_PREFIX) for group, _ in items)
+        ordered = True
+        for group, _ in items:
+            if group.startswith(CHAT_PREFIX):
+                ordered = False
+                break
         if not ordered and marks and self._membership.heard(marks):
             ordered = True
             self._barriers_marked.inc()

@@ -24,6 +24,11 @@ _LEN16 = struct.Struct("!BBH")
 _LEN64 = struct.Struct("!BBQ")
 
 
+_SHORT_TEXT = [bytes((_FIN_TEXT, size)) for size in range(126)]
+_SHORT_BINARY = [bytes((_FIN_BINARY, size)) for size in range(126)]
+"""The two-byte headers of the frames of under 126 bytes, built once."""
+
+
 def _frame(head: int, payload: bytes) -> bytes:
     size = len(payload)
     if size < 126:
@@ -35,11 +40,19 @@ def _frame(head: int, payload: bytes) -> bytes:
 
 def text_frame(payload: bytes) -> bytes:
     """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON records)."""
-    return _frame(_FIN_TEXT, payload)
+    size = len(payload)
+    if size < 126:
+        return _SHORT_TEXT[size] + payload
+    if size < 1 << 16:
+        return _LEN16.pack(_FIN_TEXT, 126, size) + payload
+    return _LEN64.pack(_FIN_TEXT, 127, size) + payload
 
 
 def binary_frame(payload: bytes) -> bytes:
     """One final, unmasked binary frame carrying ``payload`` (MessagePack records)."""
+    size = len(payload)
+    if size < 126:
+        return _SHORT_BINARY[size] + payload
     return _frame(_FIN_BINARY, payload)
 
 

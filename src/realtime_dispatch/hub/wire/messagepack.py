@@ -46,6 +46,8 @@ def length_prefixed(body: bytes) -> bytes:
     size = len(body)
     if size < 0x80:
         return bytes((size,)) + body
+    if size < 0x4000:  # two bytes: most records
+        return bytes(((size & 0x7F) | 0x80, size >> 7)) + body
     prefix = bytearray()
     while size >= 0x80:
         prefix.append((size & 0x7F) | 0x80)
@@ -218,8 +220,14 @@ _SEQUENCE = MessageType.SEQUENCE.value
 def _from_json_value(value: dict[str, Any]) -> bytes:
     kind = value.get("type")
     if kind == _INVOCATION:
+        target = value["target"]
+        if isinstance(target, str):  # [1, {}, None, target, …]: all but the arguments built once
+            head = _INVOCATION_HEADS.get(target)
+            if head is None:
+                head = _invocation_head(target)
+            return length_prefixed(head + ormsgpack.packb(value.get("arguments", [])))
         return length_prefixed(
-            ormsgpack.packb([_INVOCATION, {}, None, value["target"], value.get("arguments", [])])
+            ormsgpack.packb([_INVOCATION, {}, None, target, value.get("arguments", [])])
         )
     if kind == _PING:
         return PING
@@ -232,6 +240,19 @@ def _from_json_value(value: dict[str, Any]) -> bytes:
     if kind == _SEQUENCE:
         return sequence_message(value["sequenceId"])
     raise ValueError("no MessagePack equivalent")
+
+
+_INVOCATION_HEADS: dict[str, bytes] = {}
+_MAX_INVOCATION_HEADS = 256
+
+
+def _invocation_head(target: str) -> bytes:
+    """The bytes of ``[1, {}, None, target`` in a 5-element array, kept by target."""
+    head = b"\x95" + ormsgpack.packb(_INVOCATION) + b"\x80\xc0" + ormsgpack.packb(target)
+    if len(_INVOCATION_HEADS) >= _MAX_INVOCATION_HEADS:
+        _INVOCATION_HEADS.clear()
+    _INVOCATION_HEADS[target] = head
+    return head
 
 
 def records_from_json(records: Seq[bytes]) -> list[bytes]:

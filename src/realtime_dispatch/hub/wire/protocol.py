@@ -281,12 +281,20 @@ def push_record(target: str, payload_json: bytes) -> bytes:
     """The invocation record of one push, around its payload's JSON as it comes (the
     dispatcher's projections encode it once): the same bytes as ``invocation_frame(target,
     [payload])``, without decoding and encoding the payload again."""
-    return b"".join(
-        (_INVOCATION_HEAD, orjson.dumps(target), b',"arguments":[', payload_json, b"]}", _RS_BYTES)
-    )
+    head = _PUSH_HEADS.get(target)
+    if head is None:
+        head = b"".join((_INVOCATION_HEAD, orjson.dumps(target), b',"arguments":['))
+        if len(_PUSH_HEADS) >= _MAX_PUSH_HEADS:
+            _PUSH_HEADS.clear()
+        _PUSH_HEADS[target] = head
+    return head + payload_json + _PUSH_TAIL
 
 
 _INVOCATION_HEAD = b'{"type":%d,"target":' % MessageType.INVOCATION.value
+_PUSH_TAIL = b"]}" + _RS_BYTES
+_PUSH_HEADS: dict[str, bytes] = {}
+"""``{"type":1,"target":…,"arguments":[`` by target, built once: a hub has a few targets."""
+_MAX_PUSH_HEADS = 256
 
 
 def invocation_frame(target: str, arguments: list[JsonValue]) -> bytes:
