@@ -29,10 +29,10 @@ _SHORT_BINARY = [bytes((_FIN_BINARY, size)) for size in range(126)]
 """The two-byte headers of the frames of under 126 bytes, built once."""
 
 
-def _frame(head: int, payload: bytes) -> bytes:
+def _framed(head: int, short: list[bytes], payload: bytes) -> bytes:
     size = len(payload)
     if size < 126:
-        return bytes((head, size)) + payload
+        return short[size] + payload
     if size < 1 << 16:
         return _LEN16.pack(head, 126, size) + payload
     return _LEN64.pack(head, 127, size) + payload
@@ -40,25 +40,17 @@ def _frame(head: int, payload: bytes) -> bytes:
 
 def text_frame(payload: bytes) -> bytes:
     """One final, unmasked text frame carrying ``payload`` (UTF-8 JSON records)."""
-    size = len(payload)
-    if size < 126:
-        return _SHORT_TEXT[size] + payload
-    if size < 1 << 16:
-        return _LEN16.pack(_FIN_TEXT, 126, size) + payload
-    return _LEN64.pack(_FIN_TEXT, 127, size) + payload
+    return _framed(_FIN_TEXT, _SHORT_TEXT, payload)
 
 
 def binary_frame(payload: bytes) -> bytes:
     """One final, unmasked binary frame carrying ``payload`` (MessagePack records)."""
-    size = len(payload)
-    if size < 126:
-        return _SHORT_BINARY[size] + payload
-    return _frame(_FIN_BINARY, payload)
+    return _framed(_FIN_BINARY, _SHORT_BINARY, payload)
 
 
 def ws_frame(payload: bytes, *, binary: bool) -> bytes:
     """:func:`binary_frame` or :func:`text_frame` of ``payload``."""
-    return _frame(_FIN_BINARY if binary else _FIN_TEXT, payload)
+    return binary_frame(payload) if binary else text_frame(payload)
 
 
 def records_frame(records: list[bytes], *, binary: bool) -> bytes:
