@@ -27,7 +27,9 @@ migrated with that type, owners writing a message (its id made by the database) 
 row in one transaction; the dispatcher builds payloads over that schema's manifest. Each run
 goes through the key types in turn, the order alternating run by run.
 
-Reports medians of ``--runs`` (with min and max) and writes JSON to ``bench/results/``.
+Reports medians of ``--runs`` (with min and max) and writes JSON to ``bench/results/``. The
+dispatcher (and the ``raw`` floor, in the same process) runs on uvloop, as ``worker`` and
+``serve`` run it.
 """
 
 from __future__ import annotations
@@ -733,4 +735,6 @@ if __name__ == "__main__":
         rows = uvloop.run(_owner_process(spec))
         Path(spec["out"]).write_text(json.dumps(rows))
     else:
-        asyncio.run(main(cli))
+        # On uvloop, as the ``worker`` and ``serve`` commands run the dispatcher (and the floor
+        # beside it, on the same loop).
+        uvloop.run(main(cli))
