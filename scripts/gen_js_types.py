@@ -37,10 +37,11 @@ BANNER = (
 def rest_models() -> list[type[BaseModel]]:
     found = [
         model
-        for _, model in inspect.getmembers(schemas, inspect.isclass)
+        for name, model in inspect.getmembers(schemas, inspect.isclass)
         if issubclass(model, BaseModel)
         and model.__module__ == schemas.__name__
         and model is not schemas.ApiModel
+        and not name.startswith("_")  # a module's own base of models, never sent as itself
     ]
     return sorted(found, key=lambda m: m.__name__)
 
