@@ -86,11 +86,7 @@ class Outbound:
         them at once. False otherwise, nothing numbered: the caller queues them instead."""
         if self.stateful or self._control or self._next_id != self._unsent_from:
             return False
-        if self._max_pending <= 0:
-            return False
-        self._next_id += count
-        self._unsent_from = self._first_id = self._next_id
-        return True
+        return self.push_written_run(count)
 
     def push_control(self, record: bytes, *, first: bool = False) -> None:
         """Queue a record to go before any data; ``first``: before the control records queued
