@@ -58,7 +58,7 @@ from _common import (
 )
 from realtime_dispatch.hub import Hub, HubOptions
 from realtime_dispatch.hub.backplane.publishers import InProcessHubPublisher
-from realtime_dispatch.hub.connections.connection import HubConnection
+from realtime_dispatch.hub.connections.connection import HubConnection, receive
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.wire.framing import records_frame
@@ -133,7 +133,7 @@ def typing_vs_push(members: int, signals: int, runs: int, mix: str) -> dict[str,
         for _ in range(runs):
             t0 = cpu()
             for _ in range(signals):
-                typist.apply(typist.session.feed(invocation))
+                receive(typist, invocation)
                 _drain(typist)
             result["typing"].append((cpu() - t0) / typing_deliveries * 1e6)
             t0 = cpu()

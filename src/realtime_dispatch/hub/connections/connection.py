@@ -440,3 +440,21 @@ class HubConnection:
         """``records`` queued records were written to the transport."""
         self.last_sent = self.loop.time()
         self._on_sent(records)
+
+
+def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:
+    """Read what the client sent in one piece (a WebSocket message, an HTTP body) and act on it
+    (:meth:`HubConnection.apply`); returns what was read. None when it was one ``Typing``
+    invocation on a session without stateful reconnect (nothing numbered, nothing to
+    acknowledge), the hub's most frequent inbound record: it is run at once, no
+    :class:`~.session.Inbound` built for it."""
+    session = connection.session
+    invoke = connection.invoke
+    if invoke is not None and not session.stateful:
+        invocation = session.lone_typing(data)
+        if invocation is not None:
+            invoke(connection, invocation)
+            return None
+    inbound = session.feed(data)
+    connection.apply(inbound)
+    return inbound

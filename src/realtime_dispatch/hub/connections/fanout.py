@@ -89,11 +89,8 @@ class Fanout:
 
     def send_to_members(self, members: Sequence[str], record: bytes) -> int:
         """:meth:`send_to_groups` of one record to some of a group's members (``user_typing``:
-        every member but the typist's connections)."""
-        touched: list[HubConnection] = []
-        deliveries = self._offer_run(members, [record], touched)
-        self._flush(touched)
-        return deliveries
+        every member but the typist's connections): a run of one, written through as a push's."""
+        return self._write_run(members, [record])
 
     def count_sent(self, records: int) -> None:
         """Count frames a transport wrote on its own (a resumed connection's replay, say)."""

@@ -127,17 +127,24 @@ class InboundSession:
         if self._binary is not None:
             self._binary.clear()
 
-    def feed(self, data: str | bytes) -> Inbound:
+    def lone_typing(self, data: str | bytes) -> Invocation | None:
+        """The ``Typing`` invocation that ``data`` is, whole, when the handshake is done and
+        nothing is buffered before it (:mod:`.wire.invocations`); None for anything else, which
+        :meth:`feed` reads. Reading it changes no state."""
+        if self.handshake is None:
+            return None
         binary = self._binary
-        if self.handshake is not None:  # the fast path: a lone ``Typing`` invocation record
-            if binary is None:
-                invocation = None if self._buffer.holds_partial() else typing_json(data, self._max)
-            elif isinstance(data, bytes) and not binary.holds_partial():
-                invocation = typing_messagepack(data, self._max)
-            else:
-                invocation = None
-            if invocation is not None:
-                return self._typing(invocation)
+        if binary is None:
+            return None if self._buffer.holds_partial() else typing_json(data, self._max)
+        if isinstance(data, bytes) and not binary.holds_partial():
+            return typing_messagepack(data, self._max)
+        return None
+
+    def feed(self, data: str | bytes) -> Inbound:
+        invocation = self.lone_typing(data)  # the fast path: a lone ``Typing`` invocation record
+        if invocation is not None:
+            return self._typing(invocation)
+        binary = self._binary
         result = Inbound()
         if self.handshake is None:
             rest = self._feed_handshake(data, result)

@@ -27,7 +27,12 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.connections.caps import ConnectionRefused, Reservation
-from realtime_dispatch.hub.connections.connection import Attachment, HubConnection, WebSocketWriter
+from realtime_dispatch.hub.connections.connection import (
+    Attachment,
+    HubConnection,
+    WebSocketWriter,
+    receive,
+)
 from realtime_dispatch.hub.connections.session import (
     CloseReason,
     CloseRequest,
@@ -240,11 +245,14 @@ def received(connection: HubConnection, data: str | bytes, now: float) -> CloseR
         connection.close(CloseRequest(CloseReason.MESSAGE_TOO_BIG, TOO_BIG_ERROR))
         return CloseReason.MESSAGE_TOO_BIG
     connection.last_received = now
-    inbound = connection.session.feed(data)
-    connection.apply(inbound)
+    inbound = receive(connection, data)
     if connection.closing is None:
         return None
-    if inbound.close is not None and inbound.close.reason is not CloseReason.CLIENT_CLOSE:
+    if (
+        inbound is not None
+        and inbound.close is not None
+        and inbound.close.reason is not CloseReason.CLIENT_CLOSE
+    ):
         log.info(
             "hub_protocol_error",
             connection_id=connection.connection_id,

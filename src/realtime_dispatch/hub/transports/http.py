@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.connections.caps import ConnectionRefused
+from realtime_dispatch.hub.connections.connection import receive
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest, InboundSession
 from realtime_dispatch.hub.transports.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.transports.common import (
@@ -141,7 +142,7 @@ class HttpTransportEndpoint:
                 await self._handshake(state, body, identity)
                 return Response(status_code=200)
             connection.last_received = asyncio.get_running_loop().time()
-            connection.apply(connection.session.feed(body))
+            receive(connection, body)
         return Response(status_code=200)
 
     async def _handshake(self, state: HttpConnectionState, body: bytes, identity: Identity) -> None:
