@@ -256,8 +256,8 @@ async def serve(
         pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled)
         # Sync's own few connections: a replay of old cursors waits for these, never for the
         # ones REST, the hub's admission and the dispatcher work on.
-        sync_pool = await create_pool(
-            url, min_size=0, max_size=settings.sync_pool_size, pooled=pooled
+        sync_pool = await create_pool(  # a page leaves no session state: SET LOCAL only
+            url, min_size=0, max_size=settings.sync_pool_size, pooled=pooled, stateless=True
         )
         try:
             options = hub_options(settings, manifest=manifest)

@@ -57,7 +57,9 @@ from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
-_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
+_BEGIN_SQL = "BEGIN READ ONLY; SET LOCAL statement_timeout = '{}ms'"
+"""A page's transaction and its statement timeout, as one simple-protocol batch: one round
+trip. ``SET LOCAL`` ends with the transaction, so it also holds through a pooler."""
 
 
 def default_concurrency() -> int:
@@ -202,13 +204,13 @@ class SyncService:
         timeout = self.options.statement_timeout
         async with translate_errors():  # what is left: the database unavailable
             try:
-                async with (
-                    self._pool.acquire(timeout=wait) as conn,
-                    conn.transaction(readonly=True),
-                ):
-                    # Local to the transaction (SET LOCAL), so it also holds through a pooler.
-                    await conn.execute(_TIMEOUT_SQL, f"{int(timeout * 1000)}ms")
-                    return await self._read(conn, user_id, cursor, limit)
+                async with self._pool.acquire(timeout=wait) as conn:
+                    # A page that fails leaves its transaction open: the pool's reset on release
+                    # rolls it back (every pool's does, the stateless ones' included).
+                    await conn.execute(_BEGIN_SQL.format(int(timeout * 1000)))
+                    page = await self._read(conn, user_id, cursor, limit)
+                    await conn.execute("COMMIT")
+                    return page
             except asyncpg.QueryCanceledError as exc:
                 raise SyncTimeout("the sync page ran past its statement timeout") from exc
             except TimeoutError as exc:  # no connection of the sync pool came free in time
