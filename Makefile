@@ -21,7 +21,7 @@ serve: $(STAMP)
 
 ## test: the whole test suite (real PostgreSQL: embedded unless REALTIME_TEST_DATABASE_URL is set)
 test: $(STAMP) node_modules/.package-lock.json
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
 
 ## check: lint, format, strict typing and the layer contracts
 check: lint typecheck layers
