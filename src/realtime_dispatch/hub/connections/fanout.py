@@ -112,7 +112,7 @@ class Fanout:
                 connection = connections[connection_id]
                 if connection.protocol is not last:  # members of a protocol often come in a row
                     last = connection.protocol
-                    run = runs.of(last)
+                    run = runs[last]
                 if run is not None:
                     connection.offer(run[0], run[1], run[2], touched)
         return len(members) * len(records)
@@ -137,7 +137,7 @@ class Fanout:
             if runs is not None:  # some connection speaks another protocol than JSON
                 if connection.protocol is not last:
                     last = connection.protocol
-                    run = runs.of(last)
+                    run = runs[last]
                 if run is None:
                     continue
                 run_records, run_frames, run_data = run
@@ -170,27 +170,23 @@ class Fanout:
             self._sent.inc(written)
 
 
-class _Runs:
-    """A run of JSON records in each protocol its members speak, each built (framed, and
-    re-encoded for a protocol other than JSON) once, on its first member."""
+class _Runs(dict[HubProtocol, EncodedRun | None]):
+    """A run of JSON records in each protocol its members speak (None: a record has no
+    equivalent there, logged), each built once, on its first member: ``runs[protocol]``."""
 
-    __slots__ = ("_records", "_runs")
+    __slots__ = ("_records",)
 
     def __init__(self, records: list[bytes]) -> None:
+        super().__init__()
         self._records = records
-        self._runs: dict[HubProtocol, EncodedRun | None] = {}
 
-    def of(self, protocol: HubProtocol) -> EncodedRun | None:
-        """The run in ``protocol``; None (logged once) when a record has no equivalent there."""
-        runs = self._runs
-        if protocol in runs:
-            return runs[protocol]
+    def __missing__(self, protocol: HubProtocol) -> EncodedRun | None:
         records = self._records
         if protocol is JSON:
             run: EncodedRun | None = (records, *_text_run(records))
         else:
             run = _encode_run(protocol, records)
-        runs[protocol] = run
+        self[protocol] = run
         return run
 
 
