@@ -4,8 +4,9 @@ the encode-run-offer-flush path every push and every signal takes to its connect
 Each record is framed once. Consecutive records for the same group are a run: their frames are
 joined once, and every member without stateful reconnect gets the run as that one piece.
 Members speaking another protocol than JSON (MessagePack) get the run re-encoded once for all of
-them (:func:`_encode_run`). What is due to one connection is written to its transport in one
-call at the end (:meth:`~.connection.HubConnection.flush`).
+them (:func:`_encode_run`); while some connection does, a run is framed in each protocol only
+on the first member that speaks it (:class:`_Runs`). What is due to one connection is written
+to its transport in one call at the end (:meth:`~.connection.HubConnection.flush`).
 """
 
 from __future__ import annotations
