@@ -3,6 +3,7 @@ Server-Sent Events framing: pure, no I/O."""
 
 from __future__ import annotations
 
+import orjson
 import ormsgpack
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from realtime_dispatch.hub.wire.messagepack import (
     length_prefixed,
     parse_message,
     record_from_json,
+    records_from_json,
 )
 from realtime_dispatch.hub.wire.protocol import (
     Ack,
@@ -26,6 +28,7 @@ from realtime_dispatch.hub.wire.protocol import (
     ProtocolError,
     Sequence,
     invocation_frame,
+    push_record,
 )
 from realtime_dispatch.hub.wire.protocol import (
     close_message as json_close,
@@ -97,6 +100,77 @@ def test_json_records_re_encoded() -> None:
         record_from_json(b'{"type":4}\x1e')
     with pytest.raises(ProtocolError):
         record_from_json(b"not json\x1e")
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _invocation_record(target: str, arguments: list[object]) -> bytes:
+    """What the hub sent a MessagePack member for a push before records were read in one
+    piece: ``[1, {}, None`` and the target built once, then the arguments packed."""
+    head = b"\x95\x01\x80\xc0" + ormsgpack.packb(target)
+    return length_prefixed(head + ormsgpack.packb(arguments))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=40), st.lists(_JSON_VALUES, max_size=3))
+def test_push_records_re_encoded_in_one_piece_as_before(
+    target: str, arguments: list[object]
+) -> None:
+    try:
+        payload_json = orjson.dumps(arguments[0]) if arguments else b"null"
+    except orjson.JSONEncodeError:  # a key or value orjson does not take: no such push
+        return
+    pushed = orjson.loads(payload_json)
+    records = [
+        push_record(target, payload_json),
+        invocation_frame(target, arguments),
+        push_record(target, payload_json),  # the same lead again: kept from the first
+    ]
+    expected = [
+        _invocation_record(target, [pushed]),
+        _invocation_record(target, arguments),
+        _invocation_record(target, [pushed]),
+    ]
+    assert records_from_json(records) == expected
+    assert [record_from_json(record) for record in records] == expected
+
+
+def test_records_not_of_a_push_shape_are_re_encoded_as_any_record() -> None:
+    records = [
+        b'{"type":1,"target":"t","arguments":[1],"x":[2]}\x1e',  # a key after the arguments
+        b'{"type":1,"target":"t","arguments":[[1]]}',  # no separator
+        b'{"type":1,"target":"a\\"b","arguments":[2]}\x1e',  # an escape in the target
+        b'{"type":1,"target":"t\\u0041","arguments":[3]}\x1e',
+        b'{"type":1,"target":"t","arguments":[4]}\x1e',
+        b'{"type":6}\x1e',
+        json_close("e", allow_reconnect=True).encode(),
+        b'{"type":1, "target":"t","arguments":[5]}\x1e',  # another spacing
+    ]
+    encoded = records_from_json(records)
+    assert encoded == [record_from_json(record) for record in records]
+    assert [ormsgpack.unpackb(record[1:]) for record in encoded[:5]] == [
+        [1, {}, None, "t", [1]],
+        [1, {}, None, "t", [[1]]],
+        [1, {}, None, 'a"b', [2]],
+        [1, {}, None, "tA", [3]],
+        [1, {}, None, "t", [4]],
+    ]
+    for broken in (
+        b'{"type":1,"target":"t","arguments":[1],[2]}\x1e',
+        b'{"type":1,"target":"t","arguments":[1]]}\x1e',
+        b'{"type":1,"target":"t\x01","arguments":[1]}\x1e',  # a raw control character
+    ):
+        with pytest.raises(ProtocolError):
+            records_from_json([records[4], broken])
 
 
 def test_session_speaks_the_protocol_its_handshake_named() -> None:

@@ -89,6 +89,17 @@ def test_parse_messages():
             parse_message(bad)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(min_size=1, max_size=30),
+    st.lists(st.recursive(st.none() | st.integers(-(2**63), 2**63) | st.text(), st.lists)),
+)
+def test_invocation_frame_is_its_dict_encoded(target: str, arguments: list[object]) -> None:
+    expected = orjson.dumps({"type": 1, "target": target, "arguments": arguments}) + b"\x1e"
+    assert invocation_frame(target, arguments) == expected  # type: ignore[arg-type]
+    assert invocation_frame(target, arguments) == expected  # type: ignore[arg-type]  # kept lead
+
+
 def test_encoders():
     assert orjson.loads(invocation_frame("t", [{"a": 1}])[:-1]) == {
         "type": 1,

@@ -4,8 +4,9 @@ the encode-run-offer-flush path every push and every signal takes to its connect
 Each record is framed once. Consecutive records for the same group are a run: their frames are
 joined once, and every member without stateful reconnect gets the run as that one piece.
 Members speaking another protocol than JSON (MessagePack) get the run re-encoded once for all of
-them (:func:`_encode_run`). What is due to one connection is written to its transport in one
-call at the end (:meth:`~.connection.HubConnection.flush`).
+them (:func:`_encode_run`); while some connection does, a run is framed in each protocol only
+on the first member that speaks it (:class:`_Runs`). What is due to one connection is written
+to its transport in one call at the end (:meth:`~.connection.HubConnection.flush`).
 """
 
 from __future__ import annotations
@@ -99,14 +100,22 @@ class Fanout:
     def _offer_run(
         self, members: Sequence[str], records: list[bytes], touched: list[HubConnection]
     ) -> int:
-        frames = [text_frame(record) for record in records]
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        connections = self._connections
         if not self._lifetimes.not_json:  # every connection speaks JSON: no check per member
-            connections = self._connections
+            frames, data = _text_run(records)
             for connection_id in members:
                 connections[connection_id].offer(records, frames, data, touched)
-        else:
-            self._offer_mixed(members, records, frames, data, touched)
+        else:  # the run built once per protocol, on its first member
+            runs = _Runs(records)
+            last: HubProtocol | None = None
+            run: EncodedRun | None = None
+            for connection_id in members:
+                connection = connections[connection_id]
+                if connection.protocol is not last:  # members of a protocol often come in a row
+                    last = connection.protocol
+                    run = runs[last]
+                if run is not None:
+                    connection.offer(run[0], run[1], run[2], touched)
         return len(members) * len(records)
 
     def _write_run(self, members: Sequence[str], records: list[bytes]) -> int:
@@ -114,24 +123,22 @@ class Fanout:
         transport takes writes, with nothing queued and no replay buffer, has the run written at
         once (what ``offer`` and ``flush`` would do, without the batch); the others are offered
         it."""
-        frames = [text_frame(record) for record in records]
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
         connections = self._connections
         size = len(records)
-        encoded: dict[HubProtocol, EncodedRun | None] = {}
+        runs = _Runs(records) if self._lifetimes.not_json else None
+        run_records = records
+        run_frames, run_data = _text_run(records) if runs is None else ([], b"")
+        last: HubProtocol | None = None
+        run: EncodedRun | None = None
         touched: list[HubConnection] = []
-        mixed = self._lifetimes.not_json
         written = 0
         now = -1.0
         for connection_id in members:
             connection = connections[connection_id]
-            run_records, run_frames, run_data = records, frames, data
-            if mixed and connection.protocol is not JSON:
-                protocol = connection.protocol
-                if protocol in encoded:
-                    run = encoded[protocol]
-                else:
-                    run = encoded[protocol] = _encode_run(protocol, records)
+            if runs is not None:  # some connection speaks another protocol than JSON
+                if connection.protocol is not last:
+                    last = connection.protocol
+                    run = runs[last]
                 if run is None:
                     continue
                 run_records, run_frames, run_data = run
@@ -163,33 +170,31 @@ class Fanout:
                 connection.last_sent = loop_time
             self._sent.inc(written)
 
-    def _offer_mixed(
-        self,
-        members: Sequence[str],
-        records: list[bytes],
-        frames: list[bytes],
-        data: bytes,
-        touched: list[HubConnection],
-    ) -> None:
-        """:meth:`_offer_run` while some connections speak another protocol than JSON: the run
-        is re-encoded once per such protocol, on its first member."""
-        connections = self._connections
-        json_protocol = JSON
-        encoded: dict[HubProtocol, EncodedRun | None] = {}
-        last: HubProtocol | None = None
-        run: EncodedRun | None = None
-        for connection_id in members:
-            connection = connections[connection_id]
-            protocol = connection.protocol
-            if protocol is json_protocol:
-                connection.offer(records, frames, data, touched)
-                continue
-            if protocol is not last:
-                if protocol not in encoded:
-                    encoded[protocol] = _encode_run(protocol, records)
-                last, run = protocol, encoded[protocol]
-            if run is not None:
-                connection.offer(run[0], run[1], run[2], touched)
+
+class _Runs(dict[HubProtocol, EncodedRun | None]):
+    """A run of JSON records in each protocol its members speak (None: a record has no
+    equivalent there, logged), each built once, on its first member: ``runs[protocol]``."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: list[bytes]) -> None:
+        super().__init__()
+        self._records = records
+
+    def __missing__(self, protocol: HubProtocol) -> EncodedRun | None:
+        records = self._records
+        if protocol is JSON:
+            run: EncodedRun | None = (records, *_text_run(records))
+        else:
+            run = _encode_run(protocol, records)
+        self[protocol] = run
+        return run
+
+
+def _text_run(records: list[bytes]) -> tuple[list[bytes], bytes]:
+    """The text frames of a run of JSON records, and those frames joined."""
+    frames = [text_frame(record) for record in records]
+    return frames, frames[0] if len(frames) == 1 else b"".join(frames)
 
 
 def _encode_run(protocol: HubProtocol, records: list[bytes]) -> EncodedRun | None:

@@ -204,19 +204,65 @@ class _CheckedBatch:
     __slots__ = ("answers", "items", "positions")
 
     def __init__(self, pushes: list[object]) -> None:
-        self.answers: list[dict[str, JsonValue]] = [{"status": 202}] * len(pushes)
+        self.answers: list[dict[str, JsonValue]] = [_ACCEPTED] * len(pushes)
         self.items: list[tuple[str, bytes]] = []
         self.positions: list[int] = []
+        valid: object = _NONE  # the group of the push before, when it was valid
         for index, push in enumerate(pushes):
-            checked = _checked(push)
-            if isinstance(checked, tuple):
-                self.items.append(checked)
-                self.positions.append(index)
+            if not isinstance(push, dict):
+                self.answers[index] = _NOT_AN_OBJECT
+                continue
+            group = push.get("group")
+            if group != valid:  # a batch's pushes mostly go to one group: checked once
+                if not isinstance(group, str) or not is_valid_group(group):
+                    self.answers[index] = _INVALID_GROUP
+                    continue
+                valid = group
+            frame = _invocation(push.get("target"), push.get("arguments", []))
+            if isinstance(frame, tuple):
+                self.answers[index] = {"status": 400, "error": frame[0], "code": frame[1]}
+            elif len(frame) > MAX_PUSH_BYTES:
+                self.answers[index] = _PUSH_TOO_LARGE
             else:
-                self.answers[index] = checked
+                self.items.append((group, frame))  # type: ignore[arg-type]  # valid: a str
+                self.positions.append(index)
 
     def answer(self) -> bytes:
-        return orjson.dumps({"results": self.answers})
+        answers = self.answers
+        if answers.count(_ACCEPTED) == len(answers):  # the common answer, encoded once
+            return _all_accepted(len(answers))
+        return orjson.dumps({"results": answers})
+
+
+_NONE = object()
+_ACCEPTED: dict[str, JsonValue] = {"status": 202}
+_NOT_AN_OBJECT: dict[str, JsonValue] = {
+    "status": 400,
+    "error": "push must be an object",
+    "code": "InvalidBody",
+}
+_INVALID_GROUP: dict[str, JsonValue] = {
+    "status": 400,
+    "error": "invalid group name",
+    "code": "InvalidGroup",
+}
+_PUSH_TOO_LARGE: dict[str, JsonValue] = {
+    "status": 413,
+    "error": "push too large",
+    "code": "BodyTooLarge",
+}
+_ALL_ACCEPTED: dict[int, bytes] = {}
+
+
+def _all_accepted(count: int) -> bytes:
+    """The answer to a batch of ``count`` pushes all accepted, encoded once per count."""
+    answer = _ALL_ACCEPTED.get(count)
+    if answer is None:
+        answer = orjson.dumps({"results": [_ACCEPTED] * count})
+        if len(_ALL_ACCEPTED) >= 64:
+            _ALL_ACCEPTED.clear()
+        _ALL_ACCEPTED[count] = answer
+    return answer
 
 
 async def _results(hub: Hub, batch: _CheckedBatch) -> Answer:
@@ -230,18 +276,3 @@ async def _results(hub: Hub, batch: _CheckedBatch) -> Answer:
     if failed is not None:
         log.warning("push_failed", code=failed.code, pushes=len(batch.items))
     return 200, batch.answer()
-
-
-def _checked(push: object) -> tuple[str, bytes] | dict[str, JsonValue]:
-    """One push of a batch as ``(group, record)``, or the answer refusing it."""
-    if not isinstance(push, dict):
-        return {"status": 400, "error": "push must be an object", "code": "InvalidBody"}
-    group = push.get("group")
-    if not isinstance(group, str) or not is_valid_group(group):
-        return {"status": 400, "error": "invalid group name", "code": "InvalidGroup"}
-    frame = _invocation(push.get("target"), push.get("arguments", []))
-    if isinstance(frame, tuple):
-        return {"status": 400, "error": frame[0], "code": frame[1]}
-    if len(frame) > MAX_PUSH_BYTES:
-        return {"status": 413, "error": "push too large", "code": "BodyTooLarge"}
-    return group, frame

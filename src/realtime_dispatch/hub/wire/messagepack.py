@@ -39,21 +39,29 @@ MAX_VARINT_BYTES = 5
 _ERROR_RESULT = 1
 _VOID_RESULT = 2
 _NON_VOID_RESULT = 3
+_loads = orjson.loads
+_packb = ormsgpack.packb
+_NO_HEADERS: dict[str, str] = {}  # packed, never changed
+_SHORT_PREFIX = [bytes((size,)) for size in range(0x80)]
+"""The length prefixes of one byte: records under 128 bytes."""
 
 
 def length_prefixed(body: bytes) -> bytes:
     """``body`` with its varint length prefix."""
     size = len(body)
-    if size < 0x80:
-        return bytes((size,)) + body
+    return (_SHORT_PREFIX[size] if size < 0x80 else _prefix(size)) + body
+
+
+def _prefix(size: int) -> bytes:
+    """The varint of ``size`` (the length prefix of a record of that many bytes)."""
     if size < 0x4000:  # two bytes: most records
-        return bytes(((size & 0x7F) | 0x80, size >> 7)) + body
+        return bytes(((size & 0x7F) | 0x80, size >> 7))
     prefix = bytearray()
     while size >= 0x80:
         prefix.append((size & 0x7F) | 0x80)
         size >>= 7
     prefix.append(size)
-    return bytes(prefix) + body
+    return bytes(prefix)
 
 
 def _pack(value: list[Any]) -> bytes:
@@ -220,14 +228,8 @@ _SEQUENCE = MessageType.SEQUENCE.value
 def _from_json_value(value: dict[str, Any]) -> bytes:
     kind = value.get("type")
     if kind == _INVOCATION:
-        target = value["target"]
-        if isinstance(target, str):  # [1, {}, None, target, …]: all but the arguments built once
-            head = _INVOCATION_HEADS.get(target)
-            if head is None:
-                head = _invocation_head(target)
-            return length_prefixed(head + ormsgpack.packb(value.get("arguments", [])))
         return length_prefixed(
-            ormsgpack.packb([_INVOCATION, {}, None, target, value.get("arguments", [])])
+            _packb([_INVOCATION, _NO_HEADERS, None, value["target"], value.get("arguments", [])])
         )
     if kind == _PING:
         return PING
@@ -242,18 +244,64 @@ def _from_json_value(value: dict[str, Any]) -> bytes:
     raise ValueError("no MessagePack equivalent")
 
 
-_INVOCATION_HEADS: dict[str, bytes] = {}
-_MAX_INVOCATION_HEADS = 256
-
-
-def _invocation_head(target: str) -> bytes:
-    """The bytes of ``[1, {}, None, target`` in a 5-element array, kept by target."""
-    head = b"\x95" + ormsgpack.packb(_INVOCATION) + b"\x80\xc0" + ormsgpack.packb(target)
-    if len(_INVOCATION_HEADS) >= _MAX_INVOCATION_HEADS:
-        _INVOCATION_HEADS.clear()
-    _INVOCATION_HEADS[target] = head
-    return head
-
-
 def records_from_json(records: Seq[bytes]) -> list[bytes]:
-    return [record_from_json(record) for record in records]
+    """:func:`record_from_json` of each record, in order. A push's invocation record, as the hub
+    builds it (``{"type":1,"target":…,"arguments":[…]}`` and its separator, see
+    :func:`~.protocol.push_record`), is read in one piece: only its arguments are decoded, and
+    the MessagePack record packed at once; any other record goes through
+    :func:`record_from_json`. The bytes are the same either way."""
+    encoded: list[bytes] = []
+    lead, target, start = b"", "", 0
+    for record in records:
+        if not (lead and record.startswith(lead)):  # a run's records share their lead
+            found = _push_lead(record)
+            if found is None:
+                encoded.append(record_from_json(record))
+                continue
+            lead, target = found
+            start = len(lead)
+        if record[-3:] != _PUSH_END:
+            encoded.append(record_from_json(record))
+            continue
+        try:
+            arguments = _loads(record[start:-2])
+        except orjson.JSONDecodeError:
+            encoded.append(record_from_json(record))  # raises the ProtocolError
+            continue
+        body = _packb([_INVOCATION, _NO_HEADERS, None, target, arguments])
+        size = len(body)
+        encoded.append((_SHORT_PREFIX[size] if size < 0x80 else _prefix(size)) + body)
+    return encoded
+
+
+_PUSH_START = b'{"type":%d,"target":"' % _INVOCATION
+_PUSH_ARGUMENTS = b'","arguments":'
+_PUSH_END = b"]}\x1e"
+_PUSH_LEADS: dict[bytes, str] = {}
+"""``{"type":1,"target":"…","arguments":`` by the bytes of it, and its target: a hub has a few
+targets."""
+_MAX_PUSH_LEADS = 256
+
+
+def _push_lead(record: bytes) -> tuple[bytes, str] | None:
+    """The lead of a push's invocation record (up to its arguments) and its target; None for
+    a record of another shape. A lead is checked once, by decoding it as JSON, then kept."""
+    if not record.startswith(_PUSH_START):
+        return None
+    end = record.find(b'"', len(_PUSH_START))
+    if end < 0 or not record.startswith(_PUSH_ARGUMENTS, end):
+        return None
+    lead = record[: end + len(_PUSH_ARGUMENTS)]
+    target = _PUSH_LEADS.get(lead)
+    if target is None:
+        try:
+            value = _loads(lead + b"[]}")
+        except orjson.JSONDecodeError:
+            return None
+        target = value.get("target") if len(value) == 3 else None
+        if not isinstance(target, str) or value.get("type") != _INVOCATION:
+            return None
+        if len(_PUSH_LEADS) >= _MAX_PUSH_LEADS:
+            _PUSH_LEADS.clear()
+        _PUSH_LEADS[lead] = target
+    return lead, target

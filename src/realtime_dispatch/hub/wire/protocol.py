@@ -298,10 +298,18 @@ _MAX_PUSH_HEADS = 256
 
 
 def invocation_frame(target: str, arguments: list[JsonValue]) -> bytes:
-    """A server → client invocation record, serialised once for every recipient."""
-    return (
-        orjson.dumps(
-            {"type": MessageType.INVOCATION.value, "target": target, "arguments": arguments}
-        )
-        + _RS_BYTES
-    )
+    """A server → client invocation record, serialised once for every recipient: the bytes of
+    ``{"type":1,"target":target,"arguments":arguments}`` and the separator, the part up to the
+    arguments kept by target."""
+    lead = _INVOCATION_LEADS.get(target)
+    if lead is None:
+        lead = _INVOCATION_HEAD + orjson.dumps(target) + b',"arguments":'
+        if len(_INVOCATION_LEADS) >= _MAX_PUSH_HEADS:
+            _INVOCATION_LEADS.clear()
+        _INVOCATION_LEADS[target] = lead
+    return lead + orjson.dumps(arguments) + _INVOCATION_TAIL
+
+
+_INVOCATION_LEADS: dict[str, bytes] = {}
+"""``{"type":1,"target":…,"arguments":`` by target."""
+_INVOCATION_TAIL = b"}" + _RS_BYTES
