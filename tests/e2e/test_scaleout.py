@@ -13,7 +13,7 @@ import httpx
 
 from realtime_dispatch.messenger import commands
 from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop
+from tests.e2e.processes import cli_env, start_cli, stop, wait_for_line
 from tests.hub_fixtures import SECRET, make_token, raw_client
 from tests.integration.support import send
 
@@ -149,6 +149,8 @@ async def test_three_replicas_on_a_redis_cluster_and_two_workers(
     ):
         workers = [await start_cli("worker", env=env) for _ in range(2)]
         try:
+            for worker in workers:  # both up (their SIGTERM handled) before anything is sent
+                await wait_for_line(worker, b"dispatcher_connected", within=60)
             sent = await send(pool, ab, alice, "alice to bob")
             for client in (alice_client, bob_client):
                 [event] = await client.invocations(1, within=20)
