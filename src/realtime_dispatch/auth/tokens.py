@@ -55,6 +55,7 @@ _DECODE_REFUSALS: tuple[tuple[type[jwt.InvalidTokenError], str, str], ...] = (
     (jwt.InvalidSignatureError, "token signature does not verify", "InvalidToken"),
     (jwt.ImmatureSignatureError, "token not valid yet (nbf or iat)", "InvalidToken"),
     (jwt.DecodeError, "token is not a well-formed JWT", "InvalidToken"),
+    (jwt.InvalidAlgorithmError, "token algorithm not accepted", "InvalidToken"),
 )
 """PyJWT's refusals of a token, the first that matches: (its error, our message, our code)."""
 
@@ -162,6 +163,9 @@ class TokenVerifier:
         options = self.options
         if not options.secret and self.keys is None:
             raise AuthError("no token secret configured", code="NoSecret")
+        if self.keys is None:  # HS256 alone: the key is known without the header, read once
+            identity = self._identity(self._decode(token, options.secret, ALGORITHM))
+            return self._unrevoked(identity)
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
@@ -183,7 +187,9 @@ class TokenVerifier:
             key = found.key
         else:
             raise AuthError("token algorithm not accepted", code="InvalidToken")
-        identity = self._identity(self._decode(token, key, algorithm))
+        return self._unrevoked(self._identity(self._decode(token, key, algorithm)))
+
+    def _unrevoked(self, identity: Identity) -> Identity:
         if self.revocations is not None and self.revocations.refuses(identity):
             raise AuthError("token revoked", code="Revoked")
         return identity
