@@ -455,6 +455,8 @@ def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:
         if invocation is not None:
             invoke(connection, invocation)
             return None
-    inbound = session.feed(data)
+        inbound = session.feed_records(data)  # read once: the fast path has turned it down
+    else:
+        inbound = session.feed(data)
     connection.apply(inbound)
     return inbound

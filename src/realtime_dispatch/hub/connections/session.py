@@ -144,6 +144,10 @@ class InboundSession:
         invocation = self.lone_typing(data)  # the fast path: a lone ``Typing`` invocation record
         if invocation is not None:
             return self._typing(invocation)
+        return self.feed_records(data)
+
+    def feed_records(self, data: str | bytes) -> Inbound:
+        """:meth:`feed` without its fast path: for data :meth:`lone_typing` has turned down."""
         binary = self._binary
         result = Inbound()
         if self.handshake is None:
