@@ -3,7 +3,7 @@ owners write; restart it; every client reconnects and catches up. Once resuming 
 cursor (``GET /api/sync``), once with today's full resync, in the same run.
 
     python bench/storm.py [--clients 5000] [--rate 20] [--down 5] [--before 5] [--timeout 300]
-                          [--processes 2] [--dsn DSN]
+                          [--processes 2] [--dsn DSN] [--rest-env NAME=VALUE ...]
 
 In a scratch database ``bench_storm_*`` (dropped at the end): ``--clients`` users, each a
 member of 5 chats of 10. The real processes, logs at level info as shipped: a ``hub`` replica
@@ -368,7 +368,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         users = sorted({m for members in rosters.values() for m in members}, key=str)
         hub_port, rest_port = free_port(), free_port()
         hub = Proc("hub", ["hub", "--port", str(hub_port)], env_for(url, logs), logs)
-        rest = Proc("rest", ["hub", "--port", str(rest_port)], env_for(url, logs), logs)
+        rest_env = env_for(url, logs, **dict(item.split("=", 1) for item in args.rest_env))
+        rest = Proc("rest", ["hub", "--port", str(rest_port)], rest_env, logs)
         worker = Proc(
             "worker",
             ["worker"],
@@ -558,6 +559,13 @@ def main() -> None:
         type=lambda text: [m for m in text.split(",") if m],
         default=["sync", "full"],
         help="the storms to run, in order: sync (resume from the cursor), full (full resync)",
+    )
+    parser.add_argument(
+        "--rest-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the REST process (sync's bounds, say) other than its default",
     )
     smoke = {"clients": 100, "per_address": 40, "before": 1.0, "down": 1.0, "timeout": 60.0}
     args = parse_with_smoke(parser, smoke)
