@@ -268,9 +268,7 @@ def records_from_json(records: Seq[bytes]) -> list[bytes]:
         except orjson.JSONDecodeError:
             encoded.append(record_from_json(record))  # raises the ProtocolError
             continue
-        body = _packb([_INVOCATION, _NO_HEADERS, None, target, arguments])
-        size = len(body)
-        encoded.append((_SHORT_PREFIX[size] if size < 0x80 else _prefix(size)) + body)
+        encoded.append(length_prefixed(_packb([_INVOCATION, _NO_HEADERS, None, target, arguments])))
     return encoded
 
 

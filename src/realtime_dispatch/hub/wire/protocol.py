@@ -281,35 +281,28 @@ def push_record(target: str, payload_json: bytes) -> bytes:
     """The invocation record of one push, around its payload's JSON as it comes (the
     dispatcher's projections encode it once): the same bytes as ``invocation_frame(target,
     [payload])``, without decoding and encoding the payload again."""
-    head = _PUSH_HEADS.get(target)
-    if head is None:
-        head = b"".join((_INVOCATION_HEAD, orjson.dumps(target), b',"arguments":['))
-        if len(_PUSH_HEADS) >= _MAX_PUSH_HEADS:
-            _PUSH_HEADS.clear()
-        _PUSH_HEADS[target] = head
-    return head + payload_json + _PUSH_TAIL
-
-
-_INVOCATION_HEAD = b'{"type":%d,"target":' % MessageType.INVOCATION.value
-_PUSH_TAIL = b"]}" + _RS_BYTES
-_PUSH_HEADS: dict[str, bytes] = {}
-"""``{"type":1,"target":…,"arguments":[`` by target, built once: a hub has a few targets."""
-_MAX_PUSH_HEADS = 256
+    return b"".join((_invocation_lead(target), b"[", payload_json, _PUSH_TAIL))
 
 
 def invocation_frame(target: str, arguments: list[JsonValue]) -> bytes:
     """A server → client invocation record, serialised once for every recipient: the bytes of
-    ``{"type":1,"target":target,"arguments":arguments}`` and the separator, the part up to the
-    arguments kept by target."""
+    ``{"type":1,"target":target,"arguments":arguments}`` and the separator."""
+    return _invocation_lead(target) + orjson.dumps(arguments) + _INVOCATION_TAIL
+
+
+def _invocation_lead(target: str) -> bytes:
+    """``{"type":1,"target":…,"arguments":``, built once per target: a hub has a few."""
     lead = _INVOCATION_LEADS.get(target)
     if lead is None:
         lead = _INVOCATION_HEAD + orjson.dumps(target) + b',"arguments":'
-        if len(_INVOCATION_LEADS) >= _MAX_PUSH_HEADS:
+        if len(_INVOCATION_LEADS) >= _MAX_INVOCATION_LEADS:
             _INVOCATION_LEADS.clear()
         _INVOCATION_LEADS[target] = lead
-    return lead + orjson.dumps(arguments) + _INVOCATION_TAIL
+    return lead
 
 
+_INVOCATION_HEAD = b'{"type":%d,"target":' % MessageType.INVOCATION.value
+_PUSH_TAIL = b"]}" + _RS_BYTES
 _INVOCATION_LEADS: dict[str, bytes] = {}
-"""``{"type":1,"target":…,"arguments":`` by target."""
+_MAX_INVOCATION_LEADS = 256
 _INVOCATION_TAIL = b"}" + _RS_BYTES
