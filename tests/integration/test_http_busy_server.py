@@ -125,3 +125,32 @@ def test_a_client_that_stops_half_way_is_still_cut(served: Served) -> None:
     with connect(served.port) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost")
         assert answer(sock).startswith(b"HTTP/1.1 408")
+
+
+def test_an_answer_before_the_body_says_close_then_lingers(served: Served) -> None:
+    """The app answers before the declared body arrives: the response says ``connection:
+    close`` (a keep-alive client must not send its next request on this connection), and the
+    server half-closes, discarding what the client still writes instead of resetting it."""
+    with connect(served.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n")
+        response = b""
+        while not response.endswith(b"0\r\n\r\n"):  # the whole (chunked) response
+            response += sock.recv(4096)
+        assert response.startswith(b"HTTP/1.1 200")
+        assert b"\r\nconnection: close\r\n" in response.lower()
+        sock.sendall(b"x" * 65536)  # discarded unparsed, no reset
+        assert sock.recv(4096) == b""  # the server's FIN (a reset would raise)
+
+
+def test_a_body_read_with_its_head_keeps_the_connection(served: Served) -> None:
+    """Head and body in one write: the response is an ordinary keep-alive one, and a second
+    request on the same connection is answered."""
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    with connect(served.port) as sock:
+        sock.sendall(request)
+        first = b""
+        while not first.endswith(b"0\r\n\r\n"):
+            first += sock.recv(4096)
+        assert b"connection: close" not in first.lower()
+        sock.sendall(request.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+        assert answer(sock).startswith(b"HTTP/1.1 200")

@@ -14,9 +14,11 @@ protocol with what it lacks.
   timeout once over: a slow sender is still cut, an honest client of a busy server is not.
 * **Lingering close.** A response sent before its request's body was read (401, 413) ends the
   connection, but not with a bare close: that would reset it while the client is still
-  writing, and the client would see the reset instead of the answer. The connection is
-  half-closed after the response (FIN), and what the client still sends is discarded unparsed
-  for up to ``LINGER_SECONDS`` / ``LINGER_BYTES``, then it is closed.
+  writing, and the client would see the reset instead of the answer. The response says
+  ``connection: close`` (a keep-alive client would otherwise send its next request on a
+  connection that is ending, and lose it), the connection is half-closed after it (FIN), and
+  what the client still sends is discarded unparsed for up to ``LINGER_SECONDS`` /
+  ``LINGER_BYTES``, then it is closed.
 * **An upgrade its client gave up on is dropped.** When a replica behind a storm reads an
   upgrade whose client has closed its side meanwhile (it timed out while the request waited in
   this server's accept queue or socket buffer), the connection is closed at once, before the
@@ -57,11 +59,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import structlog
-from uvicorn._types import ASGI3Application
+from uvicorn._types import ASGI3Application, ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
@@ -143,6 +145,8 @@ def guarded_http_protocol(
         """Bytes of the current request head fed to the parser; -1 past the head (body)."""
         direct: DirectRequest | None = None
         """The request to a direct POST being read or answered."""
+        _ending = False
+        """A response said ``connection: close`` before its request's body was read."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -251,6 +255,8 @@ def guarded_http_protocol(
             if self.transport.get_protocol() is self and expects_body(self.headers):
                 self.body_pending = True
                 self.timer.arm_after_read(limits.body_timeout, self._body_late)
+                if endpoint is None and self.cycle is not None:
+                    self._close_if_answered_early(self.cycle)
             if endpoint is not None:
                 request = self.direct = DirectRequest(self, endpoint)
                 request.begin()
@@ -276,8 +282,28 @@ def guarded_http_protocol(
             self.body_pending = False
             super().on_message_complete()
 
+        def _close_if_answered_early(self, cycle: RequestResponseCycle) -> None:
+            """Make ``cycle``'s response say ``connection: close`` when it starts before the
+            body is read, yet leave the close to :meth:`end_response` (the lingering one):
+            uvicorn would close the transport bare as soon as the response ends."""
+            send = cycle.send
+
+            async def send_closing(message: Any) -> None:
+                if message["type"] != "http.response.start" or not self.body_pending:
+                    await send(message)
+                    return
+                headers = [
+                    *(h for h in message.get("headers", ()) if h[0].lower() != b"connection"),
+                    (b"connection", b"close"),
+                ]
+                await send(cast("ASGISendEvent", {**message, "headers": headers}))
+                cycle.keep_alive = True  # uvicorn's bare close after the body: not wanted
+                self._ending = True
+
+            cycle.send = send_closing  # type: ignore[method-assign]
+
         def on_response_complete(self) -> None:
-            self.end_response(body_unread=self.body_pending)
+            self.end_response(body_unread=self.body_pending or self._ending)
 
         def end_response(self, *, body_unread: bool) -> None:
             if self._proxied:
