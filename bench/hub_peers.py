@@ -25,6 +25,11 @@ Servers, each in its own process, each measured with the clients process of
   per ``publish`` call; 1 = the one-push form, each push its own ``POST``),
   ``--http-concurrency`` requests in flight: the cost of a push from another process, HTTP
   request and barrier included;
+* ``hub-http-marked``: ``hub-http`` with this process's publisher handing on membership marks in
+  the batch's body, as ``realtime-dispatch worker`` does with ``REALTIME_HUB_URL`` (a
+  :class:`~realtime_dispatch.dispatch.marks.MarkKeeper` here, on a connection of its own): the
+  hub that heard them passes its barrier without the round trip; the hub's
+  ``membership_barriers_total`` by kind is reported, so a run that did not skip it shows;
 * ``floor``: a minimal server in this file (uvloop): it answers the WebSocket upgrade and the
   hub handshake, then writes pre-framed records to every member's transport; no protocol, no
   auth;
@@ -45,8 +50,8 @@ delivered frames/s and the server's CPU µs per delivered frame, as the median o
 runs with their range; the server's CPU while every client is connected and nothing is pushed
 (``idle_cpu_percent``, over 2 s, and the per-frame figure less it); and the server's RSS per
 connection (after connecting, before any push). With both ``hub`` and ``hub-http`` it also
-prints ``hub-http_vs_hub``. After the runs every member must have received
-every push exactly once, and nobody else any.
+prints ``hub-http_vs_hub``, and ``hub-http-marked_vs_hub-marked`` likewise. After the runs
+every member must have received every push exactly once, and nobody else any.
 """
 
 from __future__ import annotations
@@ -254,6 +259,42 @@ async def marked(hub: Any, dsn: str) -> asyncio.Task[None]:
     return task
 
 
+async def http_marks(dsn: str) -> tuple[asyncio.Task[None], Any]:
+    """Membership marks for the HTTP batches published from this task on, as a worker's runner
+    keeps them: a keeper on a connection of its own, its marks sent through a pool of one;
+    returns once it holds one and the hub had time to hear it, with the task and the pool."""
+    import asyncpg
+
+    from realtime_dispatch.dispatch.marks import MarkKeeper
+    from realtime_dispatch.membership_mark import CURRENT_MARK
+
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+    keeper = MarkKeeper(pool)
+    listening = await asyncpg.connect(dsn)
+    await keeper.attach(listening)
+    CURRENT_MARK.set(keeper.mark)
+    task = asyncio.create_task(keeper.run())
+    while not keeper.mark.tokens:  # noqa: ASYNC110 - the keeper's own listener
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.5)  # the hub's feed hears the same notification
+    task.add_done_callback(lambda _: asyncio.ensure_future(listening.close()))
+    return task, pool
+
+
+async def hub_barriers(port: int) -> dict[str, float]:
+    """The hub's ``membership_barriers_total`` by kind, from its ``/metrics``."""
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    prefix = "messenger_realtime_hub_membership_barriers_total{kind="
+    return {
+        line[len(prefix) :].split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
 # --- the fan-out alone: Hub.send_to_groups to members on null transports -------------------------
 
 
@@ -369,12 +410,14 @@ SERVERS = (
     "hub-msgpack",
     "hub-mixed",
     "hub-http",
+    "hub-http-marked",
     "floor",
     "floor-batched",
     "ws",
     "socketio",
 )
-HUBS = ("hub", "hub-marked", "hub-msgpack", "hub-mixed", "hub-http")
+HTTP_HUBS = ("hub-http", "hub-http-marked")
+HUBS = ("hub", "hub-marked", "hub-msgpack", "hub-mixed", *HTTP_HUBS)
 CLIENT_PROTOCOL = {"socketio": "socketio", "hub-msgpack": "messagepack", "hub-mixed": "mixed"}
 
 
@@ -386,7 +429,7 @@ async def start_server(
     if kind in HUBS:
         bench_dsn, chat_id = await prepare_database(dsn, members)
         chat = str(chat_id)
-    if kind == "hub-http":
+    if kind in HTTP_HUBS:
         me = str(HERE / "hub_fanout.py")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, me, "hub", "--port", str(port), "--dsn", str(bench_dsn)
@@ -419,7 +462,11 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
     port = free_port()
     server, hub_db = await start_server(kind, port, members, dsn, args.batch)
     clients = None
+    keeper: tuple[asyncio.Task[None], Any] | None = None
     try:
+        if kind == "hub-http-marked":
+            assert hub_db is not None
+            keeper = await http_marks(hub_db[0])
         await asyncio.sleep(0.5)
         rss_before = rss_kib(server.pid)
         clients = await asyncio.create_subprocess_exec(
@@ -472,7 +519,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
             await clients.stdin.drain()
             t0 = time.perf_counter()
-            if kind == "hub-http":
+            if kind in HTTP_HUBS:
                 assert hub_db is not None
                 chat_id = uuid.UUID(hub_db[1])
                 await fanout_run(port, chat_id, pushes, args.http_concurrency, args.batch)
@@ -498,7 +545,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         exact = counts["member_min"] == counts["member_max"] == each
         assert exact, (kind, members, each, counts)
         assert counts["others"] == 0, (kind, members, counts)
+        barriers = await hub_barriers(port) if kind in HTTP_HUBS else None
         return {
+            **({"membership_barriers": barriers} if barriers is not None else {}),
             "server": kind,
             "members": members,
             "deliveries_per_run": pushes * members,
@@ -512,6 +561,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             **({"pushes_per_call": args.batch} if kind in HUBS else {}),
         }
     finally:
+        if keeper is not None:
+            keeper[0].cancel()
+            await keeper[1].close()
         if clients is not None:
             await stop_clients(clients)
         server.terminate()
@@ -538,10 +590,11 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             for peer, value in cost.items()
             if peer not in HUBS and value
         }
-        if cost.get("hub") and "hub-http" in cost:  # from another process against in-process
-            ratios[f"{members}_members"]["hub-http_vs_hub"] = round(
-                cost["hub-http"] / cost["hub"], 2
-            )
+        for http, local in (("hub-http", "hub"), ("hub-http-marked", "hub-marked")):
+            if cost.get(local) and http in cost:  # from another process against in-process
+                ratios[f"{members}_members"][f"{http}_vs_{local}"] = round(
+                    cost[http] / cost[local], 2
+                )
         for variant in ("hub-marked", "hub-msgpack", "hub-mixed"):
             if variant in cost and cost.get("hub"):
                 ratios[f"{members}_members"][f"{variant}_vs_hub"] = round(
@@ -581,15 +634,15 @@ def main() -> None:
     parser.add_argument(
         "--idle-seconds", type=float, default=2.0, help="of the idle CPU measured per server"
     )
-    # The smoke leaves out ``hub``: ``hub-marked`` runs its path with marks, ``hub-msgpack`` and
-    # ``hub-mixed`` with the barrier's round trip, so every path runs in as many servers as before.
+    # The smoke leaves out ``hub`` and ``hub-http``: ``hub-marked`` and ``hub-http-marked`` run
+    # their paths with marks, ``hub-msgpack`` and ``hub-mixed`` with the barrier's round trip.
     smoke = {
         "clients": 40,
         "layouts": "10",
         "pushes": 100,
         "runs": 1,
         "idle_seconds": 0.5,
-        "servers": ",".join(server for server in SERVERS if server != "hub"),
+        "servers": ",".join(server for server in SERVERS if server not in ("hub", "hub-http")),
     }
     args = parse_with_smoke(parser, smoke)
     if args.mode == "fanout":

@@ -17,7 +17,8 @@ during a pass carries them (:data:`CURRENT_MARK`). A hub whose feed has applied 
 applied every change notified before it, so every change the batch's rows can depend on: it
 skips its barrier. A hub that has not heard any of them (it just started, its feed lags) runs
 its barrier as before. A mark only ever saves a round trip; a missing or unknown one costs one.
-In ``serve`` the in-process publisher hands the marks to the hub beside it the same way.
+In ``serve`` the in-process publisher hands the marks to the hub beside it the same way; a
+worker that pushes over HTTP sends them in its batch's body (``"marks"``, :func:`received_marks`).
 
 Pure: the runner does the listening and the sending.
 """
@@ -37,6 +38,23 @@ has heard none of the older ones) skips its barriers again within this time."""
 KEEP = 2
 """Tokens a batch carries: the newest, and the one before it (which a hub has heard for longer,
 when the newest raced the batch)."""
+
+
+MAX_RECEIVED = 8
+"""Tokens a batch from another process may carry (a worker sends :data:`KEEP`)."""
+MAX_TOKEN_CHARS = 64
+
+
+def received_marks(value: object) -> tuple[str, ...] | None:
+    """The marks of a batch received from another process (the HTTP batch body's ``"marks"``):
+    None when ``value`` is not an array of at most :data:`MAX_RECEIVED` non-empty strings of at
+    most :data:`MAX_TOKEN_CHARS`. A token the hub never heard only costs its barrier."""
+    if not isinstance(value, list) or len(value) > MAX_RECEIVED:
+        return None
+    for token in value:
+        if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN_CHARS:
+            return None
+    return tuple(value)
 
 
 def parse_barrier(payload: str) -> str | None:

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from uuid import uuid4
 
 import asyncpg
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
@@ -29,10 +31,10 @@ from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.membership_mark import barrier_payload, current_marks, new_token
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.push import BATCH_PATH, PublishResult, Push
 from tests.conftest import free_port, wait_until
 from tests.fakes import RecordingAlerts, RecordingPublisher
-from tests.hub_fixtures import hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 from tests.integration.support import FAST, new_chat, send
 
 BARRIERS = "messenger_realtime_hub_membership_barriers_total"
@@ -219,3 +221,81 @@ async def test_the_backplane_delivers_messages_with_different_marks_apart(redis_
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await client.aclose()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "asgi"])
+async def test_a_worker_pushing_over_http_hands_its_marks_to_the_hub(
+    database_url: str, pool: asyncpg.Pool, direct: bool
+) -> None:
+    """A worker in another process (the HTTP publisher, marks on as ``realtime-dispatch worker``
+    runs it) sends its runner's marks in the batch's body: the hub, which heard them, passes
+    its barrier without a round trip, and the member gets every message."""
+    bob = uuid4()
+    chat, sender = await new_chat(pool, bob)
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool, direct=direct) as running,
+        raw_client(running, make_token(bob)) as client,
+    ):
+        registry = running.hub.metrics_registry
+
+        def barriers(kind: str) -> float:
+            return registry.get_sample_value(BARRIERS, {"kind": kind}) or 0.0
+
+        publisher = HttpHubPublisher(running.http_url, SERVICE_KEY)
+        async with dispatch_service(
+            database_url, FAST, publisher, membership_marks=True
+        ) as service:
+            keeper = service.runner.marks
+            assert keeper is not None
+            # Once the runner holds a mark the hub heard, its batches need no round trip.
+            await wait_until(
+                lambda: keeper.mark.tokens and running.hub.membership.heard(keeper.mark.tokens),
+                within=10,
+            )
+            waited = barriers("round_trip")
+            for n in range(3):
+                await send(pool, chat, sender, body=f"m{n}")
+                [record] = await client.invocations(1)
+                assert record["target"] == "message_received"
+                assert record["arguments"][0]["body"] == f"m{n}"
+        await publisher.aclose()
+        assert barriers("marked") >= 3
+        assert barriers("round_trip") == waited
+
+
+async def test_a_batchs_marks_are_checked_and_an_unheard_one_costs_the_barrier(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    bob = uuid4()
+    chat, _ = await new_chat(pool, bob)
+    push = {"group": chat_group(chat), "target": "t", "arguments": []}
+    async with (
+        running_hub(hub_settings(), dsn=database_url, pool=pool, direct=True) as running,
+        raw_client(running, make_token(bob)) as client,
+        httpx.AsyncClient(
+            base_url=running.http_url, headers={"Authorization": f"Bearer {SERVICE_KEY}"}
+        ) as http,
+    ):
+        registry = running.hub.metrics_registry
+
+        def barriers(kind: str) -> float:
+            return registry.get_sample_value(BARRIERS, {"kind": kind}) or 0.0
+
+        for marks in ("m1", ["m" * 65], [1], [""], ["m"] * 9):
+            bad = await http.post(BATCH_PATH, json={"pushes": [push], "marks": marks})
+            assert bad.status_code == 400, marks
+            assert bad.json()["code"] == "InvalidMarks"
+        await client.assert_silent(0.1)  # refused whole: nothing went out
+
+        answer = await http.post(BATCH_PATH, json={"pushes": [push], "marks": [new_token()]})
+        assert answer.json() == {"results": [{"status": 202}]}
+        assert len(await client.invocations(1)) == 1
+        assert (barriers("marked"), barriers("round_trip")) == (0, 1)
+
+        token = new_token()
+        await pool.execute("SELECT pg_notify($1, $2)", MEMBERSHIP_CHANNEL, barrier_payload(token))
+        await wait_until(lambda: running.hub.membership.heard([token]))
+        answer = await http.post(BATCH_PATH, json={"pushes": [push, push], "marks": [token]})
+        assert answer.json() == {"results": [{"status": 202}] * 2}
+        assert len(await client.invocations(2)) == 2
+        assert (barriers("marked"), barriers("round_trip")) == (1, 1)

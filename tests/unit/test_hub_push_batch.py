@@ -16,10 +16,14 @@ from realtime_dispatch.hub.wire.protocol import invocation_frame
 class _Hub:
     def __init__(self, failing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
         self.published: list[tuple[str, bytes]] = []
+        self.marks: list[object] = []
         self._failing = failing
 
-    async def publish_frames(self, items: list[tuple[str, bytes]]) -> list[object]:
+    async def publish_frames(
+        self, items: list[tuple[str, bytes]], marks: object = None
+    ) -> list[object]:
         self.published += items
+        self.marks.append(marks)
         error = HubUnavailable("down", code="BackplaneUnavailable")
         return [error if index in self._failing else None for index in range(len(items))]
 
@@ -90,3 +94,20 @@ def test_a_batch_all_accepted_and_one_that_failed_in_part() -> None:
     _, results = _answer(_Hub(failing={1}), pushes)
     assert [result["status"] for result in results] == [202, 503, 202]
     assert _answer(_Hub(), pushes) == (200, [{"status": 202}] * 3)  # nothing kept of that one
+
+
+def test_a_batchs_marks_are_handed_to_the_publish_and_none_means_none() -> None:
+    """A batch from another process is never the running pass's: without ``marks`` its publish
+    gets an empty tuple (not None, which would read the contextvar); with them, those."""
+    push = {"group": "chat:a", "target": "t", "arguments": []}
+    hub = _Hub()
+    _answer(hub, [push])
+    answer = batch_answer(hub, orjson.dumps({"pushes": [push], "marks": ["m1", "m2"]}))  # type: ignore[arg-type]
+    assert not isinstance(answer, tuple)
+    asyncio.run(answer)
+    assert hub.marks == [(), ("m1", "m2")]
+    refused = batch_answer(hub, orjson.dumps({"pushes": [push], "marks": "m1"}))  # type: ignore[arg-type]
+    assert isinstance(refused, tuple)
+    assert refused[0] == 400
+    assert orjson.loads(refused[1])["code"] == "InvalidMarks"
+    assert len(hub.marks) == 2

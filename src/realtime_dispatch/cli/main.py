@@ -252,7 +252,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                     session_dsn=session_url(settings, url),
                     pooled=transaction_pooled(settings),
                     manifest=manifest,
-                    membership_marks=isinstance(publisher, RedisHubPublisher),
+                    membership_marks=isinstance(publisher, (RedisHubPublisher, HttpHubPublisher)),
                     keys=settings.keys(),
                 ) as service,
                 probe_server(

@@ -34,6 +34,7 @@ import structlog
 
 from realtime_dispatch.dispatch.http_post import PostTransport
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
+from realtime_dispatch.membership_mark import current_marks
 from realtime_dispatch.push import (
     BATCH_PATH,
     MAX_BATCH_BYTES,
@@ -90,7 +91,7 @@ class HttpHubPublisher:
             return await self._publish_one_by_one(pushes)
         deadline = PUSH_DEADLINE.get()
         results: list[PublishResult] = [None] * len(pushes)
-        for start, end, body in _batches(pushes):
+        for start, end, body in _batches(pushes, current_marks()):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 results[start:] = [NotPushed("the pass ran out of time")] * (len(pushes) - start)
@@ -220,18 +221,20 @@ def _batch_item(push: Push) -> bytes:
     )
 
 
-def _batches(pushes: Sequence[Push]) -> Iterator[tuple[int, int, bytes]]:
-    """``(start, end, body)`` of each request: as few as the hub's limits allow, in order. A
-    push too large for any batch goes alone (and the hub refuses it alone)."""
-    empty = len(_BATCH_HEAD) + len(_BATCH_TAIL)
+def _batches(pushes: Sequence[Push], marks: Sequence[str] = ()) -> Iterator[tuple[int, int, bytes]]:
+    """``(start, end, body)`` of each request: as few as the hub's limits allow, in order,
+    each carrying ``marks``. A push too large for any batch goes alone (and the hub refuses it
+    alone)."""
+    tail = b'],"marks":' + orjson.dumps(list(marks)) + b"}" if marks else _BATCH_TAIL
+    empty = len(_BATCH_HEAD) + len(tail)
     start, size = 0, empty
     items: list[bytes] = []
     for index, push in enumerate(pushes):
         item = _batch_item(push)
         if items and (len(items) >= MAX_BATCH_PUSHES or size + len(item) + 1 > MAX_BATCH_BYTES):
-            yield start, index, _BATCH_HEAD + b",".join(items) + _BATCH_TAIL
+            yield start, index, _BATCH_HEAD + b",".join(items) + tail
             start, items, size = index, [], empty
         items.append(item)
         size += len(item) + 1
     if items:
-        yield start, len(pushes), _BATCH_HEAD + b",".join(items) + _BATCH_TAIL
+        yield start, len(pushes), _BATCH_HEAD + b",".join(items) + tail

@@ -91,7 +91,7 @@ async def dispatch_service(
     goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
     claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
     the default builder (the shipped one when ``None``). ``membership_marks``: the publisher
-    hands on membership marks (the hub's in-process and Redis publishers): each runner keeps
+    hands on membership marks (the hub's in-process, Redis and HTTP publishers): each runner keeps
     them, and claims on its own connection (:mod:`realtime_dispatch.membership_mark`). ``keys``:
     the owner's key type (``REALTIME_KEY_TYPE``), how the payloads write ids."""
     lock_dsn = session_dsn or dsn

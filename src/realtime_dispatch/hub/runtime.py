@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,11 +335,15 @@ class Hub:
             raise RuntimeError("the hub is not started")
         return self._publisher
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
-        """Publish serialised records: locally, or through the backplane when it is on."""
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]:
+        """Publish serialised records: locally, or through the backplane when it is on.
+        ``marks``: the membership marks they came with from another process (None: the
+        running pass's)."""
         if self._publisher is None:
             raise RuntimeError("the hub is not started")
-        return await self._publisher.publish_frames(items)
+        return await self._publisher.publish_frames(items, marks)
 
     # connections ---------------------------------------------------------------------------
 

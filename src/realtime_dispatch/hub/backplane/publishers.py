@@ -12,7 +12,9 @@
   :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
 
 Both hand on the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
-spare the hub its membership barrier; over the backplane they travel in the message.
+spare the hub its membership barrier; over the backplane they travel in the message. A batch
+received from another process's worker (the HTTP batch endpoint) hands on the marks it carried
+instead (``publish_frames(items, marks)``).
 
 Both serialise each push's invocation record once, whatever the number of recipients.
 """
@@ -49,11 +51,14 @@ FORMAT_CHECK_EVERY = 1.0
 
 class FramePublisher(Protocol):
     """A :class:`~realtime_dispatch.push.HubPublisher` that also takes records
-    serialised already (the HTTP push endpoint's case)."""
+    serialised already (the HTTP push endpoint's case), with the membership marks they carry
+    (None: the running pass's, :func:`~realtime_dispatch.membership_mark.current_marks`)."""
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]: ...
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]: ...
 
     async def aclose(self) -> None: ...
 
@@ -69,7 +74,9 @@ class FramesPublisher:
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
         return await self.publish_frames(push_frames(pushes))
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]:
         raise NotImplementedError
 
 
@@ -81,10 +88,12 @@ class InProcessHubPublisher(FramesPublisher):
     def __init__(self, deliver: Callable[[GroupFrames, Sequence[str]], Awaitable[bool]]) -> None:
         self._deliver = deliver
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]:
         if not items:
             return []
-        if await self._deliver(items, current_marks()):
+        if await self._deliver(items, current_marks() if marks is None else marks):
             return [None] * len(items)
         error = HubUnavailable("hub membership feed unavailable", code="MembershipUnavailable")
         return [error] * len(items)
@@ -125,11 +134,13 @@ class RedisHubPublisher(FramesPublisher):
         """A publisher with its own client (the worker's case); :meth:`aclose` closes it."""
         return cls(redis_client(url), owns_client=True, channel=channel)
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]:
         if not items:
             return []
         try:
-            messages = await self._messages(items)
+            messages = await self._messages(items, current_marks() if marks is None else marks)
             receivers = await self._commands.pipeline(
                 [(b"PUBLISH", channel, message) for channel, message, _ in messages]
             )
@@ -147,14 +158,16 @@ class RedisHubPublisher(FramesPublisher):
             results += [None if count else nobody] * carried
         return results
 
-    async def _messages(self, items: GroupFrames) -> list[tuple[bytes, bytes, int]]:
-        """``(channel, message, pushes carried)`` for ``items``, in order."""
+    async def _messages(
+        self, items: GroupFrames, marks: Sequence[str]
+    ) -> list[tuple[bytes, bytes, int]]:
+        """``(channel, message, pushes carried)`` for ``items``, in order. ``marks``: the
+        runner's membership marks, when its claims listen for membership changes (read at
+        publish time, they are at least as recent as the claim of these rows), or those of a
+        batch received from another process."""
         if not await self._all_read_batches():
             channel = self._channel
             return [(channel, encode_push(group, frame), 1) for group, frame in items]
-        # The runner's membership marks, when its claims listen for membership changes: read
-        # now, they are at least as recent as the claim of these rows.
-        marks = current_marks()
         messages: list[tuple[bytes, bytes, int]] = []
         start = size = 0
         for index, (group, frame) in enumerate(items):

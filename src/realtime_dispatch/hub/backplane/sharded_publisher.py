@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -139,7 +140,12 @@ class ShardedRedisHubPublisher(FramesPublisher):
         self._unsure_until = 0.0
         self._closed = False
 
-    async def publish_frames(self, items: GroupFrames) -> list[PublishResult]:
+    async def publish_frames(
+        self, items: GroupFrames, marks: Sequence[str] | None = None
+    ) -> list[PublishResult]:
+        """``marks`` are not used: the replicas' acknowledgements of this publisher's own
+        barrier order the pushes (:class:`MembershipBarrier`)."""
+        del marks
         if not items:
             return []
         try:

@@ -110,6 +110,28 @@ def _upgraded_by(factory: DirectUpgrade) -> Callable[..., asyncio.Protocol]:
     return build
 
 
+def _close_if_answered_early(cycle: RequestResponseCycle, protocol: Any) -> None:
+    """Make ``cycle``'s response say ``connection: close`` when it starts before the body is
+    read (``protocol.body_pending``), yet leave the close to ``protocol`` (the lingering one,
+    after ``protocol.ending`` is set): uvicorn would close the transport bare as soon as the
+    response ends."""
+    send = cycle.send
+
+    async def send_closing(message: ASGISendEvent) -> None:
+        if message["type"] != "http.response.start" or not protocol.body_pending:
+            await send(message)
+            return
+        headers = [
+            *(h for h in message.get("headers", ()) if h[0].lower() != b"connection"),
+            (b"connection", b"close"),
+        ]
+        await send(cast("ASGISendEvent", {**message, "headers": headers}))
+        cycle.keep_alive = True  # uvicorn's bare close after the body: not wanted
+        protocol.ending = True
+
+    cycle.send = send_closing  # type: ignore[method-assign]
+
+
 def guarded_http_protocol(
     limits: HttpLimits,
     clients: ClientConnections | None = None,
@@ -135,8 +157,9 @@ def guarded_http_protocol(
         """The client address whose place this connection (or its request) holds."""
         _proxied = False
         """The peer is a trusted proxy: places are held per request, by forwarded address."""
-        body_pending = False
-        """A request's body is expected and not read yet."""
+        body_pending = ending = False
+        """A request's body is expected and not read yet; ``ending``: a response said
+        ``connection: close`` before it was (see :func:`_close_if_answered_early`)."""
         _lingering = -1
         """Bytes discarded since the half-close; -1 while not lingering."""
         _linger_bytes = LINGER_BYTES
@@ -145,8 +168,6 @@ def guarded_http_protocol(
         """Bytes of the current request head fed to the parser; -1 past the head (body)."""
         direct: DirectRequest | None = None
         """The request to a direct POST being read or answered."""
-        _ending = False
-        """A response said ``connection: close`` before its request's body was read."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -238,9 +259,8 @@ def guarded_http_protocol(
             self.timer.arm(LINGER_SECONDS, self.transport.close)
 
         def _client_address(self) -> str | None:
-            if self._address is not None:
-                return self._address
-            return self.client[0] if self.client else None
+            client = self.client[0] if self.client else None
+            return self._address if self._address is not None else client
 
         def on_headers_complete(self) -> None:
             self.timer.disarm()
@@ -256,7 +276,7 @@ def guarded_http_protocol(
                 self.body_pending = True
                 self.timer.arm_after_read(limits.body_timeout, self._body_late)
                 if endpoint is None and self.cycle is not None:
-                    self._close_if_answered_early(self.cycle)
+                    _close_if_answered_early(self.cycle, self)
             if endpoint is not None:
                 request = self.direct = DirectRequest(self, endpoint)
                 request.begin()
@@ -282,28 +302,8 @@ def guarded_http_protocol(
             self.body_pending = False
             super().on_message_complete()
 
-        def _close_if_answered_early(self, cycle: RequestResponseCycle) -> None:
-            """Make ``cycle``'s response say ``connection: close`` when it starts before the
-            body is read, yet leave the close to :meth:`end_response` (the lingering one):
-            uvicorn would close the transport bare as soon as the response ends."""
-            send = cycle.send
-
-            async def send_closing(message: Any) -> None:
-                if message["type"] != "http.response.start" or not self.body_pending:
-                    await send(message)
-                    return
-                headers = [
-                    *(h for h in message.get("headers", ()) if h[0].lower() != b"connection"),
-                    (b"connection", b"close"),
-                ]
-                await send(cast("ASGISendEvent", {**message, "headers": headers}))
-                cycle.keep_alive = True  # uvicorn's bare close after the body: not wanted
-                self._ending = True
-
-            cycle.send = send_closing  # type: ignore[method-assign]
-
         def on_response_complete(self) -> None:
-            self.end_response(body_unread=self.body_pending or self._ending)
+            self.end_response(body_unread=self.body_pending or self.ending)
 
         def end_response(self, *, body_unread: bool) -> None:
             if self._proxied:
@@ -387,19 +387,17 @@ def guarded_http_protocol(
 
         def _headers_late(self) -> None:
             self.timer.fired()
-            if self.timer.server_behind(limits.header_timeout, self._headers_late):
-                return
-            if not self.transport.is_closing():
+            behind = self.timer.server_behind(limits.header_timeout, self._headers_late)
+            if not behind and not self.transport.is_closing():
                 refused(RefusalReason.HEADER_TIMEOUT, self._client_address())
                 self.transport.write(REQUEST_TIMEOUT_RESPONSE)
                 self.transport.close()
 
         def _body_late(self) -> None:
-            timer = self.timer
-            timer.fired()
-            if self._lingering < 0 and timer.server_behind(limits.body_timeout, self._body_late):
+            self.timer.fired()
+            if self._lingering >= 0 or self.transport.is_closing():
                 return
-            if not self.transport.is_closing() and self._lingering < 0:
+            if not self.timer.server_behind(limits.body_timeout, self._body_late):
                 refused(RefusalReason.BODY_TIMEOUT, self._client_address())
                 self.transport.close()
 

@@ -10,7 +10,9 @@
   ``code``; every refusal of the hub's own, whole or per push, carries
   ``"source": "realtime-dispatch-hub"`` at the top level of the body). The batch is
   decoded once and goes out as one publish (one membership barrier locally, one backplane
-  message), in order; a push that is invalid fails alone.
+  message), in order; a push that is invalid fails alone. An optional ``"marks"`` (the
+  worker's membership marks, :func:`~realtime_dispatch.membership_mark.received_marks`) spares
+  that barrier when this hub heard one of them; a mark it never heard costs only the barrier.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from realtime_dispatch.auth.tokens import service_key_matches
 from realtime_dispatch.hub.connections.registry import is_valid_group
 from realtime_dispatch.hub.serving.direct_post import Answer
 from realtime_dispatch.hub.wire.protocol import invocation_frame
+from realtime_dispatch.membership_mark import MAX_RECEIVED, MAX_TOKEN_CHARS, received_marks
 from realtime_dispatch.push import (
     MAX_BATCH_BYTES,
     MAX_BATCH_PUSHES,
@@ -80,7 +83,7 @@ async def push_to_group(hub: Hub, request: Request) -> Response:
     frame = _invocation(value.get("target"), value.get("arguments", []))
     if isinstance(frame, tuple):
         return _problem(400, *frame)
-    [result] = await hub.publish_frames([(group, frame)])
+    [result] = await hub.publish_frames([(group, frame)], ())
     if result is not None:
         log.warning("push_failed", code=result.code)
         return _problem(503, UNAVAILABLE, "HubUnavailable")
@@ -191,10 +194,15 @@ def batch_answer(hub: Hub, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
         return 400, _error('body must be an object with a "pushes" array', "InvalidBody")
     if len(pushes) > MAX_BATCH_PUSHES:
         return 413, _error(f"more than {MAX_BATCH_PUSHES} pushes", "BatchTooLarge")
+    marks: tuple[str, ...] | None = None
+    if "marks" in value:
+        marks = received_marks(value["marks"])
+        if marks is None:
+            return 400, _INVALID_MARKS
     batch = _CheckedBatch(pushes)
     if not batch.items:
         return 200, batch.answer()
-    return _results(hub, batch)
+    return _results(hub, batch, marks)
 
 
 class _CheckedBatch:
@@ -234,6 +242,11 @@ class _CheckedBatch:
         return orjson.dumps({"results": answers})
 
 
+_INVALID_MARKS = _error(
+    f'"marks" must be an array of at most {MAX_RECEIVED} strings'
+    f" of 1 to {MAX_TOKEN_CHARS} characters",
+    "InvalidMarks",
+)
 _NONE = object()
 _ACCEPTED: dict[str, JsonValue] = {"status": 202}
 _NOT_AN_OBJECT: dict[str, JsonValue] = {
@@ -265,9 +278,10 @@ def _all_accepted(count: int) -> bytes:
     return answer
 
 
-async def _results(hub: Hub, batch: _CheckedBatch) -> Answer:
-    """Publish the valid pushes of a batch at once; the answer, one result per push."""
-    results = await hub.publish_frames(batch.items)
+async def _results(hub: Hub, batch: _CheckedBatch, marks: tuple[str, ...] | None) -> Answer:
+    """Publish the valid pushes of a batch at once, with the marks it came with (or none: a
+    batch from another process is never the running pass's); the answer, one result per push."""
+    results = await hub.publish_frames(batch.items, () if marks is None else marks)
     failed = None
     for index, result in zip(batch.positions, results, strict=True):
         if result is not None:
