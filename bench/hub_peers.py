@@ -35,6 +35,12 @@ Servers, each in its own process, each measured with the clients process of
   auth;
 * ``floor-batched``: the floor writing the 8 frames of an event-loop turn, joined once, in one
   ``write`` per member (as the hub coalesces the records due to one connection in a batch);
+* ``floor-http``: ``floor-batched`` whose pushes come over HTTP, from this process's worker
+  publisher as ``hub-http``'s do: it reads each batch request with httptools, decodes its body,
+  frames each push's record from its target and arguments, writes the request's frames joined in
+  one ``write`` per member and answers every push accepted (no auth, no checks, no barrier):
+  the floor of a push from another process, against which ``hub-http`` and ``hub-http-marked``
+  are measured (``*_vs_floor-http``);
 * ``ws``: ``bench/ws_broadcast.mjs``, a Node.js ``ws`` broadcast server writing the same record
   bytes;
 * ``socketio``: python-socketio (``AsyncServer`` under uvicorn on uvloop): members enter a
@@ -107,15 +113,23 @@ class FloorProtocol(asyncio.Protocol):
         self.state = "http"
         self.buffer = b""
         self.member = False
+        self.posts: FloorPosts | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.posts is not None:
+            self.posts.parser.feed_data(data)
+            return
         if self.state == "http":
             self.buffer += data
             if b"\r\n\r\n" not in self.buffer:
+                return
+            if self.buffer.startswith(b"POST "):  # floor-http: the worker's batches
+                self.posts = FloorPosts(self.transport, self.members)
+                self.posts.parser.feed_data(self.buffer)
                 return
             head = self.buffer.decode("latin-1")
             self.member = "member=1" in head.split("\r\n", 1)[0]
@@ -139,6 +153,42 @@ class FloorProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport in self.members:
             self.members.remove(self.transport)
+
+
+class FloorPosts:
+    """``floor-http``'s side of a connection that posts batches: each one's records framed and
+    written, joined, to every member, and every push answered accepted."""
+
+    def __init__(self, transport: asyncio.Transport, members: list[asyncio.Transport]) -> None:
+        import httptools
+
+        self.transport = transport
+        self.members = members
+        self.body: list[bytes] = []
+        self.parser = httptools.HttpRequestParser(self)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        import orjson
+
+        pushes = orjson.loads(b"".join(self.body))["pushes"]
+        self.body = []
+        data = b"".join(
+            frame(
+                orjson.dumps({"type": 1, "target": p["target"], "arguments": p["arguments"]}) + RS
+            )
+            for p in pushes
+        )
+        for transport in self.members:
+            transport.write(data)
+        answer = orjson.dumps({"results": [{"status": 202}] * len(pushes)})
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+            % len(answer)
+            + answer
+        )
 
 
 async def stdin_lines() -> asyncio.StreamReader:
@@ -419,11 +469,14 @@ SERVERS = (
     "hub-http-marked",
     "floor",
     "floor-batched",
+    "floor-http",
     "ws",
     "socketio",
 )
 HTTP_HUBS = ("hub-http", "hub-http-marked")
+PUSHED_OVER_HTTP = (*HTTP_HUBS, "floor-http")
 HUBS = ("hub", "hub-marked", "hub-msgpack", "hub-mixed", *HTTP_HUBS)
+FLOOR_CHAT = uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")
 CLIENT_PROTOCOL = {"socketio": "socketio", "hub-msgpack": "messagepack", "hub-mixed": "mixed"}
 
 
@@ -442,9 +495,9 @@ async def start_server(
         )
         await wait_http(port)
         return proc, (str(bench_dsn), chat)
-    chat_arg = str(uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")) if kind not in HUBS else chat
-    if kind in (*HUBS, "floor", "floor-batched", "socketio"):
-        mode = "hub" if kind in HUBS else kind
+    chat_arg = str(FLOOR_CHAT) if kind not in HUBS else chat
+    if kind in (*HUBS, "floor", "floor-batched", "floor-http", "socketio"):
+        mode = "hub" if kind in HUBS else "floor" if kind == "floor-http" else kind
         command = [sys.executable, __file__, mode, "--port", str(port), "--chat", chat_arg]
         if mode == "hub":
             command += ["--dsn", str(bench_dsn), "--batch", str(batch)]
@@ -525,9 +578,8 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
             await clients.stdin.drain()
             t0 = time.perf_counter()
-            if kind in HTTP_HUBS:
-                assert hub_db is not None
-                chat_id = uuid.UUID(hub_db[1])
+            if kind in PUSHED_OVER_HTTP:
+                chat_id = uuid.UUID(hub_db[1]) if hub_db is not None else FLOOR_CHAT
                 await fanout_run(port, chat_id, pushes, args.http_concurrency, args.batch)
             else:
                 server.stdin.write(json.dumps({"pushes": pushes}).encode() + b"\n")
@@ -596,7 +648,11 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             for peer, value in cost.items()
             if peer not in HUBS and value
         }
-        for http, local in (("hub-http", "hub"), ("hub-http-marked", "hub-marked")):
+        for http, local in (
+            ("hub-http", "hub"),
+            ("hub-http-marked", "hub-marked"),
+            ("floor-http", "floor-batched"),
+        ):
             if cost.get(local) and http in cost:  # from another process against in-process
                 ratios[f"{members}_members"][f"{http}_vs_{local}"] = round(
                     cost[http] / cost[local], 2
