@@ -27,6 +27,7 @@ SMOKES: dict[str, list[str]] = {
     "e2e": [],
     "header_flood": [],
     "http_limits": [],
+    "http_push": [],
     "hub_capacity": [],
     "hub_fanout": [],
     "hub_peers": [],
