@@ -296,19 +296,35 @@ async def hub_main(args: argparse.Namespace) -> None:
         await serving
 
 
-async def marked(hub: Any, dsn: str) -> asyncio.Task[None]:
-    """Membership marks for the batches published from this task on, as the dispatcher's runner
-    keeps them in ``serve``; returns once the hub's feed has heard one (its barrier is then
-    passed without a round trip) and the keeper's task, to cancel at the end."""
+async def keep_marks(pool: Any, dsn: str) -> tuple[asyncio.Task[None], Any]:
+    """A :class:`~realtime_dispatch.dispatch.marks.MarkKeeper` listening on a connection of its
+    own and sending its marks through ``pool``, as a runner's: its marks are those of the
+    batches published from this task on. Returns its task (cancel it to stop; the connection
+    closes with it) and the keeper."""
     import asyncpg
 
     from realtime_dispatch.dispatch.marks import MarkKeeper
     from realtime_dispatch.membership_mark import CURRENT_MARK
 
-    keeper = MarkKeeper(hub.membership.pool)
-    await keeper.attach(await asyncpg.connect(dsn))
+    keeper = MarkKeeper(pool)
+    listening = await asyncpg.connect(dsn)
+    await keeper.attach(listening)
     CURRENT_MARK.set(keeper.mark)
-    task = asyncio.create_task(keeper.run())
+
+    async def run() -> None:
+        try:
+            await keeper.run()
+        finally:
+            await listening.close()
+
+    return asyncio.create_task(run()), keeper
+
+
+async def marked(hub: Any, dsn: str) -> asyncio.Task[None]:
+    """Membership marks for the batches published from this task on, as the dispatcher's runner
+    keeps them in ``serve``; returns once the hub's feed has heard one (its barrier is then
+    passed without a round trip) and the keeper's task, to cancel at the end."""
+    task, keeper = await keep_marks(hub.membership.pool, dsn)
     heard = hub.membership.heard
     while not (keeper.mark.tokens and heard(keeper.mark.tokens)):  # noqa: ASYNC110 - two feeds
         await asyncio.sleep(0.01)
@@ -317,23 +333,15 @@ async def marked(hub: Any, dsn: str) -> asyncio.Task[None]:
 
 async def http_marks(dsn: str) -> tuple[asyncio.Task[None], Any]:
     """Membership marks for the HTTP batches published from this task on, as a worker's runner
-    keeps them: a keeper on a connection of its own, its marks sent through a pool of one;
-    returns once it holds one and the hub had time to hear it, with the task and the pool."""
+    keeps them (its marks sent through a pool of one); returns once it holds one and the hub
+    had time to hear it, with the keeper's task and the pool."""
     import asyncpg
 
-    from realtime_dispatch.dispatch.marks import MarkKeeper
-    from realtime_dispatch.membership_mark import CURRENT_MARK
-
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
-    keeper = MarkKeeper(pool)
-    listening = await asyncpg.connect(dsn)
-    await keeper.attach(listening)
-    CURRENT_MARK.set(keeper.mark)
-    task = asyncio.create_task(keeper.run())
+    task, keeper = await keep_marks(pool, dsn)
     while not keeper.mark.tokens:  # noqa: ASYNC110 - the keeper's own listener
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.5)  # the hub's feed hears the same notification
-    task.add_done_callback(lambda _: asyncio.ensure_future(listening.close()))
     return task, pool
 
 

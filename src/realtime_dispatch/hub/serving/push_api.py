@@ -194,11 +194,9 @@ def batch_answer(hub: Hub, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
         return 400, _error('body must be an object with a "pushes" array', "InvalidBody")
     if len(pushes) > MAX_BATCH_PUSHES:
         return 413, _error(f"more than {MAX_BATCH_PUSHES} pushes", "BatchTooLarge")
-    marks: tuple[str, ...] | None = None
-    if "marks" in value:
-        marks = received_marks(value["marks"])
-        if marks is None:
-            return 400, _INVALID_MARKS
+    marks = received_marks(value["marks"]) if "marks" in value else ()
+    if marks is None:
+        return 400, _INVALID_MARKS
     batch = _CheckedBatch(pushes)
     if not batch.items:
         return 200, batch.answer()
@@ -278,10 +276,11 @@ def _all_accepted(count: int) -> bytes:
     return answer
 
 
-async def _results(hub: Hub, batch: _CheckedBatch, marks: tuple[str, ...] | None) -> Answer:
-    """Publish the valid pushes of a batch at once, with the marks it came with (or none: a
-    batch from another process is never the running pass's); the answer, one result per push."""
-    results = await hub.publish_frames(batch.items, () if marks is None else marks)
+async def _results(hub: Hub, batch: _CheckedBatch, marks: tuple[str, ...]) -> Answer:
+    """Publish the valid pushes of a batch at once, with the marks it came with (none is ``()``:
+    a batch from another process is never the running pass's); the answer, one result per
+    push."""
+    results = await hub.publish_frames(batch.items, marks)
     failed = None
     for index, result in zip(batch.positions, results, strict=True):
         if result is not None:
