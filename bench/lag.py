@@ -4,7 +4,7 @@ publisher notes when each row is pushed.
 
     python bench/lag.py [--dsn DSN] [--rate 2000] [--seconds 10] [--runs 3]
                         [--owners 8] [--processes 2] [--scenarios notify,poll,ceiling]
-                        [--key-types uuid,bigint]
+                        [--key-types uuid,bigint] [--linger SECONDS]
 
 Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
 
@@ -383,6 +383,8 @@ async def lag_run(
 ) -> dict[str, Any]:
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
     options = replace(RealtimeDispatchOptions(), listen=listen)
+    if args.linger is not None:
+        options = replace(options, linger=args.linger)
     publisher = StampingPublisher()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(trigger(url, body))
@@ -715,6 +717,12 @@ def parse_args() -> argparse.Namespace:
         "--key-types",
         default="",
         help="e.g. uuid,bigint: notify on an owner's schema keyed by each type (see above)",
+    )
+    parser.add_argument(
+        "--linger",
+        type=float,
+        default=None,
+        help="the dispatcher's linger in seconds for notify and poll (default: the shipped one)",
     )
     parser.add_argument("--owner-process", help=argparse.SUPPRESS)
     smoke = {"rate": 200.0, "seconds": 2.0, "ceiling_seconds": 1.5, "runs": 1, "owners": 2,

@@ -339,6 +339,7 @@ async def lag_beside_jobs(args: argparse.Namespace) -> None:
         owners=8,
         processes=2,
         owner_command="send_message",
+        linger=None,  # the shipped one
     )
     status_url = f"http://127.0.0.1:{port}/status"
     pairs: dict[str, list[dict[str, Any]]] = {"alone": [], "beside the jobs": []}
