@@ -76,7 +76,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import null_connection, parse_with_smoke
+from _common import cpu_seconds_ns, null_connection, parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
@@ -559,9 +559,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
         rss_connected = rss_kib(server.pid)
         # The server's CPU with every client connected and nothing pushed (pings, timers): a
         # server that receives pushes more slowly pays more of it per frame.
-        idle0 = cpu_seconds(server.pid)
+        idle0 = cpu_seconds_ns(server.pid)
         await asyncio.sleep(args.idle_seconds)
-        idle_rate = (cpu_seconds(server.pid) - idle0) / args.idle_seconds
+        idle_rate = (cpu_seconds_ns(server.pid) - idle0) / args.idle_seconds
         pushes = args.pushes * 100 // members  # about the same number of deliveries per layout
         rates, cpu_us, net_us = [], [], []
         profiler = None
@@ -580,8 +580,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
                 stderr=asyncio.subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)
+        ticks0, fine0 = cpu_seconds(server.pid), cpu_seconds_ns(server.pid)
         for _ in range(args.runs):
-            cpu0 = cpu_seconds(server.pid)
+            cpu0 = cpu_seconds_ns(server.pid)
             expect = pushes * members
             clients.stdin.write(json.dumps({"expect": expect}).encode() + b"\n")
             await clients.stdin.drain()
@@ -596,10 +597,14 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             elapsed = time.perf_counter() - t0
             assert json.loads(line)["event"] == "received"
             rates.append(expect / elapsed)
-            cpu = cpu_seconds(server.pid) - cpu0
+            cpu = cpu_seconds_ns(server.pid) - cpu0
             cpu_us.append(cpu / expect * 1e6)
             net_us.append((cpu - idle_rate * elapsed) / expect * 1e6)
             await asyncio.sleep(0.5)
+        # The threads' nanoseconds against the process's clock ticks (which keep the time of
+        # threads that ended): they agree within the ticks' resolution, or the figures are off.
+        ticks, fine = cpu_seconds(server.pid) - ticks0, cpu_seconds_ns(server.pid) - fine0
+        assert fine > ticks - 0.05 - 0.1 * ticks, (kind, members, "threads ended", ticks, fine)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             await profiler.wait()
@@ -619,9 +624,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             "deliveries_per_run": pushes * members,
             "frames_per_second_median": round(statistics.median(rates)),
             "frames_per_second_range": [round(min(rates)), round(max(rates))],
-            "cpu_us_per_frame_median": round(statistics.median(cpu_us), 2),
-            "cpu_us_per_frame_range": [round(min(cpu_us), 2), round(max(cpu_us), 2)],
-            "cpu_us_per_frame_net_of_idle_median": round(statistics.median(net_us), 2),
+            "cpu_us_per_frame_median": round(statistics.median(cpu_us), 3),
+            "cpu_us_per_frame_range": [round(min(cpu_us), 3), round(max(cpu_us), 3)],
+            "cpu_us_per_frame_net_of_idle_median": round(statistics.median(net_us), 3),
             "idle_cpu_percent": round(idle_rate * 100, 2),
             "rss_kib_per_connection": round((rss_connected - rss_before) / args.clients, 1),
             **({"pushes_per_call": args.batch} if kind in HUBS else {}),
