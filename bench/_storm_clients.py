@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
@@ -53,14 +53,17 @@ POOL = 256  # REST connections per client process
 class Shared:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.ws = spec["ws"]
-        self.http = httpx.AsyncClient(
-            base_url=spec["rest"],
-            timeout=120,
-            limits=httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL),
+        self.rest = spec["rest"]
+        # aiohttp, not httpx: httpx's pool looks at every connection of the pool (a readability
+        # check each) for every request it assigns, and with 256 connections that was 79% of
+        # a client process's samples in a storm (py-spy, 2026-12-03).
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=POOL),
+            timeout=aiohttp.ClientTimeout(total=120),
         )
-        # At most a pool's worth of requests in httpx at once: thousands queued on its pool cost
-        # the process its loop, and a connection opened for a queued request then sent its
-        # request too late for the server's header timeout (408s, PoolTimeouts, a stalled storm).
+        # At most a pool's worth of requests under way at once: a connection opened for a
+        # request that then waits behind thousands sends it too late for the server's header
+        # timeout (408s, a stalled storm).
         self.requests = asyncio.Semaphore(POOL)
         self.mode = "sync"
         self.statuses: Counter[int] = Counter()  # REST answers by status
@@ -235,7 +238,11 @@ class Client(WSListener):  # type: ignore[misc]
             try:
                 async with shared.requests:
                     started = time.perf_counter()
-                    response = await shared.http.get(path, params=params, headers=self.auth)
+                    async with shared.http.get(
+                        shared.rest + path, params=params, headers=self.auth
+                    ) as response:
+                        status, body = response.status, await response.read()
+                        retry_after = response.headers.get("Retry-After")
                 key = (
                     "sync"
                     if path == "/api/sync"
@@ -245,14 +252,14 @@ class Client(WSListener):  # type: ignore[misc]
                 )
                 seconds = time.perf_counter() - started
                 shared.latency.setdefault(key, []).append((time.time(), seconds))
-            except httpx.TransportError as error:
+            except (aiohttp.ClientError, TimeoutError) as error:
                 shared.errors[type(error).__name__] += 1
                 await asyncio.sleep(random.random() * min(5.0, 0.25 * 2**attempt))
                 continue
-            shared.statuses[response.status_code] += 1
-            if response.status_code == 200:
-                return response.json()
-            retry = float(response.headers.get("Retry-After", 0) or 0)
+            shared.statuses[status] += 1
+            if status == 200:
+                return orjson.loads(body)
+            retry = float(retry_after or 0)
             await asyncio.sleep(max(retry * (1 + random.random()), random.random() * 0.5))
         raise RuntimeError("REST kept failing")
 
@@ -376,7 +383,7 @@ async def main(spec: dict[str, Any]) -> None:
     for task in list(shared.tasks):
         task.cancel()
     await asyncio.gather(*shared.tasks, return_exceptions=True)
-    await shared.http.aclose()
+    await shared.http.close()
     results = {
         "clients": [
             {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,7 +23,7 @@ from realtime_dispatch.messenger import chats, contacts, messages
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
-from realtime_dispatch.sync.service import SyncOptions, SyncService
+from realtime_dispatch.sync.service import TAIL_SCAN, SyncOptions, SyncService, SyncTimeout
 from realtime_dispatch.sync.store import QUERIES
 from tests.conftest import wait_until
 from tests.hub_fixtures import SECRET, hub_settings, make_token
@@ -497,6 +498,53 @@ async def test_pages_queued_for_their_turn_wait_past_the_statement_timeout(
             *(sync.get(user, since=cursor) for user, cursor in zip(users, cursors, strict=True))
         )
     assert [a.status_code for a in answers] == [200] * len(users), [a.text for a in answers]
+
+
+async def test_a_resume_near_the_end_is_answered_while_every_turn_scans_far(
+    pool: asyncpg.Pool,
+) -> None:
+    """A page looks at the first ``TAIL_SCAN`` rows after its cursor in a lane of its own:
+    with the one turn of far scans taken, a cursor near the log's end is answered, while one
+    5,000 rows behind waits for that turn (503 at the queue timeout), and once it is free it is
+    answered from one scan past those rows (not ``more`` at the tail's bound)."""
+    options = SyncOptions(scan_limit=10_000, statement_timeout=2.0, max_concurrent=1)
+    options = dataclasses.replace(options, queue_timeout=0.3)
+    service = SyncService(pool, default_payload_builder(MEDIA), options)
+    alice, bob, carol = uuid4(), uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        chat = await chats.create_chat(conn, creator=alice, title="near", members=[bob])
+    far = (await service.page(carol, None)).next_cursor
+    await pool.execute(
+        """
+        INSERT INTO messenger.chats (id, title, created_by)
+        SELECT gen_random_uuid(), 'other', gen_random_uuid() FROM generate_series(1, 50);
+        INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq, status)
+        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g, 'Done'
+        FROM generate_series(1, 5000) g
+        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats
+              WHERE title = 'other') c ON c.n = g % 50;
+        """
+    )
+    assert TAIL_SCAN < 5000
+    near = (await service.page(bob, None)).next_cursor
+    async with pool.acquire() as conn:
+        await messages.send_message(conn, chat_id=chat, sender=alice, body="back")
+
+    async def page_of(user: UUID, since: str) -> Any:
+        for _ in range(100):
+            page = await service.page(user, since)
+            if not page.held_back:
+                return page
+            await asyncio.sleep(0.05)  # a transaction open elsewhere on the cluster
+        raise AssertionError("held back for 5 s")
+
+    async with service._slots:  # every turn of the far scans taken
+        resumed = await page_of(bob, near)
+        assert [orjson.loads(e.payload_json)["body"] for e in resumed.events] == ["back"]
+        with pytest.raises(SyncTimeout, match="no turn"):
+            await page_of(carol, far)
+    behind = await page_of(carol, far)
+    assert (behind.events, behind.more, behind.limited) == ([], False, False)
 
 
 def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -38,8 +38,9 @@ open holds newer rows back; the page then says ``heldBack`` and the client asks 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
@@ -57,6 +58,9 @@ from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+TAIL_SCAN = 2000
+"""Rows a page examines first, in the tail lane: a cursor within this many rows of the log's
+end (a client back from a short disconnection, a reconnect storm's) is answered there."""
 _BEGIN_SQL = "BEGIN READ ONLY; SET LOCAL statement_timeout = '{}ms'"
 """A page's transaction and its statement timeout, as one simple-protocol batch: one round
 trip. ``SET LOCAL`` ends with the transaction, so it also holds through a pooler."""
@@ -164,6 +168,9 @@ class SyncService:
         self.page_query = page_query
         self._running: dict[Key, int] = {}  # user → pages running now
         self._slots = asyncio.Semaphore(self.options.max_concurrent)  # pages of anyone
+        # A look at the tail examines at most a fifth of what a far page may (by default):
+        # twice as many of them run at once.
+        self._tail_slots = asyncio.Semaphore(2 * self.options.max_concurrent)
         self._source: str | None = None
 
     async def page(self, user_id: Key, since: str | None, limit: int = DEFAULT_LIMIT) -> SyncPage:
@@ -185,30 +192,52 @@ class SyncService:
                 self._running[user_id] = left
 
     async def _page(self, user_id: Key, cursor: SyncCursor | None, limit: int) -> SyncPage:
+        """Two lanes, each of ``max_concurrent`` pages at once. A page first looks at the
+        :data:`TAIL_SCAN` rows after its cursor (the tail lane); if its cursor is farther
+        behind, it waits for a turn of its own and examines up to ``scan_limit`` rows. So a
+        storm of resumes near the log's end never queues behind replays of old cursors, and
+        those take no more of PostgreSQL than before: a far scan at a time per turn, and a
+        look at the tail before each (a fifth of a scan, by default)."""
+        scan = self.options.scan_limit
+        if scan > TAIL_SCAN:
+            async with self._turn(self._tail_slots):
+                page = await self._page_in_turn(user_id, cursor, limit, TAIL_SCAN)
+            if page is not None:
+                return page
+        async with self._turn(self._slots):
+            page = await self._page_in_turn(user_id, cursor, limit, scan)
+        assert page is not None  # a page at the full scan bound always answers
+        return page
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, slots: asyncio.Semaphore) -> AsyncIterator[None]:
         # The wait for a turn has its own bound: a page queued behind others waits on this
         # server, not on its statement (a storm of cheap pages is not a slow one), and the
         # statement timeout starts with the turn.
         try:
             async with asyncio.timeout(self.options.queue_timeout):
-                await self._slots.acquire()
+                await slots.acquire()
         except TimeoutError as exc:
             raise SyncTimeout("sync is busy: no turn for this page within the timeout") from exc
         try:
-            return await self._page_in_turn(user_id, cursor, limit, self.options.statement_timeout)
+            yield
         finally:
-            self._slots.release()
+            slots.release()
 
     async def _page_in_turn(
-        self, user_id: Key, cursor: SyncCursor | None, limit: int, wait: float
-    ) -> SyncPage:
-        timeout = self.options.statement_timeout
+        self, user_id: Key, cursor: SyncCursor | None, limit: int, scan: int
+    ) -> SyncPage | None:
+        """The page, examining at most ``scan`` rows; None when ``scan`` is less than the
+        scan bound and the cursor is farther behind than ``scan`` rows (the page needs the
+        whole bound)."""
+        timeout = wait = self.options.statement_timeout
         async with translate_errors():  # what is left: the database unavailable
             try:
                 async with self._pool.acquire(timeout=wait) as conn:
                     # A page that fails leaves its transaction open: the pool's reset on release
                     # rolls it back (every pool's does, the stateless ones' included).
                     await conn.execute(_BEGIN_SQL.format(int(timeout * 1000)))
-                    page = await self._read(conn, user_id, cursor, limit)
+                    page = await self._read(conn, user_id, cursor, limit, scan)
                     await conn.execute("COMMIT")
                     return page
             except asyncpg.QueryCanceledError as exc:
@@ -219,20 +248,20 @@ class SyncService:
                 ) from exc
 
     async def _read(
-        self, conn: DbConnection, user_id: Key, cursor: SyncCursor | None, limit: int
-    ) -> SyncPage:
+        self, conn: DbConnection, user_id: Key, cursor: SyncCursor | None, limit: int, scan: int
+    ) -> SyncPage | None:
         source = self._source or await self._load_source(conn)
         if cursor is None or cursor.source != source:
             start = SyncCursor.at_horizon(source, *await store.horizon(conn)).encode()
             return SyncPage((), start, cursor is not None)
+        look = scan < self.options.scan_limit
+        edge = await store.edge(conn, cursor.xid, cursor.after_id, scan) if look else None
+        if edge is not None and edge[0] < (await store.horizon(conn))[0]:
+            # Farther behind than this look: the page needs the whole bound. Found from the
+            # index alone, before the page's probe of the membership per row.
+            return None
         found = await store.page(
-            conn,
-            user_id,
-            cursor.xid,
-            cursor.after_id,
-            limit,
-            self.options.scan_limit,
-            query=self.page_query,
+            conn, user_id, cursor.xid, cursor.after_id, limit, scan, query=self.page_query
         )
         at_horizon = SyncCursor.at_horizon(source, found.horizon)
         if found.limited:
@@ -240,14 +269,19 @@ class SyncService:
             return SyncPage((), restart.encode(), True)
         # Rows that cannot be built (their entity is gone) are left out: a page may hold
         # fewer events than it read rows; ``more`` says whether to ask again at once.
-        events = await self._build(conn, [row for _, row in found.rows])
         if len(found.rows) == limit:
+            events = await self._build(conn, [row for _, row in found.rows])
             xid, last = found.rows[-1]
             return SyncPage(events, SyncCursor(xid, last.id, source).encode(), False, more=True)
-        edge = await store.edge(conn, cursor.xid, cursor.after_id, self.options.scan_limit)
+        if not look:
+            edge = await store.edge(conn, cursor.xid, cursor.after_id, scan)
         if edge is not None and edge[0] < found.horizon:
+            if look:
+                return None  # the horizon moved past the look's end meanwhile
             # Stopped at the scan bound below the horizon: continue after what was examined.
+            events = await self._build(conn, [row for _, row in found.rows])
             return SyncPage(events, SyncCursor(*edge, source).encode(), False, more=True)
+        events = await self._build(conn, [row for _, row in found.rows])
         # The end for now: continue from the horizon next time. Held back, too, when rows the
         # scan bound left unexamined wait above the horizon (some may be the caller's).
         end = max(cursor, at_horizon).encode()
