@@ -253,7 +253,9 @@ async def serve(
         if not settings.reference_messenger:
             await require_sync_composes(session_url(settings, url), manifest)
         pooled = transaction_pooled(settings)
-        pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled)
+        # No user of this pool keeps session state (the LISTENs and advisory locks have
+        # sessions of their own): a release costs no reset round trip.
+        pool = await create_pool(url, min_size=1, max_size=10, pooled=pooled, stateless=True)
         # Sync's own few connections: a replay of old cursors waits for these, never for the
         # ones REST, the hub's admission and the dispatcher work on.
         sync_pool = await create_pool(  # a page leaves no session state: SET LOCAL only

@@ -264,7 +264,9 @@ class Hub:
     async def __aenter__(self) -> Hub:
         async with contextlib.AsyncExitStack() as owned:  # closed here if starting fails
             if self._pool is None:
-                self.membership.pool = await create_pool(self._dsn, min_size=1, max_size=4)
+                self.membership.pool = await create_pool(
+                    self._dsn, min_size=1, max_size=4, stateless=True
+                )
                 owned.push_async_callback(self.membership.pool.close)
             assert self.membership.pool is not None
             # Revocations in force before any token is checked (a replica that was down reads
