@@ -18,11 +18,15 @@ come live only, not through sync.
 Starving nothing: the page runs in a transaction under ``statement_timeout``
 (:class:`SyncTimeout` past it), on the pool it is given (``serve`` gives it its own small one,
 so REST, the hub's admission and the dispatcher keep theirs), at most ``max_per_user`` pages
-of one user run at once (:class:`SyncBusy` past it, answered 429), and at most
-``max_concurrent`` pages of anyone run at once in this process (the others wait their turn,
-first come first served, within ``queue_timeout``): by default half the machine's cores, so that
-replays of old cursors, however many users replay, leave the other half to REST, the hub's
-admission and the dispatcher (each page keeps a PostgreSQL backend busy while it scans).
+of one user run at once (:class:`SyncBusy` past it, answered 429), and pages of anyone go
+through two lanes in this process (the others wait their turn, first come first served,
+within ``queue_timeout``). Every page first looks at the :data:`TAIL_SCAN` rows after its
+cursor, ``2 × max_concurrent`` at once: a cursor near the log's end (a resume, a reconnect
+storm's) is answered there. A cursor farther behind, found from the index alone, waits for one
+of ``max_concurrent`` turns and examines up to ``scan_limit`` rows: by default half the
+machine's cores, so that replays of old cursors, however many users replay, leave the other
+half to REST, the hub's admission and the dispatcher (each far page keeps a PostgreSQL backend
+busy while it scans), and a storm of resumes never queues behind them.
 
 Whose rows: ``user:{caller}``, and each chat row written while the caller was a member. The
 reference messenger's membership is probed by the ``page`` query itself; on an adopter's schema
