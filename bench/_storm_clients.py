@@ -73,6 +73,9 @@ class Shared:
         self.latency: dict[str, list[tuple[float, float]]] = {}  # REST (ended at, seconds)
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
 
+    async def aclose(self) -> None:
+        await self.http.close()
+
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
@@ -383,7 +386,7 @@ async def main(spec: dict[str, Any]) -> None:
     for task in list(shared.tasks):
         task.cancel()
     await asyncio.gather(*shared.tasks, return_exceptions=True)
-    await shared.http.close()
+    await shared.aclose()
     results = {
         "clients": [
             {

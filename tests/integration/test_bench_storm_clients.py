@@ -84,6 +84,6 @@ async def test_a_connection_closed_before_the_upgrade_answer_is_retried(
                 for task in list(shared.tasks):
                     task.cancel()
                 await asyncio.gather(*shared.tasks, return_exceptions=True)
-                await shared.http.aclose()
+                await shared.aclose()
             assert len(dropped) == 2
             assert shared.hub_refusals["ClosedBeforeUpgrade"] == 2
