@@ -83,6 +83,27 @@ async def sync(pool: asyncpg.Pool) -> AsyncIterator[Sync]:
         yield api
 
 
+async def others_rows(pool: asyncpg.Pool, rows: int) -> None:
+    """``rows`` Done outbox rows of 50 new chats nobody of the test is in, then ANALYZE."""
+    await pool.execute(
+        """
+        INSERT INTO messenger.chats (id, title, created_by)
+        SELECT gen_random_uuid(), 'other', gen_random_uuid() FROM generate_series(1, 50)
+        """
+    )
+    await pool.execute(
+        """
+        INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq, status)
+        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g, 'Done'
+        FROM generate_series(1, $1::int) g
+        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats
+              WHERE title = 'other') c ON c.n = g % 50
+        """,
+        rows,
+    )
+    await pool.execute("ANALYZE messenger.realtime_outbox")
+
+
 async def outbox_ids(pool: asyncpg.Pool, where: str, *args: object) -> list[str]:
     rows = await pool.fetch(f"SELECT id FROM messenger.realtime_outbox WHERE {where}", *args)
     return sorted(str(r["id"]) for r in rows)
@@ -362,18 +383,7 @@ async def test_a_page_examines_a_bounded_number_of_rows_whatever_the_log_holds(
     async with pool.acquire() as conn:
         mine = await chats.create_chat(conn, creator=alice, title="mine", members=[bob])
     since = await sync.cursor(bob)
-    await pool.execute(
-        """
-        INSERT INTO messenger.chats (id, title, created_by)
-        SELECT gen_random_uuid(), 'other', gen_random_uuid() FROM generate_series(1, 50);
-        INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq, status)
-        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g, 'Done'
-        FROM generate_series(1, 20000) g
-        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats
-              WHERE title = 'other') c ON c.n = g % 50;
-        ANALYZE messenger.realtime_outbox;
-        """
-    )
+    await others_rows(pool, 20000)
     async with pool.acquire() as conn:
         await messages.send_message(conn, chat_id=mine, sender=alice, body="at last")
     cursor = parse_cursor(since)
@@ -514,17 +524,7 @@ async def test_a_resume_near_the_end_is_answered_while_every_turn_scans_far(
     async with pool.acquire() as conn:
         chat = await chats.create_chat(conn, creator=alice, title="near", members=[bob])
     far = (await service.page(carol, None)).next_cursor
-    await pool.execute(
-        """
-        INSERT INTO messenger.chats (id, title, created_by)
-        SELECT gen_random_uuid(), 'other', gen_random_uuid() FROM generate_series(1, 50);
-        INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id, seq, status)
-        SELECT 'MessageReceived', 'ChatGroup', c.id, gen_random_uuid(), g, 'Done'
-        FROM generate_series(1, 5000) g
-        JOIN (SELECT id, row_number() OVER () - 1 AS n FROM messenger.chats
-              WHERE title = 'other') c ON c.n = g % 50;
-        """
-    )
+    await others_rows(pool, 5000)
     assert TAIL_SCAN < 5000
     near = (await service.page(bob, None)).next_cursor
     async with pool.acquire() as conn:
