@@ -28,9 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import parse_with_smoke
+from _common import DEFAULT_DSN, cpu_seconds_ns, parse_with_smoke
 from hub_fanout import (
-    cpu_seconds,
     drop_database,
     fanout_run,
     free_port,
@@ -81,10 +80,10 @@ async def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         per_request = []
         for _ in range(args.runs):
             await asyncio.sleep(0.5)
-            cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
+            cpu0, t0 = cpu_seconds_ns(server.pid), time.perf_counter()
             await fanout_run(port, chat, pushes, args.concurrency, args.batch)
             elapsed = time.perf_counter() - t0
-            per_request.append((cpu_seconds(server.pid) - cpu0) / args.requests * 1e6)
+            per_request.append((cpu_seconds_ns(server.pid) - cpu0) / args.requests * 1e6)
         barriers = await hub_barriers(port) if kind != "floor" else None
         return {
             "server": kind,
@@ -120,15 +119,8 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    import os
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get(
-            "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--requests", type=int, default=20000, help="per run")
     parser.add_argument("--runs", type=int, default=3)

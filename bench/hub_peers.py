@@ -161,7 +161,9 @@ class FloorPosts:
 
     def __init__(self, transport: asyncio.Transport, members: list[asyncio.Transport]) -> None:
         import httptools
+        import orjson
 
+        self.loads, self.dumps = orjson.loads, orjson.dumps  # imported once, not per batch
         self.transport = transport
         self.members = members
         self.body: list[bytes] = []
@@ -171,19 +173,16 @@ class FloorPosts:
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        import orjson
-
-        pushes = orjson.loads(b"".join(self.body))["pushes"]
+        dumps = self.dumps
+        pushes = self.loads(b"".join(self.body))["pushes"]
         self.body = []
         data = b"".join(
-            frame(
-                orjson.dumps({"type": 1, "target": p["target"], "arguments": p["arguments"]}) + RS
-            )
+            frame(dumps({"type": 1, "target": p["target"], "arguments": p["arguments"]}) + RS)
             for p in pushes
         )
         for transport in self.members:
             transport.write(data)
-        answer = orjson.dumps({"results": [{"status": 202}] * len(pushes)})
+        answer = dumps({"results": [{"status": 202}] * len(pushes)})
         self.transport.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
             % len(answer)

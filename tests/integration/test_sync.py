@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -517,8 +516,9 @@ async def test_a_resume_near_the_end_is_answered_while_every_turn_scans_far(
     with the one turn of far scans taken, a cursor near the log's end is answered, while one
     5,000 rows behind waits for that turn (503 at the queue timeout), and once it is free it is
     answered from one scan past those rows (not ``more`` at the tail's bound)."""
-    options = SyncOptions(scan_limit=10_000, statement_timeout=2.0, max_concurrent=1)
-    options = dataclasses.replace(options, queue_timeout=0.3)
+    options = SyncOptions(
+        scan_limit=10_000, statement_timeout=2.0, max_concurrent=1, queue_timeout=0.3
+    )
     service = SyncService(pool, default_payload_builder(MEDIA), options)
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:

@@ -196,9 +196,10 @@ class SyncService:
                 self._running[user_id] = left
 
     async def _page(self, user_id: Key, cursor: SyncCursor | None, limit: int) -> SyncPage:
-        """Two lanes, each of ``max_concurrent`` pages at once. A page first looks at the
-        :data:`TAIL_SCAN` rows after its cursor (the tail lane); if its cursor is farther
-        behind, it waits for a turn of its own and examines up to ``scan_limit`` rows. So a
+        """Two lanes: ``2 × max_concurrent`` looks at the tail, ``max_concurrent`` far pages.
+        A page first looks at the :data:`TAIL_SCAN` rows after its cursor (the tail lane); if
+        its cursor is farther behind, it waits for a far turn and examines up to
+        ``scan_limit`` rows. So a
         storm of resumes near the log's end never queues behind replays of old cursors, and
         those take no more of PostgreSQL than before: a far scan at a time per turn, and a
         look at the tail before each (a fifth of a scan, by default)."""
@@ -234,10 +235,10 @@ class SyncService:
         """The page, examining at most ``scan`` rows; None when ``scan`` is less than the
         scan bound and the cursor is farther behind than ``scan`` rows (the page needs the
         whole bound)."""
-        timeout = wait = self.options.statement_timeout
+        timeout = self.options.statement_timeout
         async with translate_errors():  # what is left: the database unavailable
             try:
-                async with self._pool.acquire(timeout=wait) as conn:
+                async with self._pool.acquire(timeout=timeout) as conn:
                     # A page that fails leaves its transaction open: the pool's reset on release
                     # rolls it back (every pool's does, the stateless ones' included).
                     await conn.execute(_BEGIN_SQL.format(int(timeout * 1000)))
@@ -271,21 +272,22 @@ class SyncService:
         if found.limited:
             restart = SyncCursor.at_horizon(source, found.horizon, found.floor)
             return SyncPage((), restart.encode(), True)
+        full = len(found.rows) == limit
+        if not full and not look:
+            edge = await store.edge(conn, cursor.xid, cursor.after_id, scan)
+        # Stopped at the scan bound below the horizon: continue after what was examined.
+        stopped = not full and edge is not None and edge[0] < found.horizon
+        if stopped and look:
+            return None  # the horizon moved past the look's end meanwhile
         # Rows that cannot be built (their entity is gone) are left out: a page may hold
         # fewer events than it read rows; ``more`` says whether to ask again at once.
-        if len(found.rows) == limit:
-            events = await self._build(conn, [row for _, row in found.rows])
+        events = await self._build(conn, [row for _, row in found.rows])
+        if full:
             xid, last = found.rows[-1]
             return SyncPage(events, SyncCursor(xid, last.id, source).encode(), False, more=True)
-        if not look:
-            edge = await store.edge(conn, cursor.xid, cursor.after_id, scan)
-        if edge is not None and edge[0] < found.horizon:
-            if look:
-                return None  # the horizon moved past the look's end meanwhile
-            # Stopped at the scan bound below the horizon: continue after what was examined.
-            events = await self._build(conn, [row for _, row in found.rows])
+        if stopped:
+            assert edge is not None
             return SyncPage(events, SyncCursor(*edge, source).encode(), False, more=True)
-        events = await self._build(conn, [row for _, row in found.rows])
         # The end for now: continue from the horizon next time. Held back, too, when rows the
         # scan bound left unexamined wait above the horizon (some may be the caller's).
         end = max(cursor, at_horizon).encode()
