@@ -83,7 +83,20 @@ async def stop(
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise
+        raise TimeoutError(
+            f"pid {proc.pid} still ran {within} s after signal {sig}, killed;"
+            f" its last log lines:\n{await _log_tail(proc)}"
+        ) from None
+
+
+async def _log_tail(proc: asyncio.subprocess.Process, size: int = 4000) -> str:
+    """What is left of a dead process's stderr, its last ``size`` bytes (nothing when another
+    task reads it)."""
+    if proc.stderr is None:
+        return ""
+    with contextlib.suppress(RuntimeError):  # another coroutine is reading the stream
+        return (await proc.stderr.read())[-size:].decode(errors="replace")
+    return "(read elsewhere)"
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from realtime_dispatch.dispatch.dispatcher import PIPELINE_LANES
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import PublishResult, Push
@@ -36,8 +37,16 @@ async def backlog(pool: asyncpg.Pool, chats: int, per_chat: int) -> None:
             )
 
 
+async def warm(pool: asyncpg.Pool, connections: int) -> None:
+    """``connections`` idle connections in ``pool``."""
+    held = [await pool.acquire() for _ in range(connections)]
+    for conn in held:
+        await pool.release(conn)
+
+
 async def test_pipelined_pass_delivers_every_row_once_in_order(pool: asyncpg.Pool) -> None:
     await backlog(pool, chats=4, per_chat=150)
+    await warm(pool, PIPELINE_LANES)  # the lanes are in by the second batch (see below)
     stack = make_stack(pool, PIPELINED)
     assert stack.dispatcher.pipelining
     report = await stack.dispatcher.run_pass()
@@ -77,6 +86,11 @@ async def test_two_pipelined_dispatchers_never_claim_the_same_row(pool: asyncpg.
 
 async def test_stop_releases_the_batch_claimed_ahead(pool: asyncpg.Pool) -> None:
     await backlog(pool, chats=2, per_chat=200)
+    # The pass's extra lanes come from the pool in the background, and pipelining starts once
+    # they are in: idle connections there make that the next batch, not a race against opening
+    # two connections on a loaded machine (stopped at the third slice, the pass may not get to
+    # pipeline at all).
+    await warm(pool, PIPELINE_LANES)
 
     class StopAfterThreeSlices(RecordingPublisher):
         async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
