@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import signal
@@ -74,8 +75,15 @@ async def wait_for_line(
 
 
 async def stop(
-    proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM, within: float = 15
+    proc: asyncio.subprocess.Process,
+    sig: int = signal.SIGTERM,
+    within: float = 15,
+    *,
+    logs: LogTail | None = None,
 ) -> int:
+    """Send ``sig`` and wait for the exit code; a process still running ``within`` seconds
+    later is killed and fails the test with its last log lines (``logs``: what keeps reading
+    its stderr, if something does; else what is left in the pipe)."""
     if proc.returncode is None:
         proc.send_signal(sig)
     try:
@@ -83,46 +91,66 @@ async def stop(
     except TimeoutError:
         proc.kill()
         await proc.wait()
+        if logs is not None:
+            await logs.finished()
+            tail = logs.text()
+        else:
+            tail = await _rest_of_stderr(proc)
         raise TimeoutError(
             f"pid {proc.pid} still ran {within} s after signal {sig}, killed;"
-            f" its last log lines:\n{await _log_tail(proc)}"
+            f" its last log lines:\n{tail}"
         ) from None
 
 
-async def _log_tail(proc: asyncio.subprocess.Process, size: int = 4000) -> str:
-    """What is left of a dead process's stderr, its last ``size`` bytes (nothing when another
-    task reads it)."""
+async def _rest_of_stderr(proc: asyncio.subprocess.Process, size: int = 6000) -> str:
     if proc.stderr is None:
         return ""
-    with contextlib.suppress(RuntimeError):  # another coroutine is reading the stream
+    with contextlib.suppress(RuntimeError):  # another coroutine reads the stream
         return (await proc.stderr.read())[-size:].decode(errors="replace")
     return "(read elsewhere)"
 
 
+class LogTail:
+    """Reads a process's stderr to the end, keeping its last ``lines``: a long run's logs never
+    fill the pipe and stall the process, and a failure can show how it ended."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, lines: int = 60) -> None:
+        assert proc.stderr is not None
+        self._stream = proc.stderr
+        self._lines: collections.deque[bytes] = collections.deque(maxlen=lines)
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while line := await self._stream.readline():
+            self._lines.append(line)
+
+    async def finished(self) -> None:
+        """Once the process is gone: every line read."""
+        await self._task
+
+    def text(self) -> str:
+        return b"".join(self._lines).decode(errors="replace")
+
+
 @contextlib.asynccontextmanager
 async def running(
-    *args: str, env: Mapping[str, str], ready: bytes, drain: bool = False
+    *args: str, env: Mapping[str, str], ready: bytes
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """The command started, once its stderr says ``ready``; stopped with SIGTERM (exit 0
-    expected) at the end. ``drain`` keeps reading its stderr meanwhile, so that a long run's
-    logs never fill the pipe and stall it."""
+    expected) at the end. Its stderr is read all along (:class:`LogTail`)."""
     proc = await start_cli(*args, env=env)
-    reader: asyncio.Task[None] | None = None
+    logs: LogTail | None = None
     try:
         await wait_for_line(proc, ready)
-        if drain:
-            reader = asyncio.create_task(_drain(proc))
+        logs = LogTail(proc)
         yield proc
     finally:
-        assert await stop(proc, signal.SIGTERM) == 0
-        if reader is not None:
-            await reader
-
-
-async def _drain(proc: asyncio.subprocess.Process) -> None:
-    assert proc.stderr is not None
-    while await proc.stderr.readline():
-        pass
+        code = await stop(proc, signal.SIGTERM, logs=logs)
+        if logs is not None:
+            await logs.finished()
+        assert code == 0, f"{args[0]} exited {code}; its last log lines:\n" + (
+            logs.text() if logs is not None else await _rest_of_stderr(proc)
+        )
 
 
 async def wait_ready(proc: asyncio.subprocess.Process, url: str, within: float = 30) -> None:

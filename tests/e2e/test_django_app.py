@@ -115,8 +115,8 @@ async def site(pg_server_url: str) -> AsyncIterator[Site]:
             }
             worker_env = {**env, "REALTIME_HUB_URL": base, "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY}
             async with (
-                running("hub", "--port", str(port), env=hub_env, ready=b"listening on", drain=True),
-                running("worker", env=worker_env, ready=b"dispatcher_connected", drain=True),
+                running("hub", "--port", str(port), env=hub_env, ready=b"listening on"),
+                running("worker", env=worker_env, ready=b"dispatcher_connected"),
             ):
                 yield Site(url, base, executor)
             await loop.run_in_executor(executor, _close_django)

@@ -30,7 +30,7 @@ from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
 from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from tests.e2e.processes import LogTail, cli_env, run_cli, start_cli, stop, wait_for_line
 from tests.e2e.test_own_schema import EXAMPLE, WRITES
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
 
@@ -63,12 +63,12 @@ class Hub:
         self.env = env
         self.port = port
         self.proc: asyncio.subprocess.Process | None = None
-        self._drain: asyncio.Task[None] | None = None
+        self._logs: LogTail | None = None
 
     async def start(self, **env: str) -> None:
         self.proc = await start_cli("hub", "--port", str(self.port), env={**self.env, **env})
         await wait_for_line(self.proc, b"listening on")
-        self._drain = asyncio.create_task(self._read_on(self.proc))
+        self._logs = LogTail(self.proc)  # so that a full pipe never stalls the hub
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}") as http:
 
             async def ready() -> bool:
@@ -79,12 +79,6 @@ class Hub:
 
             await wait_until(ready, within=30)
 
-    @staticmethod
-    async def _read_on(proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
-        while await proc.stderr.readline():  # so that a full pipe never stalls the hub
-            pass
-
     async def kill(self) -> None:
         assert self.proc is not None
         self.proc.kill()
@@ -93,13 +87,13 @@ class Hub:
 
     async def stop(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            await stop(self.proc, signal.SIGTERM)
+            await stop(self.proc, signal.SIGTERM, logs=self._logs)
         await self._stopped()
 
     async def _stopped(self) -> None:
-        if self._drain is not None:
-            await self._drain
-            self._drain = None
+        if self._logs is not None:
+            await self._logs.finished()
+            self._logs = None
 
 
 def build_sdk() -> None:
