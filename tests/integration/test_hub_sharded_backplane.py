@@ -17,6 +17,7 @@ from tests.hub_fixtures import (
     SlowPostgresProxy,
     hub_settings,
     make_token,
+    options_for,
     raw_client,
     running_hub,
 )
@@ -38,9 +39,15 @@ async def test_each_replica_receives_only_the_pushes_of_its_members(
         own = [await create_chat(conn, creator=u, title="own") for u in users]
         shared = await create_chat(conn, creator=users[1], title="shared", members=[users[2]])
     settings = cluster_settings(redis_cluster_url)
+    # A handshake waits for its groups' shard subscriptions (up to the barrier timeout, then it
+    # is refused); three replicas' first subscriptions on a saturated machine can take longer
+    # than the 2 s default, and the routing is what this test is about.
+    options = options_for(settings, barrier_timeout=10.0)
     async with AsyncExitStack() as stack:
         hubs = [
-            await stack.enter_async_context(running_hub(settings, dsn=database_url, pool=pool))
+            await stack.enter_async_context(
+                running_hub(settings, dsn=database_url, pool=pool, options=options)
+            )
             for _ in users
         ]
         clients = [
