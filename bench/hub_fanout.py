@@ -101,6 +101,7 @@ def hub_main(args: argparse.Namespace) -> None:
 async def clients_main(args: argparse.Namespace) -> None:
     import jwt
     from websockets.asyncio.client import ClientConnection, connect
+    from websockets.exceptions import ConnectionClosed
 
     url = f"ws://127.0.0.1:{args.port}/hubs/messenger"
     socketio = args.protocol == "socketio"
@@ -112,6 +113,10 @@ async def clients_main(args: argparse.Namespace) -> None:
     target = 0
     done = asyncio.Event()
     total = 0
+    # Connections the server ended (a slow consumer's, say): reported at once rather than
+    # waited for, since its frames will never come.
+    ended: list[dict[str, Any]] = []
+    stopping = False
 
     def token(index: int) -> str:
         claims = {"sub": str(user_id(index)), "exp": int(time.time()) + 3600}
@@ -148,6 +153,7 @@ async def clients_main(args: argparse.Namespace) -> None:
                 mark = '{"type":1,'  # invocations; pings are not counted
             ready.set()
             keepalive = None if socketio else asyncio.create_task(ping(ws, speaks_msgpack(index)))
+            last: str | bytes = ""
             try:
                 async for frame in ws:
                     count = frame.count(mark)  # type: ignore[arg-type]
@@ -158,9 +164,25 @@ async def clients_main(args: argparse.Namespace) -> None:
                             done.set()
                     elif socketio and frame == "2":  # the server's ping
                         await ws.send("3")
+                    else:
+                        last = frame
+            except ConnectionClosed:
+                pass
             finally:
                 if keepalive is not None:
                     keepalive.cancel()
+            if not stopping:
+                ended.append(
+                    {
+                        "client": index,
+                        "member": member,
+                        "received": received[index],
+                        "close_code": ws.close_code,
+                        "close_reason": ws.close_reason,
+                        "last_frame": repr(last[-200:]),
+                    }
+                )
+                done.set()
 
     async def ping(ws: ClientConnection, binary: bool) -> None:
         while True:
@@ -180,13 +202,18 @@ async def clients_main(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := await reader.readline():
         command = json.loads(line)
-        if command["expect"]:
+        if command["expect"] and not ended:
             done.clear()
             target = total + command["expect"]
             await done.wait()
         members, others = received[: args.members], received[args.members :]
         counts = {"member_min": min(members), "member_max": max(members), "others": sum(others)}
-        print(json.dumps({"event": "received", "total": total, **counts}), flush=True)
+        if ended:
+            report = {"event": "closed", "total": total, "count": len(ended), "ended": ended[:3]}
+            print(json.dumps(report), flush=True)
+        else:
+            print(json.dumps({"event": "received", "total": total, **counts}), flush=True)
+    stopping = True
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -299,6 +326,20 @@ async def fanout_run(
     return time.perf_counter()
 
 
+def check_received(line: bytes, server: str) -> None:
+    """The clients' answer to an ``expect``: every frame arrived, or the run ends here with why
+    (the server closed connections that fell behind: a run too long for one clients process)."""
+    event = json.loads(line)
+    if event["event"] == "closed":
+        first = event["ended"][0]
+        raise SystemExit(
+            f"{server}: the server closed {event['count']} client connection(s) mid-run"
+            f" (close code {first['close_code']}, last frame {first['last_frame']}): the"
+            " clients process fell behind; fewer pushes per run keep it up"
+        )
+    assert event["event"] == "received", line
+
+
 async def stop_clients(clients: asyncio.subprocess.Process) -> None:
     """End the clients process: close its stdin, wait for it, kill it if it hangs."""
     if clients.stdin is not None:
@@ -356,7 +397,7 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
             await fanout_run(port, chat, args.pushes, args.concurrency)
             line = await asyncio.wait_for(clients.stdout.readline(), 300)
             elapsed = time.perf_counter() - t0
-            assert json.loads(line)["event"] == "received"
+            check_received(line, "hub")
             rates.append(expect / elapsed)
             hub_cpu.append((cpu_seconds(hub.pid) - hub_cpu0) / elapsed)
             client_cpu.append((cpu_seconds(clients.pid) - client_cpu0) / elapsed)

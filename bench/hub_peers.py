@@ -80,6 +80,7 @@ from _common import cpu_seconds_ns, null_connection, parse_with_smoke
 from hub_fanout import (
     SECRET,
     SERVICE_KEY,
+    check_received,
     cpu_seconds,
     drop_database,
     fanout_run,
@@ -594,7 +595,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
                 await server.stdin.drain()
             line = await asyncio.wait_for(clients.stdout.readline(), 300)
             elapsed = time.perf_counter() - t0
-            assert json.loads(line)["event"] == "received"
+            check_received(line, f"{kind} at {members} members")
             rates.append(expect / elapsed)
             cpu = cpu_seconds_ns(server.pid) - cpu0
             cpu_us.append(cpu / expect * 1e6)
