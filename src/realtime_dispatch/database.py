@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import asyncpg
+import structlog
 from asyncpg.pool import PoolConnectionProxy
 
 from realtime_dispatch.errors import DatabaseUnavailable
+
+_log = structlog.get_logger(__name__)
 
 # A plain connection or one borrowed from a pool: the queries run the same on both.
 DbConnection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -220,6 +223,22 @@ def default_data_dir() -> Path:
     import platformdirs  # noqa: PLC0415
 
     return Path(platformdirs.user_data_dir("realtime-dispatch"))
+
+
+POOL_CLOSE_TIMEOUT = 5.0
+"""Seconds a pool may take to close on the way out: a connection still held by a stuck query (a
+request, a membership load) must not keep a stopped process alive until its orchestrator kills
+it."""
+
+
+async def close_pool(pool: asyncpg.Pool, within: float = POOL_CLOSE_TIMEOUT) -> None:
+    """Close ``pool`` gracefully (each connection once released); after ``within`` seconds,
+    terminate the connections still held, with a log line saying so."""
+    try:
+        await asyncio.wait_for(pool.close(), within)
+    except TimeoutError:
+        _log.warning("pool_close_timeout", seconds=within, action="connections terminated")
+        pool.terminate()
 
 
 async def close_quietly(conn: Any, within: float = 2.0) -> None:

@@ -35,7 +35,7 @@ from realtime_dispatch.cli.devsecrets import (
 )
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
-from realtime_dispatch.database import connect, create_pool, lock_connection_settings
+from realtime_dispatch.database import close_pool, connect, create_pool, lock_connection_settings
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
@@ -317,6 +317,6 @@ async def serve(
                     await server.serve()
                 failed = hub.failed.is_set() or reaper_failed
         finally:
-            await sync_pool.close()
-            await pool.close()
+            await close_pool(sync_pool)
+            await close_pool(pool)
     return EXIT_FAILURE if failed else EXIT_OK

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from realtime_dispatch.auth.media import MediaMinter, MediaOptions
 from realtime_dispatch.database import (
     DISPATCHER_SERVER_SETTINGS,
+    close_pool,
     connect,
     create_pool,
     lock_connection_settings,
@@ -146,7 +147,7 @@ async def dispatch_service(
             service.request_stop()
             await asyncio.gather(*tasks)
     finally:
-        await pool.close()
+        await close_pool(pool)
 
 
 def unminted_invites(media: MediaOptions | None, manifest: Manifest | None) -> frozenset[str]:

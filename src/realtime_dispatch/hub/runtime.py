@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
-from realtime_dispatch.database import create_pool
+from realtime_dispatch.database import close_pool, create_pool
 from realtime_dispatch.hub.backplane import choice
 from realtime_dispatch.hub.backplane.publishers import FramePublisher
 from realtime_dispatch.hub.connections.caps import (
@@ -267,7 +267,7 @@ class Hub:
                 self.membership.pool = await create_pool(
                     self._dsn, min_size=1, max_size=4, stateless=True
                 )
-                owned.push_async_callback(self.membership.pool.close)
+                owned.push_async_callback(close_pool, self.membership.pool)
             assert self.membership.pool is not None
             # Revocations in force before any token is checked (a replica that was down reads
             # what it missed); the feed reloads them on every (re)connect of its listener.
