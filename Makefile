@@ -34,12 +34,12 @@ test: $(STAMP) node_modules/.package-lock.json
 check: lint typecheck layers
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples clients/python
+	$(BIN)/ruff format --check src tests bench examples clients/python
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench examples
-	$(BIN)/ruff check --fix src tests bench examples
+	$(BIN)/ruff format src tests bench examples clients/python
+	$(BIN)/ruff check --fix src tests bench examples clients/python
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
