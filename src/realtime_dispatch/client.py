@@ -9,24 +9,14 @@ class imported through either name is the same class.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 
+import realtime_dispatch_client
 from realtime_dispatch_client import *  # noqa: F403
 from realtime_dispatch_client import __all__ as __all__  # noqa: PLC0414
 
-_SUBMODULES = (
-    "apply",
-    "client",
-    "connection",
-    "events",
-    "exceptions",
-    "protocol",
-    "rest",
-    "seen",
-    "timeline",
-)
-
-for _name in _SUBMODULES:
-    _module = importlib.import_module(f"realtime_dispatch_client.{_name}")
-    sys.modules[f"{__name__}.{_name}"] = _module
-    globals()[_name] = _module
+for _found in pkgutil.iter_modules(realtime_dispatch_client.__path__):
+    _module = importlib.import_module(f"realtime_dispatch_client.{_found.name}")
+    sys.modules[f"{__name__}.{_found.name}"] = _module
+    globals()[_found.name] = _module
