@@ -3,10 +3,12 @@ the same objects and the same modules under both names, never a second copy."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import realtime_dispatch_client
 
@@ -37,3 +39,20 @@ def test_a_submodule_imported_first_by_its_old_name() -> None:
         "assert realtime_dispatch.client.timeline is timeline\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_the_sdk_imports_its_modules_by_their_own_name() -> None:
+    """Inside the SDK, ``realtime_dispatch.client`` would import the package that is still being
+    imported (its second name imports it): a circular import in the client distribution."""
+    old = []
+    for path in Path(realtime_dispatch_client.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            old += [f"{path.name}: {n}" for n in names if n.startswith("realtime_dispatch.client")]
+    assert not old, old
