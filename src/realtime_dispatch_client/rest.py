@@ -16,8 +16,6 @@ from uuid import UUID, uuid4
 import httpx
 from pydantic import BaseModel
 
-from realtime_dispatch.client.exceptions import RestError
-from realtime_dispatch.client.timeline import TimelineMessage
 from realtime_dispatch.contracts.rest import (
     ChatCreated,
     ChatOut,
@@ -28,6 +26,8 @@ from realtime_dispatch.contracts.rest import (
     MessageSent,
     SyncPageOut,
 )
+from realtime_dispatch_client.exceptions import RestError
+from realtime_dispatch_client.timeline import TimelineMessage
 
 PAGE_LIMIT = 200  # the API's maximum page
 SYNC_LIMIT = 500  # events per sync page (the API allows 1,000)

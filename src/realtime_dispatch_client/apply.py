@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.chats import ReadReceiptUpdated
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
 from realtime_dispatch.keys import Key
+from realtime_dispatch_client.timeline import Change, Timeline, TimelineMessage
 
 
 class Timelines:

@@ -2,7 +2,7 @@
 
 ::
 
-    from realtime_dispatch.client import MessengerClient, MessageReceived
+    from realtime_dispatch_client import MessengerClient, MessageReceived
 
     async with MessengerClient("http://127.0.0.1:8000", token) as client:
         client.on(MessageReceived, lambda event: print(event.seq, event.body))
@@ -17,15 +17,18 @@ detection, pure), ``apply`` (event → timeline, pure), ``events`` (typed payloa
 (httpx), ``connection`` (the self-healing WebSocket), ``client`` (all of it together).
 """
 
-from realtime_dispatch.client.client import (
+from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
+from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
+from realtime_dispatch.contracts.signals import PresenceChanged, UserTyping
+from realtime_dispatch_client.client import (
     ClientOptions,
     ClientStats,
     KeyType,
     MessengerClient,
     ResyncReason,
 )
-from realtime_dispatch.client.connection import ConnectionOptions
-from realtime_dispatch.client.exceptions import (
+from realtime_dispatch_client.connection import ConnectionOptions
+from realtime_dispatch_client.exceptions import (
     ClientError,
     HubMethodError,
     HubProtocolError,
@@ -33,11 +36,8 @@ from realtime_dispatch.client.exceptions import (
     HubUnavailable,
     RestError,
 )
-from realtime_dispatch.client.rest import MessengerRest
-from realtime_dispatch.client.timeline import Change, Timeline, TimelineMessage
-from realtime_dispatch.contracts.chats import ChatUpdated, ReadReceiptUpdated
-from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
-from realtime_dispatch.contracts.signals import PresenceChanged, UserTyping
+from realtime_dispatch_client.rest import MessengerRest
+from realtime_dispatch_client.timeline import Change, Timeline, TimelineMessage
 
 __all__ = [
     "Change",

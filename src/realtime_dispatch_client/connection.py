@@ -21,13 +21,13 @@ import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from realtime_dispatch.client.exceptions import (
+from realtime_dispatch_client.exceptions import (
     HubMethodError,
     HubProtocolError,
     HubRefused,
     HubUnavailable,
 )
-from realtime_dispatch.client.protocol import (
+from realtime_dispatch_client.protocol import (
     CLOSE,
     HANDSHAKE,
     PING,

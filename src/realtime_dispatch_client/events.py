@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from realtime_dispatch.client.exceptions import HubProtocolError
 from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
 from realtime_dispatch.contracts.signals import SIGNAL_MODELS
 from realtime_dispatch.keys import UUID_KEYS, KeyCodec
+from realtime_dispatch_client.exceptions import HubProtocolError
 
 E = TypeVar("E", bound=Contract)
 
@@ -59,7 +59,7 @@ def parse_event(
 
 
 def __getattr__(name: str) -> type[Contract]:
-    """Every payload model by its class name (``from realtime_dispatch.client.events import
+    """Every payload model by its class name (``from realtime_dispatch_client.events import
     CallInvited``), taken from the published map rather than listed again here."""
     model = _BY_CLASS_NAME.get(name)
     if model is None:

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from realtime_dispatch.client.exceptions import HubProtocolError
+from realtime_dispatch_client.exceptions import HubProtocolError
 
 RECORD_SEPARATOR = "\x1e"
 HANDSHAKE = '{"protocol":"json","version":1}' + RECORD_SEPARATOR

@@ -1,8 +1,8 @@
 """``MessengerClient``: the hub connection, the REST API and the per-chat timelines together.
 
 Every event, from the hub or from a sync page, goes through one dedupe: by ``eventId``
-(:class:`~realtime_dispatch.client.seen.SeenEvents`), then
-:func:`~realtime_dispatch.client.apply.apply_event` by ``(chatId, seq)``. A copy of something
+(:class:`~realtime_dispatch_client.seen.SeenEvents`), then
+:func:`~realtime_dispatch_client.apply.apply_event` by ``(chatId, seq)``. A copy of something
 already seen is dropped (counted, reported to ``on_duplicate``), anything new goes to the typed
 callbacks. A seq gap and :meth:`MessengerClient.resync` fetch the missing messages over REST
 (``afterSeq``), one fetch per chat at a time (requests that arrive meanwhile are coalesced into
@@ -41,23 +41,23 @@ from uuid import UUID
 import httpx
 import structlog
 
-from realtime_dispatch.client.apply import Timelines, apply_event
-from realtime_dispatch.client.connection import ConnectionOptions, HubClientConnection
-from realtime_dispatch.client.events import parse_event
-from realtime_dispatch.client.exceptions import (
+from realtime_dispatch.contracts.base import Contract, key_context
+from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
+from realtime_dispatch.contracts.signals import PresenceChanged
+from realtime_dispatch.keys import KEY_TYPES, UUID_KEYS, Key, key_codec
+from realtime_dispatch_client.apply import Timelines, apply_event
+from realtime_dispatch_client.connection import ConnectionOptions, HubClientConnection
+from realtime_dispatch_client.events import parse_event
+from realtime_dispatch_client.exceptions import (
     HubMethodError,
     HubProtocolError,
     HubUnavailable,
     RestError,
 )
-from realtime_dispatch.client.protocol import EventRecord, reconnect_delay
-from realtime_dispatch.client.rest import SYNC_LIMIT, MessengerRest
-from realtime_dispatch.client.seen import SeenEvents
-from realtime_dispatch.client.timeline import Timeline, TimelineMessage
-from realtime_dispatch.contracts.base import Contract, key_context
-from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
-from realtime_dispatch.contracts.signals import PresenceChanged
-from realtime_dispatch.keys import KEY_TYPES, UUID_KEYS, Key, key_codec
+from realtime_dispatch_client.protocol import EventRecord, reconnect_delay
+from realtime_dispatch_client.rest import SYNC_LIMIT, MessengerRest
+from realtime_dispatch_client.seen import SeenEvents
+from realtime_dispatch_client.timeline import Timeline, TimelineMessage
 
 log = structlog.get_logger(__name__)
 
