@@ -1,7 +1,8 @@
 """The demo page at ``/`` of a real ``serve`` process, in headless Chromium: two browser contexts
-as two demo users chat live (send, reply, edit, read receipts), and the page shows a dropped
-duplicate, a refetch after a lost push, a file message and a cut connection resumed — all through
-the TypeScript SDK's browser bundle. Demo tokens exist only on development secrets."""
+as two demo users chat live (a new chat listed at once, send, reply, edit, read receipts), and
+the page shows a dropped duplicate, a refetch after a lost push, a file message and a cut
+connection resumed — all through the TypeScript SDK's browser bundle. Demo tokens exist only
+on development secrets."""
 
 from __future__ import annotations
 
@@ -72,6 +73,11 @@ async def test_two_users_chat_live_in_the_browser(database_url: str, tmp_path: P
             await alice.locator('#chat-members label[data-user="bob"] input').check()
             await alice.locator("#new-chat-form button[type=submit]").click()
             await expect(alice.locator("#conv-title")).to_have_text("Lunch plans")
+            # Bob's page lists the new chat at once, before any message: its creation is
+            # pushed (chat_updated, ChatCreated) to the members.
+            await expect(bob.locator("#chat-list li .title")).to_have_text(["Lunch plans"])
+            await expect(bob.locator("#chat-list li .preview")).to_have_text(["no messages yet"])
+            await expect(bob.locator("#log")).to_contain_text("chat_updated: ChatCreated")
             await alice.locator("#body").fill("Hi Bob, noodles at noon?")
             await alice.locator("#body").press("Enter")
             await expect(bob.locator("#messages .body")).to_have_text(["Hi Bob, noodles at noon?"])

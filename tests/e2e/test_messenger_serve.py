@@ -1,5 +1,6 @@
 """``realtime-dispatch serve`` as a real process, driven like the README's curl session: REST
-creates a chat and sends a message, a real WebSocket client receives it over the hub; a call
+creates a chat and sends a message, a real WebSocket client receives both (the chat's creation
+as ``chat_updated``) over the hub; a call
 invite carries media join tokens minted from the development secrets ``serve`` generated (and
 announced); none of the tokens, credentials or secrets, and no message body, reach the logs."""
 
@@ -71,14 +72,22 @@ async def test_serve_rest_hub_and_media_with_dev_secrets(database_url: str, tmp_
                 return {"Authorization": f"Bearer {make_token(user, secret=hub_secret)}"}
 
             assert (await http.get("/openapi.json")).json()["info"]["title"]
-            r = await http.post(
-                "/api/chats", json={"title": "t", "memberUserIds": [str(bob)]}, headers=auth(alice)
-            )
-            assert r.status_code == 201, r.text
-            chat = r.json()["chatId"]
             running = RunningHub(hub=None, port=port, server=None)  # type: ignore[arg-type]
             token = make_token(bob, secret=hub_secret)
             async with raw_client(running, token, in_query=True) as client:
+                r = await http.post(
+                    "/api/chats",
+                    json={"title": "t", "memberUserIds": [str(bob)]},
+                    headers=auth(alice),
+                )
+                assert r.status_code == 201, r.text
+                chat = r.json()["chatId"]
+                # The new chat is pushed to its members at once (bob joined its group live).
+                [created] = await client.invocations(1, within=10)
+                assert created["target"] == "chat_updated"
+                assert created["arguments"][0]["chatId"] == chat
+                assert created["arguments"][0]["eventKind"] == "ChatCreated"
+                assert created["arguments"][0]["actorUserId"] == str(alice)
                 r = await http.post(
                     f"/api/chats/{chat}/messages", json={"body": BODY}, headers=auth(alice)
                 )

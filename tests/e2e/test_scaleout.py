@@ -75,7 +75,10 @@ async def test_two_replicas_redis_and_a_separate_worker(
         try:
             sent = await send(pool, chat, alice, "to both replicas")
             for client in (bob_client, carol_client):
-                [event] = await client.invocations(1, within=20)
+                # The chat's creation, pending until the worker started, then the message.
+                created, event = await client.invocations(2, within=20)
+                assert created["target"] == "chat_updated"
+                assert created["arguments"][0]["eventKind"] == "ChatCreated"
                 assert event["target"] == "message_received"
                 assert event["arguments"][0]["messageId"] == str(sent.message_id)
                 assert event["arguments"][0]["body"] == "to both replicas"
@@ -113,7 +116,11 @@ async def test_worker_pushes_to_a_hub_process_over_http(
         worker = await start_cli("worker", env={**env, "REALTIME_HUB_URL": hub.http_url})
         try:
             sent = await send(pool, chat, alice, "over http")
-            [event] = await bob_client.invocations(1, within=20)
+            created, event = await bob_client.invocations(2, within=20)
+            assert (created["target"], created["arguments"][0]["chatId"]) == (
+                "chat_updated",
+                str(chat),
+            )
             assert event["target"] == "message_received"
             assert event["arguments"][0]["seq"] == sent.seq
         finally:
@@ -151,6 +158,12 @@ async def test_three_replicas_on_a_redis_cluster_and_two_workers(
         try:
             for worker in workers:  # both up (their SIGTERM handled) before anything is sent
                 await wait_for_line(worker, b"dispatcher_connected", within=60)
+            # The two chats' creations (pending until the workers started), to their members.
+            for client, chat in ((alice_client, ab), (bob_client, ab), (carol_client, alone)):
+                [created] = await client.invocations(1, within=20)
+                assert created["target"] == "chat_updated"
+                assert created["arguments"][0]["eventKind"] == "ChatCreated"
+                assert created["arguments"][0]["chatId"] == str(chat)
             sent = await send(pool, ab, alice, "alice to bob")
             for client in (alice_client, bob_client):
                 [event] = await client.invocations(1, within=20)
@@ -174,7 +187,7 @@ async def test_three_replicas_on_a_redis_cluster_and_two_workers(
                     _backplane_pushes((await http.get(f"{h.http_url}/metrics")).text)
                     for h in (one, two, three)
                 ]
-            assert counts == [1, 3, 3]
+            assert counts == [2, 4, 4]  # each with its chat's creation
         finally:
             for worker in workers:
                 assert await stop(worker) == 0

@@ -86,10 +86,9 @@ class Ctx:
         return f"user:{self.users[name]}"
 
     async def setup(self) -> None:
+        """The chat, created by alice with bob and carol: :data:`CREATED`."""
         async with self.pool.acquire() as conn:
-            self.ids["chat"] = await chats.create_chat(
-                conn, creator=self.alice, title="deal 42", members=[self.bob, self.carol]
-            )
+            await CREATED.run(self, conn)
 
 
 Expected = list[tuple[RealtimeDispatchKind, str, SessionKind | None]]
@@ -197,6 +196,22 @@ def has(fields: Callable[[Ctx], dict[str, object]]) -> Check:
             assert payload.get(key) == value, (key, payload.get(key), value)
 
     return check
+
+
+async def _create_chat(ctx: Ctx, conn: Any) -> None:
+    ctx.ids["chat"] = await chats.create_chat(
+        conn, creator=ctx.alice, title="deal 42", members=[ctx.bob, ctx.carol]
+    )
+
+
+CREATED = Step(
+    "create chat",
+    _create_chat,
+    lambda c: [(K.CHAT_UPDATED, c.chat, None)],
+    _chat_event("ChatCreated", "alice", None),
+)
+"""The setup's step (:meth:`Ctx.setup`): the chat's creation pushes its ``ChatCreated`` to the
+first members."""
 
 
 def _steps() -> list[Step]:

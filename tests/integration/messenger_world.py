@@ -32,6 +32,7 @@ from tests.hub_fixtures import (
     running_hub,
 )
 from tests.integration.messenger_scenario import (
+    CREATED,
     Ctx,
     Step,
     expected_shape,
@@ -93,6 +94,11 @@ class World:
             await step.run(self.ctx, conn)
         rows = await new_rows(self.pool, mark)
         assert [row_shape(r) for r in rows] == expected_shape(step.expect(self.ctx)), step.name
+        await self.delivered(step, rows)
+        return rows
+
+    async def delivered(self, step: Step, rows: list[asyncpg.Record]) -> None:
+        """Wait until ``rows`` are Done; every recipient got each one, checked by ``step``."""
         ids = [r["id"] for r in rows]
 
         async def done() -> bool:
@@ -113,7 +119,6 @@ class World:
                 [payload] = record["arguments"]
                 step.check(self.ctx, name, payload)
                 self.received.append(Received(name, event, payload))
-        return rows
 
     async def assert_quiet(self, seconds: float = 0.3) -> None:
         """Nobody has an event left over: no extra delivery reached anyone."""
@@ -130,6 +135,9 @@ async def world(
 ) -> AsyncIterator[World]:
     ctx = Ctx(pool)
     await ctx.setup()
+    # The chat's creation pushed its ChatCreated: delivered once the clients are connected.
+    created = await new_rows(pool, UUID(int=0))
+    assert [row_shape(r) for r in created] == expected_shape(CREATED.expect(ctx))
     async with contextlib.AsyncExitStack() as stack:
         settings = (
             hub_settings(backplane_enabled=True, redis_url=backplane_url)
@@ -143,6 +151,10 @@ async def world(
         if backplane_url:
             publisher = RedisHubPublisher(backplane_url)
             stack.push_async_callback(publisher.aclose)
+        clients = {
+            name: await stack.enter_async_context(raw_client(running, make_token(uid)))
+            for name, uid in ctx.users.items()
+        }
         service = await stack.enter_async_context(
             dispatch_service(
                 database_url,
@@ -152,8 +164,6 @@ async def world(
                 membership_marks=True,  # as `serve` and `worker` (with the backplane) run it
             )
         )
-        clients = {
-            name: await stack.enter_async_context(raw_client(running, make_token(uid)))
-            for name, uid in ctx.users.items()
-        }
-        yield World(ctx, clients, running, metrics=service.metrics)
+        w = World(ctx, clients, running, metrics=service.metrics)
+        await w.delivered(CREATED, created)
+        yield w

@@ -60,10 +60,19 @@ def make_stack(
 
 
 async def new_chat(pool: asyncpg.Pool, *members: UUID) -> tuple[UUID, UUID]:
-    """A chat with a fresh sender plus ``members``; returns (chat_id, sender)."""
+    """A chat with a fresh sender plus ``members``; returns (chat_id, sender). The creation's
+    push (its ``chat_updated`` row) is deleted, as if delivered and purged before the test
+    begins: the tests that take a chat from here count their own rows, statuses and pushes
+    (the creation's push is tested in ``test_messenger_commands.py`` and
+    ``test_chat_created_push.py``)."""
     sender = uuid4()
     async with pool.acquire() as conn:
         chat = await commands.create_chat(conn, creator=sender, title="t", members=members)
+        purged = await conn.execute(
+            "DELETE FROM messenger.realtime_outbox WHERE chat_id = $1 AND kind = 'ChatUpdated'",
+            chat,
+        )
+        assert purged == "DELETE 1", purged
     return chat, sender
 
 

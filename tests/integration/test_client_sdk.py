@@ -60,6 +60,7 @@ async def test_a_second_delivery_of_one_chat_seq_shows_one_message(
         await wait_until(lambda: _all_done(pool))
         await pool.execute(
             "UPDATE messenger.realtime_outbox SET status = 'Pending', next_attempt_at = now()"
+            " WHERE kind = 'MessageReceived'"
         )
         await wait_until(lambda: dropped == [(chat, sent["seq"])])
         await wait_until(lambda: _all_done(pool))
@@ -91,8 +92,9 @@ async def test_rows_committed_while_the_dispatcher_is_down_arrive_later_and_rest
                 r = await alice.post(f"/api/chats/{chat}/messages", json={"body": f"m{n}"})
                 assert r.status_code == 201
         await asyncio.sleep(0.3)
-        # Committed with their push intents, and nothing pushed: the dispatcher is down.
-        assert await outbox_statuses(pool) == ["Pending"] * 3
+        # Committed with their push intents (the chat's creation's too), and nothing pushed:
+        # the dispatcher is down.
+        assert await outbox_statuses(pool) == ["Pending"] * 4
         assert live == []
         # A second device of Bob's opens now: REST gives it the whole chat at once.
         async with stack.client(stack.bob) as tablet:

@@ -41,7 +41,22 @@ def test_the_scenario_covers_all_26_kinds() -> None:
 async def test_each_command_writes_its_rows_in_its_own_transaction(pool: asyncpg.Pool) -> None:
     ctx = Ctx(pool)
     await ctx.setup()
-    assert await new_rows(pool, UUID(int=0)) == []  # creating a chat pushes nothing
+    # Creating the chat pushes its ChatCreated chat event to the chat, in the same transaction.
+    [created] = await new_rows(pool, UUID(int=0))
+    assert [row_shape(created)] == expected_shape(
+        [(RealtimeDispatchKind.CHAT_UPDATED, ctx.chat, None)]
+    )
+    assert created["ref_id"] == created["id"]  # the chat event's id is the row's
+    event = await pool.fetchrow(
+        "SELECT xmin::text, event_kind, actor_user_id, subject_user_id FROM messenger.chat_events"
+        " WHERE id = $1",
+        created["ref_id"],
+    )
+    assert tuple(event) == (created["xmin"], "ChatCreated", ctx.alice, None)
+    chat_xmin = await pool.fetchval(
+        "SELECT xmin::text FROM messenger.chats WHERE id = $1", ctx.ids["chat"]
+    )
+    assert chat_xmin == created["xmin"]
     for step in STEPS:
         before = await last_id(pool)
         async with pool.acquire() as conn:

@@ -315,7 +315,7 @@ async def test_nothing_committed_after_the_cursor_is_missed_however_commits_inte
     reading = asyncio.create_task(reader())
     await asyncio.gather(*(owner(room, n) for n, room in enumerate(rooms * 2)))
     written = set(await outbox_ids(pool, "chat_id = ANY($1::uuid[])", rooms))
-    assert len(written) == 8 * 15
+    assert len(written) == 4 + 8 * 15  # each room's creation (chat_updated), then the messages
 
     async def read_all() -> bool:
         return written <= got.keys()
@@ -324,7 +324,11 @@ async def test_nothing_committed_after_the_cursor_is_missed_however_commits_inte
     stop.set()
     await reading
     assert set(got) == written
-    bodies = sorted(e["payload"]["body"] for e in got.values())
+    created = [e["payload"] for e in got.values() if e["target"] == "chat_updated"]
+    assert sorted((p["chatId"], p["eventKind"]) for p in created) == sorted(
+        (str(room), "ChatCreated") for room in rooms
+    )
+    bodies = sorted(e["payload"]["body"] for e in got.values() if e["target"] != "chat_updated")
     assert bodies == sorted(f"{n}.{i}" for n in range(8) for i in range(15))
 
 

@@ -1,9 +1,9 @@
 """Chats and their membership: create, add / remove / leave, rename, read one.
 
-Every membership change writes a ``messenger.chat_events`` row and a ``ChatUpdated`` outbox row
-and announces itself with ``pg_notify('realtime_membership', …)``, all in one transaction: the hub
-has applied the change before the dispatcher can push the event, so a new member receives it
-and a removed member receives nothing more of the chat.
+A chat's creation and every membership change write a ``messenger.chat_events`` row and a
+``ChatUpdated`` outbox row and announce themselves with ``pg_notify('realtime_membership', …)``,
+all in one transaction: the hub has applied the change before the dispatcher can push the
+event, so a new member receives it and a removed member receives nothing more of the chat.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
 
 
 class ChatEventKind(StrEnum):
+    CHAT_CREATED = "ChatCreated"
     MEMBER_ADDED = "MemberAdded"
     MEMBER_REMOVED = "MemberRemoved"
     MEMBER_LEFT = "MemberLeft"
@@ -100,8 +101,10 @@ async def create_chat(
     conn: DbConnection, *, creator: UUID, title: str, members: Iterable[UUID] = ()
 ) -> UUID:
     """A chat with ``creator`` and ``members`` as active participants. Nobody who has blocked
-    the creator can be added. Creation itself is not pushed: the members' connections join
-    ``chat:{chatId}`` live and clients list their chats over REST."""
+    the creator can be added. Creation is pushed: a ``ChatCreated`` chat event (actor: the
+    creator) and its ``ChatUpdated`` row, in the same transaction as the membership
+    notifications, so every member's connection has joined ``chat:{chatId}`` before the push
+    reaches the group (the hub's membership barrier) and their clients list the chat at once."""
     chat_id = new_id()
     users = list(dict.fromkeys([creator, *members]))
     async with conn.transaction():
@@ -120,6 +123,9 @@ async def create_chat(
         )
         for user in users:
             await notify_membership(conn, chat_id, user, active=True)
+        await record_chat_event(
+            conn, chat_id, ChatEventKind.CHAT_CREATED, actor=creator, subject=None
+        )
     return chat_id
 
 
