@@ -11,8 +11,8 @@
 // GET /api/sync alone (a seq gap reads on from the cursor) and calls `resync(reason)` where the
 // cursor cannot carry it: "start" (the first cursor was just taken: load what came before it),
 // "limited" (the server no longer holds what came after the cursor), "sync_off" (the server has
-// no GET /api/sync: on every connect). A chat first seen live (its first event a push) is not a
-// gap: its timeline starts at that push, and a hook declared with a second parameter,
+// no GET /api/sync: on every connect). A chat first seen live (its first event a push, or in a
+// resume's page) is not a gap: its timeline starts at that event, and a hook declared with a second parameter,
 // `(reason, chatId) => …`, is asked `resync("new_chat", chatId)` (never sync) to seed it from
 // your own history with `client.seed(chatId, messages)`.
 // The cursor keeps up during a session: after `cursorEvery` live events, or once the stream has
@@ -612,7 +612,7 @@ export class MessengerClient {
         this.seen.delete(this.seen.values().next().value as string); // the oldest
       }
     }
-    if (live && chatId !== null && !this.timelines.has(chatId)) this.firstSeenLive(chatId, event, data);
+    if (chatId !== null && !this.timelines.has(chatId)) this.firstSeen(chatId, event, data);
     if (chatId !== null && (EVENT_NAMES as readonly string[]).includes(event)) {
       const timeline = this.timeline(chatId);
       if (event === "message_received") {
@@ -649,10 +649,10 @@ export class MessengerClient {
     return change !== "duplicate";
   }
 
-  /** A chat whose first event came live, with your own resync (your own schema): what came
-   *  before is your history, not a gap to read over sync. Its timeline starts at this event, and
+  /** A chat whose first event came (live, or in a resume's page), with your own resync (your own
+   *  schema): what came before is your history, not a gap to read over sync. Its timeline starts at this event, and
    *  a hook declared with two parameters is asked to seed it. */
-  private firstSeenLive(chatId: Key, event: string, data: Record<string, unknown>): void {
+  private firstSeen(chatId: Key, event: string, data: Record<string, unknown>): void {
     const resync = this.options.resync;
     if (resync === undefined || typeof data.seq !== "number" || !MESSAGE_EVENTS.has(event)) return;
     this.timeline(chatId).startAfter(event === "message_received" ? data.seq - 1 : data.seq);

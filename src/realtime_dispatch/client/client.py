@@ -32,9 +32,10 @@ the application passes ``resync``, its own full resync, and the client then neve
 cursor), and calls ``resync(reason)`` where the cursor cannot carry it: ``"start"`` (the first
 cursor was just taken: load what came before it), ``"limited"`` (the server no longer holds
 what came after the cursor) and ``"sync_off"`` (the server has no ``GET /api/sync``: on every
-connect). A chat first seen live (its first event is a push) is not a gap: its timeline starts
-at that push, and a hook that takes a second parameter is asked ``resync("new_chat", chat_id)``
-(never sync) to seed it from the application's own history with :meth:`MessengerClient.seed`.
+connect). A chat first seen live (its first event is a push, or in a resume's page) is not a
+gap: its timeline starts at that event, and a hook that takes a second parameter is asked
+``resync("new_chat", chat_id)`` (never sync) to seed it from the application's own history with
+:meth:`MessengerClient.seed`.
 
 Events of a name the SDK has no model for (an application's own declared kinds, such as
 ``reaction_added``) reach ``on("reaction_added", callback)`` as
@@ -504,8 +505,8 @@ class MessengerClient:
             await self._duplicate(event, getattr(event, "chat_id", None))
             return False
         chat_id = getattr(event, "chat_id", None)
-        if live and chat_id is not None and chat_id not in self.timelines:
-            self._first_seen_live(chat_id, event)
+        if chat_id is not None and chat_id not in self.timelines:
+            self._first_seen(chat_id, event)
         applied = apply_event(self.timelines, event)
         if applied.duplicate:
             await self._duplicate(event, applied.chat_id)
@@ -540,11 +541,11 @@ class MessengerClient:
             await _call(callback, event)
         return True
 
-    def _first_seen_live(self, chat_id: Key, event: Contract) -> None:
-        """A chat whose first event came live, on an adopter's schema (the application's own
-        ``resync``): what came before is the application's history, not a gap to read over
-        sync. Its timeline starts at this event, and a hook that takes the chat is asked to
-        seed it."""
+    def _first_seen(self, chat_id: Key, event: Contract) -> None:
+        """A chat whose first event came (live, or in a resume's page), on an adopter's schema
+        (the application's own ``resync``): what came before is the application's history,
+        not a gap to read over sync. Its timeline starts at this event, and a hook that takes
+        the chat is asked to seed it."""
         if self._own_resync is None:
             return  # the reference REST API fetches a chat's history itself
         seq = getattr(event, "seq", None)
