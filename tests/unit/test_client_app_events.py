@@ -117,3 +117,34 @@ def test_a_timeline_starts_after_what_the_application_shows_itself() -> None:
     assert [m.seq for m in new] == [10, 11]  # 12 was there
     assert seeded.contiguous_seq == 12
     assert not seeded.has_gap
+
+
+async def test_a_chat_first_heard_of_by_a_read_receipt_starts_at_its_first_message() -> None:
+    """With the application's own resync: a read receipt tells no seq to start from, so the
+    chat's first message (seq 6) starts its timeline, and nothing is asked of sync."""
+    client = MessengerClient("http://127.0.0.1:9", "token", resync=lambda reason: None)
+    chat, user = uuid4(), uuid4()
+    receipt = {
+        "eventId": str(uuid4()),
+        "chatId": str(chat),
+        "userId": str(user),
+        "lastReadSeq": 5,
+        "readAt": "2026-01-01T00:00:00Z",
+    }
+    message = {
+        "eventId": str(uuid4()),
+        "chatId": str(chat),
+        "messageId": str(uuid4()),
+        "seq": 6,
+        "kind": "Text",
+        "body": "hi",
+        "sentAt": "2026-01-01T00:00:00Z",
+    }
+    assert await client._deliver("read_receipt_updated", (receipt,), live=True)
+    assert await client._deliver("message_received", (message,), live=True)
+    timeline = client.timeline(chat)
+    assert (timeline.contiguous_seq, timeline.has_gap) == (6, False)
+    assert client._resumer is None  # no read of sync was asked for
+    later = {**message, "eventId": str(uuid4()), "messageId": str(uuid4()), "seq": 8}
+    assert await client._deliver("message_received", (later,), live=True)
+    assert timeline.has_gap  # a gap after the start is one

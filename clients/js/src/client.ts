@@ -612,7 +612,9 @@ export class MessengerClient {
         this.seen.delete(this.seen.values().next().value as string); // the oldest
       }
     }
-    if (chatId !== null && !this.timelines.has(chatId)) this.firstSeen(chatId, event, data);
+    // No message of the chat heard of yet (a read receipt may have come: it tells no seq).
+    const unheard = chatId !== null && (this.timelines.get(chatId)?.highestSeq ?? 0) === 0;
+    if (chatId !== null && unheard) this.firstSeen(chatId, event, data);
     if (chatId !== null && (EVENT_NAMES as readonly string[]).includes(event)) {
       const timeline = this.timeline(chatId);
       if (event === "message_received") {

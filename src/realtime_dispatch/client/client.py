@@ -505,7 +505,7 @@ class MessengerClient:
             await self._duplicate(event, getattr(event, "chat_id", None))
             return False
         chat_id = getattr(event, "chat_id", None)
-        if chat_id is not None and chat_id not in self.timelines:
+        if chat_id is not None and self._unheard(chat_id):
             self._first_seen(chat_id, event)
         applied = apply_event(self.timelines, event)
         if applied.duplicate:
@@ -540,6 +540,11 @@ class MessengerClient:
         for callback in self._callbacks.get(target, ()):
             await _call(callback, event)
         return True
+
+    def _unheard(self, chat_id: Key) -> bool:
+        """No message of the chat heard of yet (a read receipt or a ``chat_updated`` may have
+        come: they tell no seq to start from)."""
+        return chat_id not in self.timelines or self.timelines.get(chat_id).highest_seq == 0
 
     def _first_seen(self, chat_id: Key, event: Contract) -> None:
         """A chat whose first event came (live, or in a resume's page), on an adopter's schema
