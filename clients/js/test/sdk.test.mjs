@@ -267,8 +267,8 @@ test("100 live pushes into chats first seen live cost no sync call; the hook see
       if (reason === "new_chat") b.seed(chatId, await b.rest.historyAfter(chatId, 0));
     },
   });
-  let live = 0;
-  b.on("message_received", () => { live += 1; });
+  let live = 0; // "before" may still come live on a loaded machine (its push late): not counted
+  b.on("message_received", (m) => { if (m.body.startsWith("live")) live += 1; });
   await b.start();
   await b.settled();
   assert.deepEqual(asked, ["start"]);
