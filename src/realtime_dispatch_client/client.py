@@ -16,13 +16,31 @@ cursor, page by page, applies what it missed through the same dedupe and tells
 falls back to the full resync. So a timeline ends complete and duplicate-free whatever the hub
 did: lost, repeated or reordered pushes, drops, restarts.
 
+The cursor keeps up during a session: after ``cursor_every`` live events, or once the stream
+has been quiet for ``cursor_idle`` seconds after some, the client reads on from its cursor in
+the background (a keep-up read: the same pages, the same dedupe, what it reads came live
+already and is dropped). So a reconnect reads what it missed plus at most what came since the
+last keep-up read, never the whole session, and a session outlives the outbox's retention. The
+position comes from the sync read itself, not from the pushes: only a sync page knows the
+commit-safe horizon (a row still pending, retried or in a transaction still open, is served by
+the page that passes it, or holds the cursor back), so a cursor that moves only by reading can
+never skip a row.
+
 On a deployment without the reference messenger's REST API (``hub`` on an adopter's schema),
 the application passes ``resync``, its own full resync, and the client then never calls
 ``/api/chats…``: it resumes through ``GET /api/sync`` alone (a seq gap reads on from the
 cursor), and calls ``resync(reason)`` where the cursor cannot carry it: ``"start"`` (the first
 cursor was just taken: load what came before it), ``"limited"`` (the server no longer holds
 what came after the cursor) and ``"sync_off"`` (the server has no ``GET /api/sync``: on every
-connect).
+connect). A chat first seen live (its first event is a push, or in a resume's page) is not a
+gap: its timeline starts at that event, and a hook that takes a second parameter is asked
+``resync("new_chat", chat_id)`` (never sync) to seed it from the application's own history with
+:meth:`MessengerClient.seed`.
+
+Events of a name the SDK has no model for (an application's own declared kinds, such as
+``reaction_added``) reach ``on("reaction_added", callback)`` as
+:class:`~realtime_dispatch_client.events.AppEvent`, through the same dedupe by ``eventId``, the
+same resume and in the same order as the built-in events.
 
 Background work (the connection, resyncs) runs in a task group owned by the ``async with``
 block; an exception in a callback stops the client and comes out of the block.
@@ -35,19 +53,26 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, overload
 from uuid import UUID
 
 import httpx
 import structlog
 
 from realtime_dispatch.contracts.base import Contract, key_context
+from realtime_dispatch.contracts.messages import MessageReceived
 from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
 from realtime_dispatch.contracts.signals import PresenceChanged
 from realtime_dispatch.keys import KEY_TYPES, UUID_KEYS, Key, key_codec
 from realtime_dispatch_client.apply import Timelines, apply_event
 from realtime_dispatch_client.connection import ConnectionOptions, HubClientConnection
-from realtime_dispatch_client.events import parse_event
+from realtime_dispatch_client.events import (
+    EVENT_NAME,
+    AppEvent,
+    app_event,
+    is_known,
+    parse_event,
+)
 from realtime_dispatch_client.exceptions import (
     HubMethodError,
     HubProtocolError,
@@ -63,9 +88,11 @@ log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Contract)
 Callback = Callable[..., Awaitable[None] | None]
-ResyncReason = Literal["start", "limited", "sync_off"]
+ResyncReason = Literal["start", "limited", "sync_off", "new_chat"]
 KeyType = Literal["uuid", "bigint", "text"]
-ResyncHook = Callable[[ResyncReason], Awaitable[None] | None]
+ResyncHook = Callable[..., Awaitable[None] | None]
+"""``resync(reason)``, or ``resync(reason, chat_id)`` to be asked about chats first seen live
+(``reason`` ``"new_chat"``, ``chat_id`` that chat's key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +108,18 @@ class ClientOptions:
     # The deployment's REALTIME_KEY_TYPE: the typed events' ids are UUIDs ("uuid"), ints
     # ("bigint") or strings ("text"), as the server's payloads carry them.
     key_type: KeyType = "uuid"
+    # Keep-up reads of GET /api/sync during a session, so that a reconnect reads what it missed
+    # plus at most what came since the last one: after this many live events (with an eventId)
+    # ...
+    cursor_every: int = 1000
+    # ... or once the stream has been quiet this many seconds after some (None: only by count).
+    cursor_idle: float | None = 5.0
+
+    def __post_init__(self) -> None:
+        if self.cursor_every < 1:
+            raise ValueError("cursor_every: at least 1")
+        if self.cursor_idle is not None and not self.cursor_idle > 0:
+            raise ValueError("cursor_idle: positive, or None")
 
 
 @dataclass
@@ -92,6 +131,11 @@ class ClientStats:
     resumes: int = 0  # reconnects resumed from the sync cursor
     missed: int = 0  # events a resume brought that had not come live
     full_resyncs: int = 0  # first connects, resumes answered `limited`, connects without sync
+    sync_pages: int = 0  # GET /api/sync pages read (resumes, keep-up reads, gaps, the start)
+    sync_events: int = 0  # events those pages held (new or not)
+    cursor_reads: int = 0  # keep-up reads that completed
+    last_resume_read: int = 0  # events the last resume's pages held (new or not)
+    seeded: int = 0  # chats first seen live that the resync hook was asked to seed
 
 
 async def _call(callback: Callback, *args: Any) -> None:
@@ -127,13 +171,14 @@ class MessengerClient:
                 " REST API, the resync without it, has uuid keys)"
             )
         self._own_resync = resync
+        self._hook_takes_chat = resync is not None and _takes_two(resync)
         self._sync_off = False  # the server answered that it has no GET /api/sync
         self._key_type_told = False  # client_key_type_mismatch said once
         self.stats = ClientStats()
         self.timelines = Timelines()
         self._base_url = base_url
         self._token = token
-        self._callbacks: dict[type[Contract], list[Callback]] = {}
+        self._callbacks: dict[type[Contract] | str, list[Callback]] = {}
         self._on_duplicate: list[Callback] = []
         self._on_resync: list[Callback] = []
         self._on_resumed: list[Callback] = []
@@ -143,6 +188,11 @@ class MessengerClient:
         self._seen = SeenEvents(self.options.seen_capacity)
         self._resumer: asyncio.Task[None] | None = None
         self._resume_again = False
+        self._report = False  # the read asked for is a resume (counted, on_resumed told)
+        self._unread = 0  # live events with an eventId since the last read began
+        self._last_live = 0.0  # when the last of them came (the loop's clock)
+        self._keeper: asyncio.Task[None] | None = None
+        self._seeders: set[asyncio.Task[None]] = set()
         self._connected = asyncio.Event()
         self._wanted: dict[UUID, int] = {}  # chat → overlap of the resync asked for
         self._syncers: dict[UUID, asyncio.Task[None]] = {}
@@ -171,6 +221,10 @@ class MessengerClient:
         connection = HubClientConnection(self._base_url, self._token, self, self.options.connection)
         self._hub = connection
         self._runner = self._group.create_task(connection.run(), name="messenger-client-hub")
+        if self.options.cursor_idle is not None:
+            self._keeper = self._group.create_task(
+                self._keep_up(self.options.cursor_idle), name="messenger-client-cursor"
+            )
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -180,7 +234,11 @@ class MessengerClient:
         assert self._http is not None
         try:
             self._runner.cancel()
-            pending = [*self._syncers.values(), *filter(None, [self._chat_lister, self._resumer])]
+            pending = [
+                *self._syncers.values(),
+                *self._seeders,
+                *filter(None, [self._chat_lister, self._resumer, self._keeper]),
+            ]
             for task in pending:
                 task.cancel()
             await self._group.__aexit__(*exc_info)
@@ -206,9 +264,27 @@ class MessengerClient:
     async def wait_connected(self) -> None:
         await self._connected.wait()
 
-    def on(self, event_type: type[E], callback: Callable[[E], Awaitable[None] | None]) -> None:
-        """Call ``callback`` with every new event of ``event_type`` (duplicates never reach it)."""
-        self._callbacks.setdefault(event_type, []).append(callback)
+    @overload
+    def on(self, event: type[E], callback: Callable[[E], Awaitable[None] | None]) -> None: ...
+
+    @overload
+    def on(self, event: str, callback: Callable[[Any], Awaitable[None] | None]) -> None: ...
+
+    def on(self, event: type[E] | str, callback: Callable[[Any], Awaitable[None] | None]) -> None:
+        """Call ``callback`` with every new event of ``event`` (duplicates never reach it): a
+        model (``MessageReceived``), or an event name. A name of the 26 or of a live signal
+        (``"message_received"``) is its model, typed as before; any other name
+        (``"reaction_added"``, an application's declared kind) gives
+        :class:`~realtime_dispatch_client.events.AppEvent` values, deduplicated by ``eventId``,
+        resumed through sync and ordered as the built-in events are."""
+        if not isinstance(event, str):
+            self._callbacks.setdefault(event, []).append(callback)
+            return
+        if not event:
+            raise ValueError("on: an event name")
+        keys = _MODELS_BY_NAME.get(event, (event,))  # call_invited: its 1:1 and group shapes
+        for key in keys:
+            self._callbacks.setdefault(key, []).append(callback)
 
     # --- live signals (never persisted: nothing to resync) ----------------------------------
 
@@ -290,6 +366,13 @@ class MessengerClient:
         """The chat's timeline as it is now (empty for a chat not seen yet)."""
         return self.timelines.get(chat_id)
 
+    def seed(self, chat_id: Key, messages: Iterable[TimelineMessage]) -> list[TimelineMessage]:
+        """Seed a chat's timeline from the application's own history (its latest page, or all
+        of it), typically in the resync hook (``"start"``, ``"limited"``, ``"new_chat"``): the
+        messages are merged (duplicates of pushes dropped) and what is older than the oldest
+        of them is not a gap to repair. Returns the messages that were new here."""
+        return self.timelines.get(chat_id).seed(messages)
+
     async def track(self, chat_id: UUID) -> Timeline:
         """Follow a chat: fetch its history now; it is resynced on every reconnect. With the
         application's own ``resync``, its history is the application's to load."""
@@ -309,10 +392,19 @@ class MessengerClient:
             await asyncio.wait([task])
 
     async def settled(self) -> None:
-        """Wait until no resume, resync or listing of chats is running."""
-        while self._syncers or self._chat_lister is not None or self._resumer is not None:
+        """Wait until no resume, keep-up read, resync, seeding or listing of chats is running."""
+        while (
+            self._syncers
+            or self._seeders
+            or self._chat_lister is not None
+            or self._resumer is not None
+        ):
             await asyncio.wait(
-                [*self._syncers.values(), *filter(None, [self._chat_lister, self._resumer])]
+                [
+                    *self._syncers.values(),
+                    *self._seeders,
+                    *filter(None, [self._chat_lister, self._resumer]),
+                ]
             )
 
     # --- HubListener --------------------------------------------------------------------------
@@ -330,7 +422,10 @@ class MessengerClient:
                 self._rewatch(), name="messenger-client-rewatch"
             )
 
-    def _request_resume(self) -> None:
+    def _request_resume(self, *, report: bool = True) -> None:
+        """A read on from the cursor: a resume (``report``: counted, ``on_resumed`` told) or
+        a keep-up read. One at a time: asked again meanwhile, it reads on once more."""
+        self._report |= report
         if self._resumer is not None:
             self._resume_again = True  # asked again while resuming: read on once more
         elif self._group is not None:
@@ -340,7 +435,29 @@ class MessengerClient:
         self._connected.clear()
 
     async def hub_event(self, record: EventRecord) -> None:
-        await self._deliver(record.target, record.arguments)
+        await self._deliver(record.target, record.arguments, live=True)
+
+    def _count_live(self) -> None:
+        """A live event with an ``eventId``: past ``cursor_every`` since the last read, the
+        cursor keeps up."""
+        self._unread += 1
+        self._last_live = asyncio.get_running_loop().time()
+        if self._unread >= self.options.cursor_every:
+            self._request_keep_up()
+
+    def _request_keep_up(self) -> None:
+        if self.cursor is None or not self.connected or self._sync_off:
+            return  # the first connect's read, or the next reconnect's, comes anyway
+        self._unread = 0
+        self._request_resume(report=False)
+
+    async def _keep_up(self, idle: float) -> None:
+        """Once the stream has been quiet ``idle`` seconds after some live events, read on."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(idle)
+            if self._unread and loop.time() - self._last_live >= idle:
+                self._request_keep_up()
 
     def _tell_key_type(self, target: str, arguments: tuple[Any, ...]) -> None:
         """An event refused because its ids are keys of another type than ``key_type`` (a
@@ -365,9 +482,13 @@ class MessengerClient:
             )
             return
 
-    async def _deliver(self, target: str, arguments: tuple[Any, ...]) -> bool:
+    async def _deliver(
+        self, target: str, arguments: tuple[Any, ...], *, live: bool = False
+    ) -> bool:
         """Parse, dedupe (``eventId``, then ``(chatId, seq)``), apply, call back; ``True`` when
-        the event was new."""
+        the event was new. ``live``: it came from the hub (not from a sync page)."""
+        if not is_known(target):
+            return await self._deliver_app_event(target, arguments, live=live)
         try:
             event = parse_event(target, arguments, keys=self._keys)
         except HubProtocolError as exc:
@@ -378,9 +499,14 @@ class MessengerClient:
         if event is None:
             return False
         event_id = getattr(event, "event_id", None)
+        if live and event_id is not None:
+            self._count_live()
         if event_id is not None and not self._seen.first_time(event_id):
             await self._duplicate(event, getattr(event, "chat_id", None))
             return False
+        chat_id = getattr(event, "chat_id", None)
+        if chat_id is not None and self._unheard(chat_id):
+            self._first_seen(chat_id, event)
         applied = apply_event(self.timelines, event)
         if applied.duplicate:
             await self._duplicate(event, applied.chat_id)
@@ -395,7 +521,57 @@ class MessengerClient:
                 self._request_resume()  # what is missing comes from the cursor on
         return not applied.duplicate
 
-    async def _duplicate(self, event: Contract, chat_id: Key | None) -> None:
+    async def _deliver_app_event(
+        self, target: str, arguments: tuple[Any, ...], *, live: bool
+    ) -> bool:
+        """An event of a name without a model (an application's declared kind): the same
+        dedupe by ``eventId``, then its callbacks by name, in arrival order."""
+        try:
+            event = app_event(target, arguments)
+        except HubProtocolError as exc:
+            log.warning("client_event_invalid", target=target, error=str(exc))
+            return False
+        if event.event_id is not None:
+            if live:
+                self._count_live()
+            if not self._seen.first_time(event.event_id):
+                await self._duplicate(event, event.chat_id)
+                return False
+        for callback in self._callbacks.get(target, ()):
+            await _call(callback, event)
+        return True
+
+    def _unheard(self, chat_id: Key) -> bool:
+        """No message of the chat heard of yet (a read receipt or a ``chat_updated`` may have
+        come: they tell no seq to start from)."""
+        return chat_id not in self.timelines or self.timelines.get(chat_id).highest_seq == 0
+
+    def _first_seen(self, chat_id: Key, event: Contract) -> None:
+        """A chat whose first event came (live, or in a resume's page), on an adopter's schema
+        (the application's own ``resync``): what came before is the application's history,
+        not a gap to read over sync. Its timeline starts at this event, and a hook that takes
+        the chat is asked to seed it."""
+        if self._own_resync is None:
+            return  # the reference REST API fetches a chat's history itself
+        seq = getattr(event, "seq", None)
+        if not isinstance(seq, int):
+            return  # a read receipt, a chat_updated: nothing to start from yet
+        timeline = self.timelines.get(chat_id)
+        timeline.start_after(seq - 1 if isinstance(event, MessageReceived) else seq)
+        if self._hook_takes_chat and self._group is not None:
+            self.stats.seeded += 1
+            task = self._group.create_task(
+                self._seed(chat_id), name=f"messenger-client-seed-{chat_id}"
+            )
+            self._seeders.add(task)
+            task.add_done_callback(self._seeders.discard)
+
+    async def _seed(self, chat_id: Key) -> None:
+        assert self._own_resync is not None
+        log.info("client_resync_hook", reason="new_chat")
+        await _call(self._own_resync, "new_chat", chat_id)
+
+    async def _duplicate(self, event: Contract | AppEvent, chat_id: Key | None) -> None:
         self.stats.duplicates_dropped += 1
         seq = getattr(event, "seq", getattr(event, "last_read_seq", 0))
         for callback in self._on_duplicate:
@@ -407,12 +583,13 @@ class MessengerClient:
         try:
             while True:
                 self._resume_again = False
+                report, self._report = self._report, False
                 try:
                     if self.cursor is None:
                         self.cursor = (await self._sync_page(None)).next_cursor
                         await self._full_resync("start")
                     else:
-                        await self._read_on()
+                        await self._read_on(report=report)
                 except RestError as exc:  # a server without /api/sync: resync as before
                     self.cursor = None
                     if self._own_resync is None:
@@ -426,11 +603,14 @@ class MessengerClient:
         finally:
             self._resumer = None
 
-    async def _read_on(self) -> None:
+    async def _read_on(self, *, report: bool = True) -> None:
         """Sync pages from the cursor until the last for now (short, without ``more``);
-        ``limited`` → the full resync."""
+        ``limited`` → the full resync. ``report``: a resume (counted, ``on_resumed`` told);
+        otherwise a keep-up read (what it brings that had not come live is delivered all the
+        same: a row retried after its neighbours were pushed)."""
         missed = 0
         held = 0
+        read = 0
         memberships = False  # a chat event came: the chat list may have changed
         while True:
             page = await self._sync_page(self.cursor)
@@ -439,6 +619,7 @@ class MessengerClient:
                 self.cursor = page.next_cursor
                 await self._full_resync("limited")
                 return
+            read += len(page.events)
             for item in page.events:
                 if await self._deliver(item.target, (item.payload,)):
                     missed += 1
@@ -457,6 +638,11 @@ class MessengerClient:
             self._chat_lister = self._group.create_task(
                 self._sync_chat_list(), name="messenger-client-chat-list"
             )
+        if not report:
+            self.stats.cursor_reads += 1
+            log.debug("client_cursor_kept_up", read=read, missed=missed)
+            return
+        self.stats.last_resume_read = read
         self.stats.resumes += 1
         self.stats.missed += missed
         log.info("client_resumed", missed=missed)
@@ -469,7 +655,10 @@ class MessengerClient:
         failures = 0
         while True:
             try:
-                return await self.rest.sync(since, limit=self.options.sync_page)
+                page = await self.rest.sync(since, limit=self.options.sync_page)
+                self.stats.sync_pages += 1
+                self.stats.sync_events += len(page.events)
+                return page
             except (httpx.TransportError, RestError) as exc:
                 retriable = not isinstance(exc, RestError) or exc.status >= 500 or exc.status == 429
                 if not retriable:
@@ -560,3 +749,28 @@ class MessengerClient:
         log.debug("client_resynced", after_seq=after, fetched=len(history), new=len(recovered))
         for callback in self._on_resync:
             await _call(callback, chat_id, recovered)
+
+
+_MODELS_BY_NAME: dict[str, tuple[type[Contract], ...]] = {}
+for _model, _name in EVENT_NAME.items():
+    _MODELS_BY_NAME[_name] = (*_MODELS_BY_NAME.get(_name, ()), _model)
+"""Every model of an event name the SDK knows (the 26, their group shapes, the signals)."""
+
+
+def _takes_two(hook: ResyncHook) -> bool:
+    """Whether the resync hook takes a second positional argument (the chat of
+    ``"new_chat"``): hooks written before it take the reason alone and are not asked."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the reason alone
+        return False
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in {
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        }:
+            positional += 1
+    return positional >= 2

@@ -8,7 +8,9 @@ never breaks an older client.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
+from uuid import UUID
 
 from pydantic import ValidationError
 
@@ -34,6 +36,41 @@ def _wire_names(model: type[Contract]) -> frozenset[str]:
 
 _ALL_MODELS = (*EVENT_MODELS.values(), *GROUP_EVENT_MODELS.values(), *SIGNAL_MODELS.values())
 _KNOWN_FIELDS = {model: _wire_names(model) for model in _ALL_MODELS}
+
+
+@dataclass(frozen=True, slots=True)
+class AppEvent:
+    """An event of a name this SDK has no model for: an application's own declared kind
+    (``reaction_added``), or one of a newer server. ``payload`` is the invocation's argument
+    as it came; ``event_id`` its ``eventId`` (the dedupe's key, as for the built-in events),
+    ``chat_id`` its ``chatId`` (a chat target's), when they are there."""
+
+    name: str
+    payload: dict[str, Any]
+    event_id: UUID | None = None
+    chat_id: Any = None
+
+
+def app_event(target: str, arguments: tuple[Any, ...]) -> AppEvent:
+    """The :class:`AppEvent` of an invocation whose name has no model; its single argument
+    must be an object (:class:`HubProtocolError` otherwise). An ``eventId`` that is not a UUID
+    is left out (no dedupe for it, as for a payload without one)."""
+    if len(arguments) != 1 or not isinstance(arguments[0], dict):
+        raise HubProtocolError(f"{target}: expected one object argument")
+    payload = arguments[0]
+    raw = payload.get("eventId")
+    event_id: UUID | None = None
+    if isinstance(raw, str):
+        try:
+            event_id = UUID(raw)
+        except ValueError:
+            event_id = None
+    return AppEvent(target, payload, event_id, payload.get("chatId"))
+
+
+def is_known(target: str) -> bool:
+    """An event name the SDK has a model for (the 26 and the live signals)."""
+    return target in EVENT_MODELS or target in SIGNAL_MODELS
 
 
 def parse_event(
@@ -69,4 +106,4 @@ def __getattr__(name: str) -> type[Contract]:
 
 _BY_CLASS_NAME = {m.__name__: m for m in _ALL_MODELS}
 
-__all__ = ["BY_EVENT_NAME", "EVENT_NAME", "parse_event"]
+__all__ = ["BY_EVENT_NAME", "EVENT_NAME", "AppEvent", "app_event", "is_known", "parse_event"]

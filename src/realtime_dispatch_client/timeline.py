@@ -170,6 +170,26 @@ class Timeline:
         """Merge a REST page; returns the messages that were new here."""
         return [m for m in messages if self.add(m) is Change.ADDED]
 
+    def start_after(self, seq: int) -> None:
+        """What comes before ``seq + 1`` is the application's to show (its own history, or
+        nothing): seqs up to ``seq`` no longer count as missing. For a chat first seen live on
+        an adopter's schema, and for a timeline seeded with the latest page of its history.
+        Never moves back."""
+        if seq > self._contiguous:
+            self._contiguous = seq
+            self._highest = max(self._highest, seq)
+            while self._contiguous + 1 in self._by_seq:
+                self._contiguous += 1
+
+    def seed(self, messages: Iterable[TimelineMessage]) -> list[TimelineMessage]:
+        """The application's own history of this chat (its latest page, or all of it): merged
+        like a REST page, and what is older than its oldest message is not a gap. Returns the
+        messages that were new here."""
+        page = list(messages)
+        if page:
+            self.start_after(min(m.seq for m in page) - 1)
+        return self.add_history(page)
+
     def read(self, user_id: Key, last_read_seq: int) -> bool:
         """A read mark; marks only move forward (a stale or repeated receipt changes nothing)."""
         if last_read_seq <= self.read_marks.get(user_id, 0):

@@ -70,6 +70,9 @@ def test_parse_messages() -> None:
     assert parse_message(ormsgpack.packb([1, {}, None, "Send", []])) == Invocation(
         MessageType.INVOCATION, "Send", None
     )
+    assert parse_message(ormsgpack.packb([4, {}, "8", "Stream", [1], ["s1"]])) == Invocation(
+        MessageType.STREAM_INVOCATION, "Stream", "8", (1,)
+    )
     assert parse_message(ormsgpack.packb([6])) == Other(MessageType.PING)
     assert parse_message(ormsgpack.packb([8, 3])) == Ack(3)
     assert parse_message(ormsgpack.packb([9, 1])) == Sequence(1)
@@ -92,6 +95,7 @@ def test_json_records_re_encoded() -> None:
         None,
         "t",
         [{"a": 1, "b": [1.5, None, True, "é"]}],
+        [],  # the stream ids: six elements, as ASP.NET Core writes an Invocation
     ]
     close = record_from_json(json_close("e", allow_reconnect=True).encode())
     assert close == close_message("e", allow_reconnect=True)
@@ -114,10 +118,10 @@ _JSON_VALUES = st.recursive(
 
 
 def _invocation_record(target: str, arguments: list[object]) -> bytes:
-    """What the hub sent a MessagePack member for a push before records were read in one
-    piece: ``[1, {}, None`` and the target built once, then the arguments packed."""
-    head = b"\x95\x01\x80\xc0" + ormsgpack.packb(target)
-    return length_prefixed(head + ormsgpack.packb(arguments))
+    """An Invocation for a MessagePack member, built in pieces: ``[1, {}, None`` and the
+    target, the arguments packed, and the empty stream ids (six elements)."""
+    head = b"\x96\x01\x80\xc0" + ormsgpack.packb(target)
+    return length_prefixed(head + ormsgpack.packb(arguments) + b"\x90")
 
 
 @settings(max_examples=300, deadline=None)
@@ -158,11 +162,11 @@ def test_records_not_of_a_push_shape_are_re_encoded_as_any_record() -> None:
     encoded = records_from_json(records)
     assert encoded == [record_from_json(record) for record in records]
     assert [ormsgpack.unpackb(record[1:]) for record in encoded[:5]] == [
-        [1, {}, None, "t", [1]],
-        [1, {}, None, "t", [[1]]],
-        [1, {}, None, 'a"b', [2]],
-        [1, {}, None, "tA", [3]],
-        [1, {}, None, "t", [4]],
+        [1, {}, None, "t", [1], []],
+        [1, {}, None, "t", [[1]], []],
+        [1, {}, None, 'a"b', [2], []],
+        [1, {}, None, "tA", [3], []],
+        [1, {}, None, "t", [4], []],
     ]
     for broken in (
         b'{"type":1,"target":"t","arguments":[1],[2]}\x1e',

@@ -231,6 +231,15 @@ def test_negotiation_store_claims_by_token_or_id_once():
         "connectionToken",
         "useStatefulReconnect",
     ]
+    # Version 0 (signalrcore asks without negotiateVersion): the field is written, as 0, and
+    # no connectionToken (the WebSocket's id is then the connectionId).
+    plain = negotiate_body(old, version=0)
+    assert plain == {
+        "negotiateVersion": 0,
+        "connectionId": old.connection_id,
+        "availableTransports": plain["availableTransports"],
+    }
+    assert negotiate_body(old, version=2)["negotiateVersion"] == 1
 
 
 SECRET = "unit-secret-unit-secret-unit-secret-!!"

@@ -11,7 +11,19 @@
 // GET /api/sync alone (a seq gap reads on from the cursor) and calls `resync(reason)` where the
 // cursor cannot carry it: "start" (the first cursor was just taken: load what came before it),
 // "limited" (the server no longer holds what came after the cursor), "sync_off" (the server has
-// no GET /api/sync: on every connect).
+// no GET /api/sync: on every connect). A chat first seen live (its first event a push, or in a
+// resume's page) is not a gap: its timeline starts at that event, and a hook declared with a second parameter,
+// `(reason, chatId) => …`, is asked `resync("new_chat", chatId)` (never sync) to seed it from
+// your own history with `client.seed(chatId, messages)`.
+// The cursor keeps up during a session: after `cursorEvery` live events, or once the stream has
+// been quiet `cursorIdleMs` after some, the client reads on from its cursor in the background
+// (a keep-up read: what it brings came live already and is dropped), so a reconnect reads what
+// it missed plus at most what came since, never the whole session. The position comes from the
+// sync read, not from the pushes: only a sync page knows the commit-safe horizon, so a cursor
+// that moves only by reading never skips a row still pending.
+// Any event name works with `on`: the 26 and the live signals typed, any other (your own
+// declared kinds, `reaction_added`) with its payload as it came, through the same dedupe by
+// eventId, the same resume and in the same order.
 
 import {
   HubConnection,
@@ -37,8 +49,19 @@ export const EVENT_NAMES: readonly EventName[] = [
   "recording_failed", "screen_share_started", "screen_share_stopped", "blacklist_changed",
 ];
 
-/** Why the SDK asks the application for its own full resync (ClientOptions.resync). */
-export type ResyncReason = "start" | "limited" | "sync_off";
+/** Why the SDK asks the application for its own full resync (ClientOptions.resync);
+ *  "new_chat": seed the chat of the second argument (only a hook declared with two
+ *  parameters is asked). */
+export type ResyncReason = "start" | "limited" | "sync_off" | "new_chat";
+
+/** The payload of an event of your own (a declared kind): its fields as the server built them. */
+export interface AppEventPayload {
+  eventId?: string;
+  chatId?: Key;
+  [field: string]: unknown;
+}
+
+const MESSAGE_EVENTS: ReadonlySet<string> = new Set(["message_received", "message_edited", "message_deleted"]);
 
 /** A hub transport by the name the official client gives it. */
 export type TransportName = "WebSockets" | "ServerSentEvents" | "LongPolling";
@@ -74,7 +97,12 @@ export interface ClientOptions {
   transport?: HttpTransportType | TransportName;
   /** Your application's own full resync, for a server without the reference REST API: with it
    *  the SDK never calls /api/chats… (see the top of this file for the reasons). */
-  resync?: (reason: ResyncReason) => void | Promise<void>;
+  resync?: (reason: ResyncReason, chatId?: Key) => void | Promise<void>;
+  /** Keep-up reads of GET /api/sync during a session: after this many live events (default
+   *  1000) ... */
+  cursorEvery?: number;
+  /** ... or once the stream has been quiet this long (ms, default 5000; null: by count only). */
+  cursorIdleMs?: number | null;
 }
 
 function transportOf(option: ClientOptions["transport"]): HttpTransportType {
@@ -94,6 +122,15 @@ export interface ClientStats {
   missed: number;
   /** First connects, resumes the server answered `limited`, and connects without sync. */
   fullResyncs: number;
+  /** GET /api/sync pages read (resumes, keep-up reads, gaps, the start) and their events. */
+  syncPages: number;
+  syncEvents: number;
+  /** Keep-up reads that completed. */
+  cursorReads: number;
+  /** Events the last resume's pages held (new or not). */
+  lastResumeRead: number;
+  /** Chats first seen live that the resync hook was asked to seed. */
+  seeded: number;
 }
 
 type Handler<K extends EventName | SignalName> = (payload: HubMessages[K]) => void;
@@ -101,7 +138,8 @@ type Handler<K extends EventName | SignalName> = (payload: HubMessages[K]) => vo
 export class MessengerClient {
   readonly stats: ClientStats = {
     duplicatesDropped: 0, refetches: 0, recovered: 0, connects: 0, tokenRefreshes: 0,
-    resumes: 0, missed: 0, fullResyncs: 0,
+    resumes: 0, missed: 0, fullResyncs: 0, syncPages: 0, syncEvents: 0, cursorReads: 0,
+    lastResumeRead: 0, seeded: 0,
   };
   /** The sync cursor: nextCursor of the last sync page (null before the first connect). */
   cursor: string | null = null;
@@ -121,6 +159,14 @@ export class MessengerClient {
   private rewatchAgain = false;
   private resuming: Promise<void> | null = null;
   private resumeAgain = false;
+  /** The read asked for is a resume (counted, onResumed told), not a keep-up read. */
+  private report = false;
+  /** Live events with an eventId since the last read was asked for. */
+  private unread = 0;
+  private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  private readonly seeding = new Set<Promise<void>>();
+  /** Event names registered with the official client (`hub.on`). */
+  private readonly listened = new Set<string>();
   private readonly wanted = new Map<string, number>();
   private readonly syncing = new Map<string, Promise<void>>();
   private readonly overlap: number;
@@ -148,7 +194,7 @@ export class MessengerClient {
       })
       .configureLogging(options.logLevel ?? LogLevel.Error)
       .build();
-    for (const name of EVENT_NAMES) this.hub.on(name, (payload: unknown) => this.receive(name, payload));
+    for (const name of EVENT_NAMES) this.listen(name);
     for (const name of SIGNAL_NAMES) this.hub.on(name, (payload: unknown) => this.signal(name, payload));
     this.hub.onreconnecting(() => this.emitConnection(false, true));
     this.hub.onreconnected(() => this.connected(true));
@@ -169,6 +215,7 @@ export class MessengerClient {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.clearIdle();
     await this.hub.stop();
     await this.settled();
   }
@@ -180,11 +227,24 @@ export class MessengerClient {
   // --- public API -------------------------------------------------------------------------
 
   /** A typed handler for one of the 26 events (duplicates never reach it) or of the live
-   *  signals (`user_typing`, `presence_changed`). */
-  on<K extends EventName | SignalName>(event: K, handler: Handler<K>): void {
+   *  signals (`user_typing`, `presence_changed`); or, for any other name (your own declared
+   *  kinds, `on("reaction_added", …)`), a handler of its payload as it came, deduplicated by
+   *  eventId, resumed through sync and ordered as the built-in events are. */
+  on<K extends EventName | SignalName>(event: K, handler: Handler<K>): void;
+  on(event: string, handler: (payload: AppEventPayload) => void): void;
+  on(event: string, handler: (payload: never) => void): void {
+    if (event === "") throw new Error("on: an event name");
     const list = this.handlers.get(event) ?? [];
-    list.push(handler as (payload: never) => void);
+    list.push(handler);
     this.handlers.set(event, list);
+    if (!(SIGNAL_NAMES as readonly string[]).includes(event)) this.listen(event);
+  }
+
+  /** Seed a chat's timeline from your own history (its latest page, or all of it), typically in
+   *  the resync hook ("start", "limited", "new_chat"): merged (duplicates of pushes dropped),
+   *  and what is older than its oldest message is not a gap. Returns the messages new here. */
+  seed(chatId: Key, messages: TimelineMessage[]): TimelineMessage[] {
+    return this.timeline(chatId).seed(messages);
   }
 
   /** Tell the chat's other members this user is typing (`user_typing`, shown until its
@@ -261,10 +321,10 @@ export class MessengerClient {
     await this.syncing.get(chatId);
   }
 
-  /** Wait until no resume or resync runs. */
+  /** Wait until no resume, keep-up read, resync or seeding runs. */
   async settled(): Promise<void> {
-    while (this.syncing.size || this.resuming !== null) {
-      await Promise.all([...this.syncing.values(), this.resuming]);
+    while (this.syncing.size || this.seeding.size || this.resuming !== null) {
+      await Promise.all([...this.syncing.values(), ...this.seeding, this.resuming]);
     }
   }
 
@@ -359,7 +419,46 @@ export class MessengerClient {
     } while (this.rewatchAgain);
   }
 
-  private async requestResume(): Promise<void> {
+  /** Events of this name go through `receive` (registered with the official client once). */
+  private listen(name: string): void {
+    if (this.listened.has(name)) return;
+    this.listened.add(name);
+    this.hub.on(name, (payload: unknown) => this.receive(name, payload));
+  }
+
+  /** A live event with an eventId: past `cursorEvery` since the last read, or after
+   *  `cursorIdleMs` of quiet, the cursor keeps up. */
+  private countLive(): void {
+    this.unread += 1;
+    if (this.unread >= (this.options.cursorEvery ?? 1000)) {
+      this.keepUp();
+      return;
+    }
+    const idle = this.options.cursorIdleMs === undefined ? 5000 : this.options.cursorIdleMs;
+    if (idle === null) return;
+    this.clearIdle();
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      if (this.unread > 0) this.keepUp();
+    }, idle);
+  }
+
+  private clearIdle(): void {
+    if (this.idleTimer !== null) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
+  private keepUp(): void {
+    if (this.cursor === null || this.stopped || this.syncOff || !this.isConnected) return;
+    this.unread = 0;
+    this.clearIdle();
+    void this.requestResume(false);
+  }
+
+  /** A read on from the cursor: a resume (`report`: counted, onResumed told) or a keep-up read.
+   *  One at a time: asked again meanwhile, it reads on once more. */
+  private async requestResume(report = true): Promise<void> {
+    this.report ||= report;
     if (this.resuming !== null) {
       this.resumeAgain = true; // asked again while resuming: read on once more
       return;
@@ -378,12 +477,14 @@ export class MessengerClient {
   private async resume(): Promise<void> {
     do {
       this.resumeAgain = false;
+      const report = this.report;
+      this.report = false;
       try {
         if (this.cursor === null) {
           this.cursor = (await this.syncPage(null)).nextCursor;
           await this.fullResync("start");
         } else {
-          await this.readOn();
+          await this.readOn(report);
         }
       } catch (error) {
         if (!(error instanceof RestError)) throw error;
@@ -396,10 +497,11 @@ export class MessengerClient {
 
   /** Sync pages from the cursor until the last for now (short, without `more`); `limited` → the
    *  full resync. */
-  private async readOn(): Promise<void> {
+  private async readOn(report = true): Promise<void> {
     const limit = this.options.syncPage ?? SYNC_LIMIT;
     let missed = 0;
     let held = 0;
+    let read = 0;
     for (;;) {
       const page = await this.syncPage(this.cursor);
       if (page.limited) {
@@ -407,8 +509,9 @@ export class MessengerClient {
         await this.fullResync("limited");
         return;
       }
+      read += page.events.length;
       for (const item of page.events) {
-        if (this.apply(item.target as EventName, item.payload)) missed += 1;
+        if (this.apply(item.target, item.payload, false)) missed += 1;
       }
       this.cursor = page.nextCursor;
       if (page.heldBack) {
@@ -420,6 +523,11 @@ export class MessengerClient {
         break;
       }
     }
+    if (!report) {
+      this.stats.cursorReads += 1; // a keep-up read: what it brought new was delivered all the same
+      return;
+    }
+    this.stats.lastResumeRead = read;
     this.stats.resumes += 1;
     this.stats.missed += missed;
     for (const handler of this.resumedHandlers) handler(missed);
@@ -430,7 +538,10 @@ export class MessengerClient {
   private async syncPage(since: string | null): Promise<SyncPageOut> {
     for (let failures = 1; ; failures += 1) {
       try {
-        return await this.rest.sync(since, this.options.syncPage ?? SYNC_LIMIT);
+        const page = await this.rest.sync(since, this.options.syncPage ?? SYNC_LIMIT);
+        this.stats.syncPages += 1;
+        this.stats.syncEvents += page.events.length;
+        return page;
       } catch (error) {
         if (error instanceof RestError && error.status === 401 && (await this.refreshAfter(error))) continue;
         const retriable = !(error instanceof RestError) || error.status >= 500 || error.status === 429;
@@ -476,18 +587,21 @@ export class MessengerClient {
   }
 
   /** One push from the hub (also usable to replay one, as a duplicate would arrive). */
-  receive(event: EventName, payload: unknown): void {
-    if (this.options.inspect !== undefined && !this.options.inspect(event, payload)) return;
-    this.apply(event, payload);
+  receive(event: EventName | string, payload: unknown): void {
+    if (this.options.inspect !== undefined && !this.options.inspect(event as EventName, payload)) return;
+    this.apply(event, payload, true);
   }
 
-  /** The one dedupe (eventId, then (chatId, seq)) and the handlers; true when it was new. */
-  private apply(event: EventName, payload: unknown): boolean {
+  /** The one dedupe (eventId, then (chatId, seq)) and the handlers; true when it was new.
+   *  `live`: it came from the hub, not from a sync page. */
+  private apply(event: string, payload: unknown, live: boolean): boolean {
+    if (payload === null || typeof payload !== "object" || Array.isArray(payload)) return false;
     const data = payload as Record<string, unknown>;
     const chatId = typeof data.chatId === "string" || typeof data.chatId === "number" ? data.chatId : null;
     const eventId = typeof data.eventId === "string" ? data.eventId : null;
     let change: Change | null = null;
     let seq = typeof data.seq === "number" ? data.seq : 0;
+    if (live && eventId !== null) this.countLive();
     if (eventId !== null && this.seen.has(eventId)) {
       this.duplicate(chatId, seq);
       return false;
@@ -498,7 +612,10 @@ export class MessengerClient {
         this.seen.delete(this.seen.values().next().value as string); // the oldest
       }
     }
-    if (chatId !== null) {
+    // No message of the chat heard of yet (a read receipt may have come: it tells no seq).
+    const unheard = chatId !== null && (this.timelines.get(chatId)?.highestSeq ?? 0) === 0;
+    if (chatId !== null && unheard) this.firstSeen(chatId, event, data);
+    if (chatId !== null && (EVENT_NAMES as readonly string[]).includes(event)) {
       const timeline = this.timeline(chatId);
       if (event === "message_received") {
         const m = payload as MessageReceived;
@@ -532,6 +649,24 @@ export class MessengerClient {
       else if (!this.syncOff) void this.requestResume(); // the missing seq comes from the cursor on
     }
     return change !== "duplicate";
+  }
+
+  /** A chat whose first event came (live, or in a resume's page), with your own resync (your own
+   *  schema): what came before is your history, not a gap to read over sync. Its timeline starts at this event, and
+   *  a hook declared with two parameters is asked to seed it. */
+  private firstSeen(chatId: Key, event: string, data: Record<string, unknown>): void {
+    const resync = this.options.resync;
+    if (resync === undefined || typeof data.seq !== "number" || !MESSAGE_EVENTS.has(event)) return;
+    this.timeline(chatId).startAfter(event === "message_received" ? data.seq - 1 : data.seq);
+    if (resync.length < 2) return;
+    this.stats.seeded += 1;
+    const run: Promise<void> = Promise.resolve()
+      .then(() => resync("new_chat", chatId))
+      .catch((error: unknown) => {
+        console.error("messenger client: the resync hook failed for a new chat", error);
+      })
+      .finally(() => this.seeding.delete(run));
+    this.seeding.add(run);
   }
 
   private signal(name: SignalName, payload: unknown): void {

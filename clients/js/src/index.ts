@@ -1,6 +1,7 @@
 export { HttpTransportType } from "@microsoft/signalr";
 export { EVENT_NAMES, HUB_PATH, MessengerClient, SIGNAL_NAMES } from "./client.js";
 export type {
+  AppEventPayload,
   ClientOptions,
   ClientStats,
   EventName,

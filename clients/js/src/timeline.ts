@@ -106,6 +106,23 @@ export class Timeline {
     return messages.filter((m) => this.add(m) === "added");
   }
 
+  /** What comes before seq + 1 is the application's to show (its own history, or nothing):
+   *  seqs up to `seq` no longer count as missing. For a chat first seen live on your own
+   *  schema, and for a timeline seeded with the latest page of its history. Never moves back. */
+  startAfter(seq: number): void {
+    if (seq <= this.contiguous) return;
+    this.contiguous = seq;
+    this.highest = Math.max(this.highest, seq);
+    while (this.bySeq.has(this.contiguous + 1)) this.contiguous += 1;
+  }
+
+  /** Your own history of this chat (its latest page, or all of it): merged like a REST page,
+   *  and what is older than its oldest message is not a gap. Returns the messages new here. */
+  seed(messages: TimelineMessage[]): TimelineMessage[] {
+    if (messages.length > 0) this.startAfter(Math.min(...messages.map((m) => m.seq)) - 1);
+    return this.addHistory(messages);
+  }
+
   /** A read mark; marks only move forward. */
   read(userId: Key, lastReadSeq: number): boolean {
     if (lastReadSeq <= (this.readMarks.get(userId) ?? 0)) return false;

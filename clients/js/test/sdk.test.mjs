@@ -192,3 +192,102 @@ test("typing and presence", async () => {
   await assert.rejects(b.typing(randomUUID()), /not a member/);
   await a.unwatchPresence([bob]);
 });
+
+test("an event of your own name reaches on(name), deduplicated by eventId, in order", async () => {
+  const alice = randomUUID();
+  const a = client(alice);
+  const order = [];
+  a.on("reaction_added", (p) => order.push(`reaction ${p.emoji}`));
+  a.on("contact_request_received", () => order.push("request"));
+  await a.start();
+  const push = (target, payload) =>
+    fetch(`${URL_}/api/v1/hubs/messenger/groups/${encodeURIComponent(`user:${alice}`)}`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${SERVICE_KEY}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ target, arguments: [payload] }),
+    });
+  const reaction = { eventId: randomUUID(), chatId: randomUUID(), emoji: "👍" };
+  const request = {
+    eventId: randomUUID(), requestId: randomUUID(), fromUserId: randomUUID(), toUserId: alice,
+    status: "Pending", createdAt: new Date().toISOString(),
+  };
+  assert.equal((await push("reaction_added", reaction)).status, 202);
+  assert.equal((await push("contact_request_received", request)).status, 202);
+  assert.equal((await push("reaction_added", reaction)).status, 202); // a second copy
+  await until(() => order.length === 2 && a.stats.duplicatesDropped === 1, "the events");
+  assert.deepEqual(order, ["reaction 👍", "request"]);
+});
+
+test("the cursor keeps up: a resume reads what it missed, not the session", async () => {
+  const alice = randomUUID(), bob = randomUUID();
+  const a = client(alice);
+  const via = await proxy(Number(new URL(URL_).port));
+  let blocked = false;
+  const b = client(bob, { inspect: () => !blocked, cursorEvery: 3, cursorIdleMs: null }, via.url);
+  const resumed = [];
+  b.onResumed((missed) => resumed.push(missed));
+  try {
+    await a.start();
+    await b.start();
+    const { chatId } = await a.rest.createChat("keep-up", [bob]);
+    const timeline = await b.track(chatId);
+    for (let n = 1; n <= 6; n += 1) await a.send(chatId, `live ${n}`);
+    await until(() => timeline.size === 6 && b.stats.cursorReads >= 2, "the keep-up reads");
+    await b.settled();
+    blocked = true;
+    via.cut();
+    await a.send(chatId, "during 1");
+    await a.send(chatId, "during 2");
+    await until(() => resumed.length >= 1 && timeline.size === 8, "the resume");
+    blocked = false;
+    // What it missed, plus at most what came live since the last keep-up read (3 here).
+    assert.ok(b.stats.lastResumeRead >= 2 && b.stats.lastResumeRead <= 2 + 3, String(b.stats.lastResumeRead));
+    assert.equal(b.stats.fullResyncs, 1);
+  } finally {
+    await b.stop();
+    via.close();
+  }
+});
+
+test("100 live pushes into chats first seen live cost no sync call; the hook seeds them", async () => {
+  const bob = randomUUID();
+  const senders = Array.from({ length: 10 }, () => client(randomUUID()));
+  const chats = [];
+  for (const sender of senders) {
+    await sender.start();
+    const { chatId } = await sender.rest.createChat("unseen", [bob]);
+    await sender.send(chatId, "before");
+    chats.push(chatId);
+  }
+  const asked = [];
+  const b = client(bob, {
+    cursorIdleMs: null,
+    resync: async (reason, chatId) => {
+      asked.push(reason);
+      if (reason === "new_chat") b.seed(chatId, await b.rest.historyAfter(chatId, 0));
+    },
+  });
+  let live = 0; // "before" may still come live on a loaded machine (its push late): not counted
+  b.on("message_received", (m) => { if (m.body.startsWith("live")) live += 1; });
+  await b.start();
+  await b.settled();
+  assert.deepEqual(asked, ["start"]);
+  const pages = b.stats.syncPages;
+  for (let n = 0; n < 10; n += 1) {
+    await Promise.all(senders.map((sender, i) => sender.send(chats[i], `live ${n}`)));
+  }
+  try {
+    await until(() => live === 100, "100 live pushes", 30_000);
+  } catch (error) {
+    throw new Error(`${error.message}: ${live} came, ${JSON.stringify(b.stats)}`);
+  }
+  await b.settled();
+  assert.equal(b.stats.syncPages - pages, 0);
+  assert.equal(b.stats.seeded, 10);
+  assert.equal(asked.filter((r) => r === "new_chat").length, 10);
+  for (const chatId of chats) {
+    const timeline = b.timeline(chatId);
+    assert.equal(timeline.contiguousSeq, 11);
+    assert.equal(timeline.hasGap, false);
+  }
+});

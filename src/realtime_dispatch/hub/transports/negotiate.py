@@ -150,12 +150,16 @@ def _discard(index: dict[Any, dict[str, None]], key: object, token: str) -> None
 
 
 def negotiate_body(negotiation: Negotiation, *, version: int) -> JsonObject:
+    """The answer as ASP.NET Core's ``NegotiateProtocol`` writes it: ``negotiateVersion``
+    always (``0`` for a version-0 request: clients such as signalrcore require the field), the
+    ``connectionToken`` from version 1 on (the highest this hub speaks)."""
     body: JsonObject = {
+        "negotiateVersion": 1 if version >= 1 else 0,
         "connectionId": negotiation.connection_id,
         "availableTransports": AVAILABLE_TRANSPORTS,
     }
     if version >= 1:
-        body = {"negotiateVersion": 1, **body, "connectionToken": negotiation.token}
+        body["connectionToken"] = negotiation.token
     if negotiation.stateful:
         body["useStatefulReconnect"] = True
     return body

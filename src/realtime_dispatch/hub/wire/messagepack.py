@@ -6,8 +6,10 @@ record is binary, so this protocol needs a transport with the ``Binary`` transfe
 (WebSockets binary frames, long polling), never Server-Sent Events.
 
 Messages are arrays whose first element is the type: ``[1, headers, invocationId, target,
-arguments(, streamIds)]``, ``[3, headers, invocationId, resultKind(, result)]``, ``[6]``,
-``[7, error(, allowReconnect)]``, ``[8, sequenceId]``, ``[9, sequenceId]``. Inbound messages
+arguments, streamIds]`` (the hub writes the stream ids, an empty array, as ASP.NET Core 3.0
+and later do: clients such as signalrcore read six elements; it reads five or six; ``4`` a
+StreamInvocation alike), ``[3, headers, invocationId, resultKind(, result)]``, ``[6]``,
+``[7, error, allowReconnect]``, ``[8, sequenceId]``, ``[9, sequenceId]``. Inbound messages
 become the same :data:`~.protocol.ClientMessage` values as the JSON protocol's; anything
 malformed raises :class:`~.protocol.ProtocolError`.
 
@@ -198,8 +200,11 @@ def sequence_message(sequence_id: int) -> bytes:
     return _pack([MessageType.SEQUENCE.value, sequence_id])
 
 
+_NO_STREAMS: list[str] = []  # packed, never changed
+
+
 def invocation(target: str, arguments: list[Any]) -> bytes:
-    return _pack([MessageType.INVOCATION.value, {}, None, target, arguments])
+    return _pack([MessageType.INVOCATION.value, {}, None, target, arguments, _NO_STREAMS])
 
 
 def record_from_json(record: bytes) -> bytes:
@@ -229,7 +234,16 @@ def _from_json_value(value: dict[str, Any]) -> bytes:
     kind = value.get("type")
     if kind == _INVOCATION:
         return length_prefixed(
-            _packb([_INVOCATION, _NO_HEADERS, None, value["target"], value.get("arguments", [])])
+            _packb(
+                [
+                    _INVOCATION,
+                    _NO_HEADERS,
+                    None,
+                    value["target"],
+                    value.get("arguments", []),
+                    _NO_STREAMS,
+                ]
+            )
         )
     if kind == _PING:
         return PING
@@ -268,7 +282,11 @@ def records_from_json(records: Seq[bytes]) -> list[bytes]:
         except orjson.JSONDecodeError:
             encoded.append(record_from_json(record))  # raises the ProtocolError
             continue
-        encoded.append(length_prefixed(_packb([_INVOCATION, _NO_HEADERS, None, target, arguments])))
+        encoded.append(
+            length_prefixed(
+                _packb([_INVOCATION, _NO_HEADERS, None, target, arguments, _NO_STREAMS])
+            )
+        )
     return encoded
 
 
