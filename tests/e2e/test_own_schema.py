@@ -235,6 +235,7 @@ async def test_outbox_alone_and_collisions_are_one_line(
         assert sorted(r["tablename"] for r in tables) == [
             "messages",
             "realtime_dispatch_state",
+            "realtime_kinds",
             "realtime_outbox",
             "realtime_revocations",
             "realtime_schema_migrations",
