@@ -18,6 +18,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.manifest.registry import register_kinds
+from realtime_dispatch.outbox.catalogue import CATALOGUE
 from tests.integration.support import make_stack, new_chat, row
 
 SOURCE = "/etc/realtime/projections.sql"
@@ -339,3 +340,18 @@ async def test_a_declared_query_that_cannot_build_is_one_line_naming_the_kind(
     assert message.endswith(f"({SOURCE})")
     assert "\n" not in message
     assert any(line.startswith(problem) for line in lines)
+
+
+async def test_the_registry_holds_the_catalogue_and_the_declared_kinds(
+    pool: asyncpg.Pool, app: Manifest
+) -> None:
+    records = await pool.fetch(
+        "SELECT kind, target_kind, event, builtin FROM messenger.realtime_kinds ORDER BY kind"
+    )
+    builtin = {(r["kind"], r["target_kind"], r["event"]) for r in records if r["builtin"]}
+    assert builtin == {(e.kind, e.target_kind, e.event) for e in CATALOGUE}
+    declared = {(r["kind"], r["target_kind"], r["event"]) for r in records if not r["builtin"]}
+    assert declared == {(k.name, k.target_kind.value, k.event) for k in app.kinds}
+    # Registering again changes nothing.
+    async with pool.acquire() as conn:
+        assert await register_kinds(conn, app) == []
