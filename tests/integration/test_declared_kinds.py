@@ -19,7 +19,7 @@ from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.manifest.registry import register_kinds
 from realtime_dispatch.outbox.catalogue import CATALOGUE
-from tests.integration.support import make_stack, new_chat, row
+from tests.integration.support import make_stack, new_chat, row, send
 
 SOURCE = "/etc/realtime/projections.sql"
 
@@ -355,3 +355,56 @@ async def test_the_registry_holds_the_catalogue_and_the_declared_kinds(
     # Registering again changes nothing.
     async with pool.acquire() as conn:
         assert await register_kinds(conn, app) == []
+
+
+TOMBSTONES = """
+CREATE TABLE app.message_tombstones (
+    id uuid PRIMARY KEY, chat_id uuid NOT NULL, seq bigint NOT NULL,
+    deleted_at timestamptz NOT NULL DEFAULT now());
+CREATE FUNCTION app.message_tombstone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO app.message_tombstones (id, chat_id, seq) VALUES (OLD.id, OLD.chat_id, OLD.seq)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER message_tombstone AFTER DELETE ON messenger.messages
+    FOR EACH ROW EXECUTE FUNCTION app.message_tombstone();
+"""
+
+
+async def test_a_hard_deleted_message_reaches_the_clients_through_a_tombstone(
+    pool: asyncpg.Pool, app: Manifest
+) -> None:
+    """docs/adopting.md, "Hard-deleted messages": the messages query reads a tombstone, and
+    MessageDeleted written with the DELETE is delivered (no content), not MessageNotFound."""
+    await pool.execute(TOMBSTONES)
+    messages = (
+        shipped_manifest().sql("messages")
+        + " UNION ALL SELECT t.id, t.chat_id, t.seq, NULL, 'Text', NULL, NULL, NULL,"
+        " t.deleted_at, NULL, t.deleted_at FROM app.message_tombstones t WHERE t.id = ANY($1)"
+    )
+    queries = {**shipped_manifest().queries, "messages": messages}
+    manifest = parse_manifest("".join(f"-- name: {n}\n{q};\n" for n, q in queries.items()), SOURCE)
+    chat, sender = await new_chat(pool)
+    sent = await send(pool, chat, sender, "secret")
+    await make_stack(pool).dispatcher.run_pass()  # the message itself, delivered
+    async with pool.acquire() as conn:
+        await require_valid(conn, manifest, needs=())
+        async with conn.transaction():
+            await conn.execute("DELETE FROM messenger.messages WHERE id = $1", sent.message_id)
+            entry = await conn.fetchval(
+                "INSERT INTO messenger.realtime_outbox (kind, target_kind, chat_id, message_id,"
+                " seq) VALUES ('MessageDeleted', 'ChatGroup', $1, $2, $3) RETURNING id",
+                chat,
+                sent.message_id,
+                sent.seq,
+            )
+    stack = make_stack(pool, builder=default_payload_builder(manifest=manifest))
+    assert (await stack.dispatcher.run_pass()).dispatched == 1
+    (push,) = stack.publisher.pushes
+    payload = orjson.loads(push.payload_json)
+    assert push.target == "message_deleted"
+    assert payload["eventId"] == str(entry)
+    assert (payload["messageId"], payload["seq"]) == (str(sent.message_id), sent.seq)
+    assert payload["deletedAt"].endswith("Z")
+    assert "body" not in payload
