@@ -19,7 +19,8 @@ Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
 * ``half_builtin`` / ``half_declared`` (issue 48): ``notify`` with owners writing a message and
   its outbox row by plain SQL, every other row (even seq) of a kind declared in the manifest
   (``_declared.py``) in ``half_declared``, all ``MessageReceived`` in ``half_builtin``; the
-  dispatcher runs over the manifest that declares it in both.
+  dispatcher runs over the manifest that declares it in both. ``all_declared``: every row of
+  the declared kind (one statement per batch again, as in ``half_builtin``).
 * ``ceiling``: owners commit as fast as they can for ``--ceiling-seconds`` with the dispatcher
   running (LISTEN on), once with the shipped idle-flag trigger and once with the trigger
   replaced (in the scratch database only) by one that always notifies: the commit rate ceiling
@@ -188,11 +189,11 @@ async def _owner(
             extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
             sent = await send_message(conn, chat_id=chat, sender=sender, body=f"lag {n}", **extra)
             outbox_id, message_id = sent.outbox_id, sent.message_id
-        elif command in {"half_builtin", "half_declared"}:
+        elif command in {"half_builtin", "half_declared", "all_declared"}:
             assert isinstance(chat, UUID)
             assert isinstance(sender, UUID)
             seqs[chat] = seq = seqs.get(chat, 0) + 1
-            declared = command == "half_declared" and seq % 2 == 0
+            declared = command == "all_declared" or (command == "half_declared" and seq % 2 == 0)
             kind = _declared.KIND if declared else "MessageReceived"
             outbox_id, message_id = await _insert_kind(conn, chat, sender, seq, n, kind=kind)
         else:
@@ -426,7 +427,7 @@ async def lag_run(
     declares ``_declared.KIND``, registered first)."""
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
     manifest = None
-    if command in {"half_builtin", "half_declared"}:
+    if command in {"half_builtin", "half_declared", "all_declared"}:
         manifest = _declared.manifest()
         admin = await asyncpg.connect(url)
         try:
@@ -674,6 +675,7 @@ LAG_SCENARIOS: dict[str, Callable[[str, argparse.Namespace], Awaitable[dict[str,
     # written by the same statements.
     "half_builtin": lambda url, args: lag_run(url, args, listen=True, command="half_builtin"),
     "half_declared": lambda url, args: lag_run(url, args, listen=True, command="half_declared"),
+    "all_declared": lambda url, args: lag_run(url, args, listen=True, command="all_declared"),
 }
 
 
@@ -717,7 +719,15 @@ async def main(args: argparse.Namespace) -> None:
     print()
     print(f"lag at {args.rate:,.0f} commits/s target, medians of {args.runs} runs (ms)")
     table = []
-    for name in ("raw", "notify", "notify_0001", "poll", "half_builtin", "half_declared"):
+    for name in (
+        "raw",
+        "notify",
+        "notify_0001",
+        "poll",
+        "half_builtin",
+        "half_declared",
+        "all_declared",
+    ):
         if name in results:
             s = results[name]["summary"]
             table.append(
