@@ -408,3 +408,24 @@ async def test_a_hard_deleted_message_reaches_the_clients_through_a_tombstone(
     assert (payload["messageId"], payload["seq"]) == (str(sent.message_id), sent.seq)
     assert payload["deletedAt"].endswith("Z")
     assert "body" not in payload
+
+
+async def test_json_columns_are_sent_as_json_without_a_check_first(
+    pool: asyncpg.Pool, app: Manifest
+) -> None:
+    """The builder learns the json columns from the start's check; without one (this
+    manifest was never checked) it prepares the query itself once."""
+    block = (
+        "-- kind: ReactionMeta\n-- target: chat\n-- event: reaction_meta\n"
+        "SELECT r.id AS ref_id, r.meta AS unchecked_meta FROM app.reaction r WHERE r.id = ANY($1);"
+    )
+    manifest = with_kinds(block)
+    async with pool.acquire() as conn:
+        await register_kinds(conn, manifest)
+    chat, _ = await new_chat(pool)
+    ref = await reaction(pool, chat, meta='{"skin": 2}')
+    await enqueue(pool, "ReactionMeta", chat=chat, ref=ref)
+    stack = make_stack(pool, builder=default_payload_builder(manifest=manifest))
+    assert (await stack.dispatcher.run_pass()).dispatched == 1
+    (push,) = stack.publisher.pushes
+    assert orjson.loads(push.payload_json)["uncheckedMeta"] == {"skin": 2}

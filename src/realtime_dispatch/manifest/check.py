@@ -22,7 +22,7 @@ from realtime_dispatch.manifest.contract import (
     family_name,
     parameter_types,
 )
-from realtime_dispatch.manifest.kinds import DeclaredKind, column_problem
+from realtime_dispatch.manifest.kinds import DeclaredKind, column_problem, remember_columns
 from realtime_dispatch.manifest.manifest import Manifest
 
 _log = structlog.get_logger(__name__)
@@ -140,6 +140,7 @@ async def check_kind(conn: Any, kind: DeclaredKind, keys: KeyCodec = UUID_KEYS) 
     problem = compare_kind(kind, params, columns, keys)
     if problem is not None:
         return QueryCheck(label, False, problem)
+    remember_columns(kind.sql, columns)
     return QueryCheck(label, True, f"ok (event {kind.event} to {kind.target})")
 
 

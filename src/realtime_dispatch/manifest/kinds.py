@@ -202,6 +202,25 @@ def column_problem(column: str, type_name: str, kind: DeclaredKind, keys: KeyCod
     return None
 
 
+_JSON_COLUMNS: dict[str, frozenset[str]] = {}
+
+
+def remember_columns(sql: str, columns: Sequence[tuple[str, str]]) -> None:
+    """Note which columns of a declared kind's query are ``json``/``jsonb`` (its check, at
+    start, prepared it on a session connection): the builder then sends them as JSON without
+    preparing the query itself on a pooled connection (a named statement there would outlive
+    its transaction behind PgBouncer)."""
+    _JSON_COLUMNS[sql] = frozenset(name for name, type_name in columns if type_name in JSON_ONLY)
+
+
+def json_columns(sql: str) -> frozenset[str] | None:
+    """The ``json``/``jsonb`` columns of a query :func:`remember_columns` saw, else None."""
+    return _JSON_COLUMNS.get(sql)
+
+
+JSON_ONLY = frozenset({"json", "jsonb"})
+
+
 def typescript_type(type_name: str) -> str:
     """A column type's TypeScript type in a payload."""
     if type_name.startswith("_"):

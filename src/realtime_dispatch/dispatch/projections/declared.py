@@ -23,7 +23,13 @@ from realtime_dispatch.database import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.keys import UUID_KEYS, KeyCodec
-from realtime_dispatch.manifest.kinds import ID_FIELDS, DeclaredKind, camel
+from realtime_dispatch.manifest.kinds import (
+    ID_FIELDS,
+    JSON_ONLY,
+    DeclaredKind,
+    camel,
+    json_columns,
+)
 from realtime_dispatch.outbox.model import ClaimedRow, group_name
 from realtime_dispatch.push import Push
 
@@ -101,9 +107,12 @@ class DeclaredKindBuilder:
         sql = self.kind.sql
         assert sql is not None
         if self._json_columns is None:
+            # Known from the start's check; prepared here only where no check ran (a test).
+            self._json_columns = json_columns(sql)
+        if self._json_columns is None:
             stmt = await conn.prepare(sql)
             self._json_columns = frozenset(
-                a.name for a in stmt.get_attributes() if a.type.name in ("json", "jsonb")
+                a.name for a in stmt.get_attributes() if a.type.name in JSON_ONLY
             )
         ref_ids = list({row.ref_id for row in live})
         records = {r["ref_id"]: r for r in await conn.fetch(sql, ref_ids)}
