@@ -127,6 +127,7 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         )
         assert [r["t"] for r in tables] == [
             "messenger.realtime_dispatch_state",
+            "messenger.realtime_kinds",
             "messenger.realtime_outbox",
             "messenger.realtime_revocations",
             "messenger.realtime_schema_migrations",
