@@ -57,13 +57,12 @@ async def test_declared_kinds_are_registered_typed_and_bad_ones_stop_every_start
         env = cli_env(REALTIME_DATABASE_URL=empty_database, REALTIME_PROJECTIONS=str(manifest))
         migrated = run_cli("migrate", env=env)
         assert migrated.returncode == 0, migrated.stderr
-        checked = run_cli("check", env=env)
+        checked, typed = await side_by_side([(["check"], env), (["kinds", "--typescript"], env)])
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "kind ReactionAdded: ok (event reaction_added to chat)" in checked.stdout
         assert "kind ReactionRemoved: ok (ids only, event reaction_removed to chat)" in (
             checked.stdout
         )
-        typed = run_cli("kinds", "--typescript", env=env)
         assert typed.returncode == 0, typed.stderr
         assert "export interface ReactionAddedPayload {" in typed.stdout
         assert "  emoji: string | null;" in typed.stdout
@@ -88,27 +87,30 @@ async def test_declared_kinds_are_registered_typed_and_bad_ones_stop_every_start
             "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
             "REALTIME_HUB_JWT_SECRET": SECRET,
         }
-        expected = (
+        column_bad = tmp_path / "column_bad.sql"
+        column_bad.write_text(MANIFEST.replace("r.created_at\n", "r.created_at, r.raw\n"))
+        column_env = {**bad_env, "REALTIME_PROJECTIONS": str(column_bad)}
+        parse_line = (
             "realtime-dispatch: invalid setting REALTIME_PROJECTIONS: kind MessageDeleted:"
             f" a built-in kind (declare only the app's own) ({parse_bad})"
         )
-        commands = [["migrate"], ["check"], ["worker"], ["hub", "--port", "9"], ["serve"]]
-        for run in await side_by_side([(args, bad_env) for args in commands]):
-            _one_line(run, expected)
-
         # Found by preparing the query: a column with no JSON form.
-        column_bad = tmp_path / "column_bad.sql"
-        column_bad.write_text(MANIFEST.replace("r.created_at\n", "r.created_at, r.raw\n"))
-        bad_env["REALTIME_PROJECTIONS"] = str(column_bad)
-        expected = (
+        column_line = (
             "realtime-dispatch: invalid setting REALTIME_PROJECTIONS: kind ReactionAdded:"
             " column raw cannot be sent: bytea: encode it (encode(col, 'base64'))"
             f" ({column_bad})"
         )
-        runs = await side_by_side([(args, bad_env) for args in (["worker"], ["hub"])])
-        for run in runs:
-            _one_line(run, expected)
-        checked = run_cli("check", env=bad_env)
+        parse_starts = [["migrate"], ["check"], ["worker"], ["hub", "--port", "9"], ["serve"]]
+        column_starts = [["worker"], ["hub", "--port", "9"], ["check"]]
+        runs = await side_by_side(
+            [(args, bad_env) for args in parse_starts]
+            + [(args, column_env) for args in column_starts]
+        )
+        for run in runs[: len(parse_starts)]:
+            _one_line(run, parse_line)
+        *started, checked = runs[len(parse_starts) :]
+        for run in started:
+            _one_line(run, column_line)
         assert checked.returncode == 2
         assert (
             "kind ReactionAdded: column raw cannot be sent: bytea: encode it"
