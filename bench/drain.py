@@ -19,6 +19,11 @@ For each scenario, in a scratch database ``bench_drain_*`` (dropped at the end),
    ``raw``: drains it with a bare asyncpg loop issuing the same ``claim`` and ``mark_done``
    statements from ``QUERIES`` (one connection, no payloads): the floor of the SQL alone.
 
+``--declared`` compares a kind declared in the manifest with the built-in one (issue 48): each run
+drains the backlog twice through the dispatcher, with every other row a declared ``BenchPosted``
+(``_declared.py``: a query of the same columns) and with all rows ``MessageReceived`` (the same
+rows rewritten, so both carry the same dead tuples before the VACUUM), in alternating order.
+
 ``--key-types uuid,bigint`` measures the owner's key type instead (``REALTIME_KEY_TYPE``): an
 owner's schema (``_keyed.py``: chats, members, messages, and its manifest) in one scratch
 database per key type, the outbox migrated with that type; each run drains the same backlog in
@@ -44,6 +49,7 @@ from typing import Any
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+import _declared
 import _keyed
 from _common import (
     DEFAULT_DSN,
@@ -329,11 +335,85 @@ async def main_keyed(args: argparse.Namespace, facts: dict[str, Any], started: f
     print(f"wrote {path}")
 
 
+async def run_declared(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Half the backlog a declared kind against all of it ``MessageReceived``, alternating."""
+    options = RealtimeDispatchOptions()
+    builder = default_payload_builder(manifest=_declared.manifest())
+    sides = {"builtin": "MessageReceived", "declared_half": _declared.KIND}
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    admin = await asyncpg.connect(url)
+    try:
+        await _declared.register(admin)
+        for run in range(args.runs):
+            for side in sides if run % 2 == 0 else list(reversed(sides)):
+                await reset_domain(admin)
+                chats = list(await seed_chats(admin, CHATS, MEMBERS))
+                await seed_backlog(admin, chats, args.rows)
+                await _declared.halve(admin, sides[side])
+                await settle(admin)
+                out = await drain_dispatcher(url, options, builder=builder)
+                left = await admin.fetchval(
+                    "SELECT count(*) FROM messenger.realtime_outbox WHERE status <> 'Done'"
+                )
+                if out["rows"] != args.rows or left:
+                    raise RuntimeError(f"{side}: drained {out['rows']}, {left} not Done")
+                record = _run_record(out)
+                results[side].append(record)
+                print(
+                    f"  {side:<14} run {run + 1} {record['rows_per_s']:>9,.0f} rows/s"
+                    f" ({record['seconds']:.2f} s, client cpu {record['client_cpu_s']:.2f} s,"
+                    f" server cpu {record['server_cpu_s']:.2f} s)",
+                    flush=True,
+                )
+    finally:
+        await admin.close()
+    return {
+        side: {
+            key: median_spread([r[key] for r in runs])
+            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
+        }
+        for side, runs in results.items()
+    }
+
+
+async def main_declared(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:
+    async with scratch_database(args.dsn, "drain") as url:
+        summary = await run_declared(url, args)
+    print()
+    print(f"drain of {args.rows:,} rows, half of them a declared kind, medians of {args.runs} runs")
+    rows = [
+        [side, s["rows_per_s"]["median"], s["rows_per_s"]["min"], s["rows_per_s"]["max"],
+         s["client_cpu_s"]["median"], s["server_cpu_s"]["median"]]
+        for side, s in summary.items()
+    ]  # fmt: skip
+    print_table(["backlog", "rows/s", "min", "max", "client cpu s", "server cpu s"], rows)
+    ratio = (
+        summary["declared_half"]["rows_per_s"]["median"]
+        / summary["builtin"]["rows_per_s"]["median"]
+    )
+    print(f"declared_half / builtin = {ratio:.2f}")
+    path = write_json(
+        "drain",
+        {
+            "benchmark": "drain",
+            "args": vars(args),
+            "machine": facts,
+            "elapsed_s": time.time() - started,
+            "declared": summary,
+            "declared_vs_builtin": ratio,
+        },
+    )
+    print(f"wrote {path}")
+
+
 async def main(args: argparse.Namespace) -> None:
     quiet_production_logging()
     facts = {**machine(), **await server_facts(args.dsn)}
     print(f"machine: {facts}")
     started = time.time()
+    if args.declared:
+        await main_declared(args, facts, started)
+        return
     if args.key_types:
         await main_keyed(args, facts, started)
         return
@@ -406,6 +486,11 @@ def parse_args() -> argparse.Namespace:
         "--key-types",
         default="",
         help="e.g. uuid,bigint: the owner's key types compared on an owner's schema (see above)",
+    )
+    parser.add_argument(
+        "--declared",
+        action="store_true",
+        help="half the backlog a kind declared in the manifest against all MessageReceived",
     )
     smoke = {"rows": 500, "done": 1000, "runs": 1, "modes": "dispatcher,redis,raw"}
     args = parse_with_smoke(parser, smoke)

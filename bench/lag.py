@@ -16,6 +16,11 @@ Scenarios (each in a scratch database ``bench_lag_*``, dropped at the end):
   matched to its outbox row through the message id in its payload.
   lag = publish time − owner commit time. The first second is warm-up and not counted.
 * ``poll``: the same with ``listen=False`` (``polling_interval`` 1 s is the only wake).
+* ``half_builtin`` / ``half_declared`` (issue 48): ``notify`` with owners writing a message and
+  its outbox row by plain SQL, every other row (even seq) of a kind declared in the manifest
+  (``_declared.py``) in ``half_declared``, all ``MessageReceived`` in ``half_builtin``; the
+  dispatcher runs over the manifest that declares it in both. ``all_declared``: every row of
+  the declared kind (one statement per batch again, as in ``half_builtin``).
 * ``ceiling``: owners commit as fast as they can for ``--ceiling-seconds`` with the dispatcher
   running (LISTEN on), once with the shipped idle-flag trigger and once with the trigger
   replaced (in the scratch database only) by one that always notifies: the commit rate ceiling
@@ -52,6 +57,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import uvloop
 
+import _declared
 import _keyed
 from _common import (
     DEFAULT_DSN,
@@ -183,6 +189,13 @@ async def _owner(
             extra = {"client_message_id": uuid4().hex} if command == "send_idempotent" else {}
             sent = await send_message(conn, chat_id=chat, sender=sender, body=f"lag {n}", **extra)
             outbox_id, message_id = sent.outbox_id, sent.message_id
+        elif command in {"half_builtin", "half_declared", "all_declared"}:
+            assert isinstance(chat, UUID)
+            assert isinstance(sender, UUID)
+            seqs[chat] = seq = seqs.get(chat, 0) + 1
+            declared = command == "all_declared" or (command == "half_declared" and seq % 2 == 0)
+            kind = _declared.KIND if declared else "MessageReceived"
+            outbox_id, message_id = await _insert_kind(conn, chat, sender, seq, n, kind=kind)
         else:
             assert isinstance(chat, UUID)
             assert isinstance(sender, UUID)
@@ -218,6 +231,34 @@ async def _insert_and_enqueue(
                 message_id=message_id,
                 seq=seq,
             ),
+        )
+    return outbox_id, message_id
+
+
+async def _insert_kind(
+    conn: asyncpg.Connection, chat: UUID, sender: UUID, seq: int, n: int, *, kind: str
+) -> tuple[UUID, UUID]:
+    """A message row and its outbox row of ``kind`` by plain SQL (the message as ``ref_id``
+    too, which a declared kind's query reads): the same statements whatever the kind."""
+    message_id = new_id()
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            message_id,
+            chat,
+            seq,
+            sender,
+            f"lag {n}",
+        )
+        outbox_id = await conn.fetchval(
+            "INSERT INTO messenger.realtime_outbox"
+            " (kind, target_kind, chat_id, message_id, ref_id, seq)"
+            " VALUES ($1, 'ChatGroup', $2, $3, $3, $4) RETURNING id",
+            kind,
+            chat,
+            message_id,
+            seq,
         )
     return outbox_id, message_id
 
@@ -380,19 +421,38 @@ async def lag_run(
     listen: bool,
     body: str | None = None,
     beside: Beside | None = None,
+    command: str | None = None,
 ) -> dict[str, Any]:
+    """``command``: the owners' (``half_builtin`` / ``half_declared``: over a manifest that
+    declares ``_declared.KIND``, registered first)."""
     rosters = await fresh_state(url, args.owners * CHATS_PER_OWNER)
+    manifest = None
+    if command in {"half_builtin", "half_declared", "all_declared"}:
+        manifest = _declared.manifest()
+        admin = await asyncpg.connect(url)
+        try:
+            await _declared.register(admin)
+        finally:
+            await admin.close()
     options = replace(RealtimeDispatchOptions(), listen=listen)
     if args.linger is not None:
         options = replace(options, linger=args.linger)
     publisher = StampingPublisher()
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(trigger(url, body))
-        service = await stack.enter_async_context(dispatch_service(url, options, publisher))
+        service = await stack.enter_async_context(
+            dispatch_service(url, options, publisher, manifest=manifest)
+        )
         if beside is not None:
             await stack.enter_async_context(beside(url))
         return await heard_window(
-            url, rosters, args, options=options, publisher=publisher, service=service
+            url,
+            rosters,
+            args,
+            options=options,
+            publisher=publisher,
+            service=service,
+            command=command,
         )
 
 
@@ -611,6 +671,11 @@ LAG_SCENARIOS: dict[str, Callable[[str, argparse.Namespace], Awaitable[dict[str,
     "notify": lambda url, args: lag_run(url, args, listen=True),
     "notify_0001": lambda url, args: lag_run(url, args, listen=True, body=TRIGGER_0001),
     "poll": lambda url, args: lag_run(url, args, listen=False),
+    # Issue 48: every other row a kind declared in the manifest, against all MessageReceived
+    # written by the same statements.
+    "half_builtin": lambda url, args: lag_run(url, args, listen=True, command="half_builtin"),
+    "half_declared": lambda url, args: lag_run(url, args, listen=True, command="half_declared"),
+    "all_declared": lambda url, args: lag_run(url, args, listen=True, command="all_declared"),
 }
 
 
@@ -654,7 +719,15 @@ async def main(args: argparse.Namespace) -> None:
     print()
     print(f"lag at {args.rate:,.0f} commits/s target, medians of {args.runs} runs (ms)")
     table = []
-    for name in ("raw", "notify", "notify_0001", "poll"):
+    for name in (
+        "raw",
+        "notify",
+        "notify_0001",
+        "poll",
+        "half_builtin",
+        "half_declared",
+        "all_declared",
+    ):
         if name in results:
             s = results[name]["summary"]
             table.append(
@@ -670,6 +743,11 @@ async def main(args: argparse.Namespace) -> None:
             )
     if table:
         print_table(["wake", "commits/s", "p50", "p95", "p95 range", "p99", "max"], table)
+    if "half_builtin" in results and "half_declared" in results:
+        results["declared_vs_builtin"] = floor_ratios(
+            results["half_declared"]["runs"], results["half_builtin"]["runs"]
+        )
+        print(f"half declared against all built-in: {results['declared_vs_builtin']}")
     if "raw" in results and "notify" in results:
         results["notify_vs_raw"] = floor_ratios(results["notify"]["runs"], results["raw"]["runs"])
         print(f"notify against the raw floor: {results['notify_vs_raw']}")

@@ -39,3 +39,26 @@ SELECT id AS chat_id FROM talk_room WHERE id = ANY($1::bigint[]) AND deleted_at 
 SELECT room_id AS chat_id, joined_at, left_at
 FROM talk_member
 WHERE user_id = $1::bigint;
+
+-- The app's own kinds: reactions. Registered when hub, worker or check starts with this file;
+-- `realtime-dispatch kinds --typescript` prints their payload types.
+
+-- kind: ReactionAdded
+-- target: chat
+-- event: reaction_added
+-- The reaction as it is when delivered: {eventId, chatId, refId, messageId, userId, emoji,
+-- createdAt}. A reaction removed before delivery is not returned: deleted_chats decides (a
+-- deleted room: TargetGone; else quarantined, as a mistyped id would be).
+SELECT r.id AS ref_id, p.room_id AS chat_id, r.post_id AS message_id, r.user_id, r.emoji,
+       r.created_at
+FROM talk_reaction r
+JOIN talk_post p ON p.id = r.post_id
+JOIN talk_room rm ON rm.id = p.room_id AND rm.deleted_at IS NULL
+WHERE r.id = ANY($1::bigint[]);
+
+-- kind: ReactionRemoved
+-- target: chat
+-- event: reaction_removed
+-- payload: ids
+-- The reaction's row is gone (a hard delete): the payload is the outbox row's own ids,
+-- {eventId, chatId, refId, messageId}.

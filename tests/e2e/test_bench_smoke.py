@@ -74,10 +74,15 @@ class Smoke:
 
 
 KEY_TYPES = ("--key-types", "uuid,bigint")
+DECLARED = {
+    "drain": ("--declared",),
+    "lag": ("--scenarios", "half_builtin,half_declared,all_declared"),
+}
 ALL = (
     [Smoke(name) for name in LONGEST_FIRST]
     + [Smoke(name) for name in sorted(set(SMOKES) - set(LONGEST_FIRST))]
     + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES)]
+    + [Smoke(name, extra) for name, extra in DECLARED.items()]
 )
 
 
@@ -133,6 +138,15 @@ def test_bench_key_types_smoke_runs(name: str, smokes: Runs) -> None:
     done = smokes.outcome(Smoke(name, KEY_TYPES))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "bigint" in done.stdout
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_bench_declared_kind_smoke_runs(name: str, smokes: Runs) -> None:
+    """Half the rows a kind declared in the manifest against MessageReceived (issue 48)."""
+    done = smokes.outcome(Smoke(name, DECLARED[name]))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "declared" in done.stdout
 
 
 @pytest.mark.timeout(600)

@@ -5,7 +5,9 @@ keys, against real ``hub`` and ``worker`` processes on ``examples/django/project
 official SignalR client receives a message and its edit with the ids of Django's rows as JSON
 numbers; membership follows removals, joins and a rejoin live (a data fix on a left row keeps
 the rejoined member in); the Python SDK resumes a missed message through ``GET /api/sync``
-after its connection is cut.
+after its connection is cut. Reactions, kinds of the app's own declared in its manifest, reach
+the members (official client, the Python SDK's connection), resume through sync, and reach no
+non-member.
 
 Django runs in this process, on one thread of its own (its ORM refuses an event loop's thread).
 """
@@ -13,6 +15,7 @@ Django runs in this process, on one thread of its own (its ORM refuses an event 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -23,11 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import httpx
 import pytest
 
 from realtime_dispatch.client import MessengerClient, ResyncReason
 from realtime_dispatch.client.client import ClientOptions
-from realtime_dispatch.client.connection import ConnectionOptions
+from realtime_dispatch.client.connection import ConnectionOptions, HubClientConnection
+from realtime_dispatch.client.protocol import EventRecord
+from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.contracts.messages import MessageReceived
 from realtime_dispatch.keys import key_codec
 from realtime_dispatch.messenger.schema import selected_migrations
@@ -272,3 +278,141 @@ async def test_resume_after_a_disconnect_through_sync(site: Site) -> None:
             assert reasons == ["start"]  # resumed, not resynced
     finally:
         await conn.close()
+
+
+class _Events:
+    """A :class:`HubListener` of the Python SDK's own connection that keeps every event (the
+    declared ones included: the SDK's typed client takes the 26 built-in events only)."""
+
+    def __init__(self) -> None:
+        self.records: list[EventRecord] = []
+        self.connected = asyncio.Event()
+
+    async def hub_connected(self, reconnect: bool) -> None:
+        self.connected.set()
+
+    async def hub_disconnected(self) -> None:
+        self.connected.clear()
+
+    async def hub_event(self, record: EventRecord) -> None:
+        self.records.append(record)
+
+    def of(self, target: str) -> list[dict[str, Any]]:
+        return [r.arguments[0] for r in self.records if r.target == target]
+
+
+async def test_reactions_declared_in_the_manifest(site: Site) -> None:
+    """``ReactionAdded`` (a query) and ``ReactionRemoved`` (ids only, written beside the
+    ``DELETE``) reach the room's members through the official client and the Python SDK's
+    connection, are resumed through ``GET /api/sync`` after a disconnect, and reach neither a
+    non-member's connection nor their sync."""
+    from talk import services
+    from talk.models import RealtimeOutbox
+    from talk.tokens import hub_token
+
+    gil, hal, ivy = await site.users("gil", "hal", "ivy")
+    room = await site.django(services.create_room, "reactions", [gil, hal])
+    post = await site.django(services.post_message, room.pk, gil, "react to me")  # pushed to none
+    targets = ["reaction_added", "reaction_removed", "message_received"]
+    node_hal = await NodeClient.start(
+        site.hub_url, await site.django(hub_token, hal), targets=targets
+    )
+    node_ivy = await NodeClient.start(
+        site.hub_url, await site.django(hub_token, ivy), targets=targets
+    )
+    conn = await asyncpg.connect(site.url)
+    listener = _Events()
+    gil_token = await site.django(hub_token, gil)
+    ivy_token = await site.django(hub_token, ivy)
+    try:
+        for client in (node_hal, node_ivy):
+            assert (await client.event(within=30))["event"] == "started"
+        async with (
+            TcpProxy(int(site.base.rsplit(":", 1)[1])) as proxy,
+            httpx.AsyncClient(base_url=site.base, timeout=10) as http,
+        ):
+            gil_rest = MessengerRest(http, gil_token)
+            ivy_rest = MessengerRest(http, ivy_token)
+            cursor = (await gil_rest.sync()).next_cursor
+            ivy_cursor = (await ivy_rest.sync()).next_cursor
+            hub = HubClientConnection(
+                f"http://127.0.0.1:{proxy.port}",
+                gil_token,
+                listener,
+                ConnectionOptions(reconnect_base=0.05, reconnect_cap=0.3),
+            )
+            running_hub = asyncio.create_task(hub.run())
+            try:
+                await asyncio.wait_for(listener.connected.wait(), 30)
+
+                reaction = await site.django(services.add_reaction, post.pk, hal, "👍")
+                added_id = await site.django(
+                    lambda: str(
+                        RealtimeOutbox.objects.get(kind="ReactionAdded", ref_id=reaction.pk).id
+                    )
+                )
+                added = await next_message(node_hal, "reaction_added")
+                assert added == {
+                    "eventId": added_id,
+                    "chatId": room.pk,
+                    "refId": reaction.pk,
+                    "messageId": post.pk,
+                    "userId": hal.pk,
+                    "emoji": "👍",
+                    "createdAt": reaction.created_at.isoformat().replace("+00:00", "Z"),
+                }
+                await wait_until(lambda: listener.of("reaction_added") == [added], within=30)
+
+                proxy.cut()  # Gil's connection drops: what follows is resumed through sync
+                party = await site.django(services.add_reaction, post.pk, hal, "🎉")
+                await site.django(services.remove_reaction, post.pk, hal, "👍")
+                added_away = await next_message(node_hal, "reaction_added")
+                assert (added_away["refId"], added_away["emoji"]) == (party.pk, "🎉")
+                removed = await next_message(node_hal, "reaction_removed")
+                assert {k: v for k, v in removed.items() if k != "eventId"} == {
+                    "chatId": room.pk,
+                    "refId": reaction.pk,
+                    "messageId": post.pk,
+                }
+                assert listener.of("reaction_removed") == []
+                page = await gil_rest.sync(cursor)
+                # Built from the current state, as every event of a sync page: the 👍 is gone,
+                # so its reaction_added is left out and its removal follows.
+                assert [(e.target, e.payload) for e in page.events] == [
+                    ("reaction_added", added_away),
+                    ("reaction_removed", removed),
+                ]
+                assert [str(e.event_id) for e in page.events] == [
+                    added_away["eventId"],
+                    removed["eventId"],
+                ]
+                proxy.release()
+            finally:
+                running_hub.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running_hub
+
+            # The non-member: nothing live (their next event is their own room's message),
+            # nothing in sync.
+            ivy_room = await site.django(services.create_room, "ivy's", [ivy])
+            own = await site.django(services.post_message, ivy_room.pk, ivy, "mine")
+            first = await node_ivy.event(within=30)
+            assert (first.get("target"), first["args"][0]["messageId"]) == (
+                "message_received",
+                own.pk,
+            )
+            ivy_page = await ivy_rest.sync(ivy_cursor)
+            assert [e.target for e in ivy_page.events] == ["message_received"]
+        statuses = await conn.fetch(
+            "SELECT kind, status FROM messenger.realtime_outbox"
+            " WHERE kind IN ('ReactionAdded', 'ReactionRemoved')"
+        )
+        assert sorted((r["kind"], r["status"]) for r in statuses) == [
+            ("ReactionAdded", "Done"),
+            ("ReactionAdded", "Done"),
+            ("ReactionRemoved", "Done"),
+        ]
+    finally:
+        await conn.close()
+        await node_hal.stop()
+        await node_ivy.stop()

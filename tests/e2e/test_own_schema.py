@@ -127,6 +127,7 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         )
         assert [r["t"] for r in tables] == [
             "messenger.realtime_dispatch_state",
+            "messenger.realtime_kinds",
             "messenger.realtime_outbox",
             "messenger.realtime_revocations",
             "messenger.realtime_schema_migrations",
@@ -235,6 +236,7 @@ async def test_outbox_alone_and_collisions_are_one_line(
         assert sorted(r["tablename"] for r in tables) == [
             "messages",
             "realtime_dispatch_state",
+            "realtime_kinds",
             "realtime_outbox",
             "realtime_revocations",
             "realtime_schema_migrations",

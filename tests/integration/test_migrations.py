@@ -53,6 +53,7 @@ async def test_the_outbox_migrates_alone_and_the_messenger_after_it(pg_server_ur
                 "realtime_schema_migrations",
                 "realtime_revocations",  # the hub's, needed wherever the outbox is
                 "realtime_sync_floor",
+                "realtime_kinds",  # the kinds the outbox accepts
             }
             rest = await migrate(conn)
             assert {m.version for m in rest} == {m.version for m in all_migrations()} - {

@@ -65,6 +65,25 @@ class Post(models.Model):
         ]
 
 
+class Reaction(models.Model):
+    """An emoji a member put on a post. Removed by a plain ``DELETE`` (no row is kept): its
+    push is the ids-only ``ReactionRemoved``, written beside the delete."""
+
+    post = models.ForeignKey(Post, on_delete=models.CASCADE, related_name="reactions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reactions"
+    )
+    emoji = models.CharField(max_length=32)
+    created_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["post", "user", "emoji"], name="talk_reaction_one_per_emoji"
+            )
+        ]
+
+
 class RealtimeOutbox(models.Model):
     """``messenger.realtime_outbox``, the columns an owner writes (the others are the worker's).
     ``id`` is left to the database (``messenger.realtime_new_id()``, a UUIDv7 made after the

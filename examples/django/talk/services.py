@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from talk.models import Member, Post, RealtimeOutbox, Room, TransactionNow
+from talk.models import Member, Post, Reaction, RealtimeOutbox, Room, TransactionNow
 
 
 class NotAMember(Exception):
@@ -105,3 +105,37 @@ def delete_room(room_id: int) -> None:
     pending for it end TargetGone instead of being delivered."""
     with transaction.atomic():
         Room.objects.filter(pk=room_id).update(deleted_at=TransactionNow())
+
+
+def add_reaction(post_id: int, user: AbstractBaseUser, emoji: str) -> Reaction:
+    """``ReactionAdded``, a kind of this app's own (declared in projections.sql with the query
+    that reads the reaction when the worker delivers it)."""
+    with transaction.atomic():
+        post = Post.objects.get(pk=post_id, removed=False)
+        _require_member(post.room_id, user)
+        reaction = Reaction.objects.create(post=post, user=user, emoji=emoji)
+        RealtimeOutbox.objects.create(
+            kind="ReactionAdded",
+            target_kind="ChatGroup",
+            chat_id=post.room_id,
+            ref_id=reaction.pk,
+            message_id=post.pk,
+        )
+    return reaction
+
+
+def remove_reaction(post_id: int, user: AbstractBaseUser, emoji: str) -> None:
+    """A hard delete: nothing is left to read, so ``ReactionRemoved`` is declared
+    ``-- payload: ids`` and pushes the row's own ids (the room, the reaction, the post)."""
+    with transaction.atomic():
+        post = Post.objects.get(pk=post_id)
+        reaction = Reaction.objects.select_for_update().get(post=post, user=user, emoji=emoji)
+        reaction_id = reaction.pk
+        reaction.delete()
+        RealtimeOutbox.objects.create(
+            kind="ReactionRemoved",
+            target_kind="ChatGroup",
+            chat_id=post.room_id,
+            ref_id=reaction_id,
+            message_id=post.pk,
+        )

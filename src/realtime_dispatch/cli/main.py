@@ -41,10 +41,10 @@ from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable, SchemaConflict
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
+from realtime_dispatch.manifest.kinds import KIND_NAME, MAX_KIND
 from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.migrate import migration_script
-from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings, load_settings
@@ -55,6 +55,13 @@ _log = structlog.get_logger(__name__)
 
 class UsageError(Exception):
     """Bad command-line arguments (exit 2)."""
+
+
+def _kind_name(value: str) -> str:
+    """``--kind``: a kind's name, built in or declared (PascalCase, at most 32 characters)."""
+    if not KIND_NAME.fullmatch(value) or len(value) > MAX_KIND:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a kind name")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         "--print-sql", action="store_true", help="print the SQL instead of applying it"
     )
     sub.add_parser("check", help="check the projection manifest against the database")
+    kinds = sub.add_parser("kinds", help="the kinds the manifest declares (the app's own)")
+    kinds.add_argument(
+        "--typescript",
+        action="store_true",
+        help="print TypeScript types of their payloads, from the queries' columns",
+    )
     for name, text in (
         ("serve", "hub + REST + dispatcher in one process (embedded PostgreSQL by default)"),
         ("hub", "hub + REST without the dispatcher"),
@@ -100,13 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     requeue = sub.add_parser("requeue", help="Quarantined -> Pending with attempts 0")
     selector = requeue.add_mutually_exclusive_group(required=True)
     selector.add_argument("--id", dest="ids", action="append", type=UUID, metavar="ID")
-    selector.add_argument("--kind", choices=[k.value for k in RealtimeDispatchKind])
+    selector.add_argument("--kind", type=_kind_name, help="a built-in or declared kind")
     selector.add_argument("--all", action="store_true")
     stats = sub.add_parser("stats", help="pending / quarantined / done / oldest pending age")
     stats.add_argument("--json", action="store_true")
     stats.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
     quarantined = sub.add_parser("quarantined", help="list quarantined rows with their errors")
-    quarantined.add_argument("--kind", choices=[k.value for k in RealtimeDispatchKind])
+    quarantined.add_argument("--kind", type=_kind_name, help="a built-in or declared kind")
     quarantined.add_argument("--limit", type=int, default=100)
     quarantined.add_argument("--json", action="store_true")
     lock = sub.add_parser("lock", help="who holds the dispatcher's single-runner lock")
@@ -130,8 +143,10 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     """Apply the schema; one line per migration applied, then what was done."""
+    settings.projection_manifest()  # a manifest that does not parse stops before any change
     async with database_url(settings) as url:
         applied = await apply_migrations(settings, url, only_outbox=args.only == "outbox")
+        await projections.register_on_migrate(session_url(settings, url), settings)
     for migration in applied:
         print(f"applied {migration.version:04d}_{migration.name}")
     if applied:
@@ -152,6 +167,10 @@ def _print_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _check(settings: Settings, _: argparse.Namespace) -> int:
     return await projections.check(settings)
+
+
+async def _kinds(settings: Settings, args: argparse.Namespace) -> int:
+    return await projections.kinds(settings, typescript=args.typescript)
 
 
 async def _stats(settings: Settings, args: argparse.Namespace) -> int:
@@ -177,7 +196,7 @@ async def _requeue(settings: Settings, args: argparse.Namespace) -> int:
         try:
             count = await OutboxStore(pool, settings.dispatch_options().backoff).requeue(
                 ids=args.ids or (),
-                kind=RealtimeDispatchKind(args.kind) if args.kind else None,
+                kind=args.kind,
                 everything=bool(args.all),
             )
         finally:
@@ -314,6 +333,7 @@ async def _hub(settings: Settings, args: argparse.Namespace) -> int:
 _ASYNC: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "migrate": _migrate,
     "check": _check,
+    "kinds": _kinds,
     "stats": _stats,
     "requeue": _requeue,
     "worker": _worker,

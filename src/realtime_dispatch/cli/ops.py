@@ -19,7 +19,6 @@ from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.keys import Key
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
-from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.store import OutboxStats
 from realtime_dispatch.settings import Settings
 
@@ -95,8 +94,7 @@ async def quarantined(settings: Settings, args: argparse.Namespace) -> int:
     async with database_url(settings) as url:
         pool = await create_pool(url, max_size=1, pooled=transaction_pooled(settings))
         try:
-            kind = RealtimeDispatchKind(args.kind) if args.kind else None
-            rows = await OpsService(pool).quarantined(kind=kind, limit=args.limit)
+            rows = await OpsService(pool).quarantined(kind=args.kind, limit=args.limit)
         finally:
             await pool.close()
     if args.json:

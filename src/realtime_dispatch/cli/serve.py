@@ -175,7 +175,9 @@ def _app(  # noqa: PLR0917 (the composition root's parts)
     operator_routes = ops_routes(OpsService(pool), hub.verifier)
     # Sync builds its payloads with the dispatcher's own builders over the same manifest,
     # composed here: it stands beside the messenger's REST API, not inside it.
-    builder = default_payload_builder(settings.media_options(), manifest=manifest)
+    builder = default_payload_builder(
+        settings.media_options(), manifest=manifest, keys=settings.keys()
+    )
     if not settings.reference_messenger:
         spans = adopter_sync_query(manifest)
         if spans is None:

@@ -22,6 +22,7 @@ from realtime_dispatch.manifest.contract import (
     family_name,
     parameter_types,
 )
+from realtime_dispatch.manifest.kinds import DeclaredKind, column_problem, remember_columns
 from realtime_dispatch.manifest.manifest import Manifest
 
 _log = structlog.get_logger(__name__)
@@ -111,7 +112,56 @@ async def check_manifest(
                 results.append(QueryCheck(contract.name, True, "not set: " + _UNSET[contract.role]))
             continue
         results.append(await check_query(conn, contract, sql, keys))
+    for kind in manifest.kinds:
+        results.append(await check_kind(conn, kind, keys))
     return results
+
+
+async def kind_columns(conn: Any, kind: DeclaredKind) -> tuple[list[str], list[tuple[str, str]]]:
+    """The parameter types and result columns (name, type) of ``kind``'s query, prepared
+    (never run); ``asyncpg.PostgresError`` when it does not prepare."""
+    assert kind.sql is not None
+    stmt = await conn.prepare(kind.sql)
+    params = [t.name for t in stmt.get_parameters()]
+    return params, [(a.name, a.type.name) for a in stmt.get_attributes()]
+
+
+async def check_kind(conn: Any, kind: DeclaredKind, keys: KeyCodec = UUID_KEYS) -> QueryCheck:
+    """A declared kind's verdict, named ``kind <Name>``: its query prepares, takes ``$1`` of
+    the key type's array, returns ``ref_id`` and only columns a payload can carry."""
+    label = f"kind {kind.name}"
+    if kind.sql is None:
+        return QueryCheck(label, True, f"ok (ids only, event {kind.event} to {kind.target})")
+    try:
+        params, columns = await kind_columns(conn, kind)
+    except asyncpg.PostgresError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return QueryCheck(label, False, f"does not prepare: {reason}")
+    problem = compare_kind(kind, params, columns, keys)
+    if problem is not None:
+        return QueryCheck(label, False, problem)
+    remember_columns(kind.sql, columns)
+    return QueryCheck(label, True, f"ok (event {kind.event} to {kind.target})")
+
+
+def compare_kind(
+    kind: DeclaredKind, params: list[str], columns: list[tuple[str, str]], keys: KeyCodec
+) -> str | None:
+    """The first reason ``kind``'s prepared query cannot build its payloads, or ``None``."""
+    if params != [keys.array_type]:
+        got = ", ".join(params) or "none"
+        return f"takes ({got}), expected one parameter $1 {keys.array_type} (the rows' ref_id)"
+    names = [name for name, _ in columns]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        return f"column {twice} returned twice"
+    if "ref_id" not in names:
+        return "column ref_id missing (it matches each row's ref_id)"
+    for name, type_name in columns:
+        problem = column_problem(name, type_name, kind, keys)
+        if problem is not None:
+            return problem
+    return None
 
 
 # A deprecated query → the query that replaces it, and why.
@@ -153,5 +203,6 @@ async def require_valid(
     for result in await check_manifest(conn, manifest, needs=needs, keys=keys):
         if not result.ok:
             raise manifest.problem(result.line())
-        if CONTRACT[result.name].role == "deprecated":
+        contract = CONTRACT.get(result.name)
+        if contract is not None and contract.role == "deprecated":
             _log.warning("manifest_query_deprecated", line=result.line(), source=manifest.source)

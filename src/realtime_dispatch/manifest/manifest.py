@@ -8,6 +8,7 @@ known, each once); :mod:`.check` prepares the queries against the database.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,6 +17,7 @@ from types import MappingProxyType
 
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.contract import CONTRACT
+from realtime_dispatch.manifest.kinds import DeclaredKind, KindError, check_unique, parse_kind
 from realtime_dispatch.outbox.queries import QueryFileError, parse_queries
 
 VARIABLE = "REALTIME_PROJECTIONS"
@@ -27,6 +29,8 @@ class Manifest:
     queries: Mapping[str, str] = field(default_factory=dict)
     source: str = SHIPPED
     """The file it was read from (``SHIPPED`` for the package's own)."""
+    kinds: tuple[DeclaredKind, ...] = ()
+    """The app's own kinds (``-- kind:`` blocks), in file order."""
 
     @property
     def shipped(self) -> bool:
@@ -37,18 +41,43 @@ class Manifest:
         assert name in CONTRACT, name
         return self.queries.get(name)
 
+    def kind(self, name: str) -> DeclaredKind | None:
+        """The declared kind ``name``, or ``None``."""
+        return next((kind for kind in self.kinds if kind.name == name), None)
+
     def problem(self, message: str) -> ConfigurationError:
         """The one-line error about this manifest: ``REALTIME_PROJECTIONS: <message> (<file>)``."""
         return ConfigurationError(VARIABLE, f"{message} ({self.source})")
 
 
+_BLOCK = re.compile(r"^-- (name|kind):(.*)$", re.MULTILINE)
+
+
+def _split(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """``text`` as (its named queries' text, for :func:`parse_queries`; the ``-- kind:``
+    blocks as (header, body))."""
+    parts = _BLOCK.split(text)
+    named = [parts[0]]
+    kinds: list[tuple[str, str]] = []
+    for what, header, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if what == "name":
+            named.append(f"-- name:{header}{body}")
+        else:
+            kinds.append((header, body))
+    return "".join(named), kinds
+
+
 def parse_manifest(text: str, source: str) -> Manifest:
     """A manifest from its text; :class:`ConfigurationError` naming the variable if it does not
-    parse or names a query the contract does not have."""
+    parse, names a query the contract does not have, or declares a kind that cannot be (the
+    line names the kind and the reason)."""
     probe = Manifest(source=source)
+    named, blocks = _split(text)
     try:
-        queries = parse_queries(text)
-    except QueryFileError as exc:
+        queries = parse_queries(named)
+        kinds = tuple(parse_kind(header, body) for header, body in blocks)
+        check_unique(kinds)
+    except (QueryFileError, KindError) as exc:
         raise probe.problem(str(exc)) from None
     if not queries:
         raise probe.problem("no '-- name: <query>' sections")
@@ -56,7 +85,7 @@ def parse_manifest(text: str, source: str) -> Manifest:
         if name not in CONTRACT:
             known = ", ".join(CONTRACT)
             raise probe.problem(f"{name}: not a query of the contract (known: {known})")
-    return Manifest(MappingProxyType(dict(queries)), source)
+    return Manifest(MappingProxyType(dict(queries)), source, kinds)
 
 
 @functools.cache

@@ -40,8 +40,8 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     www_authenticate,
 )
+from realtime_dispatch.manifest.kinds import KIND_NAME, MAX_KIND
 from realtime_dispatch.ops.service import OpsService
-from realtime_dispatch.outbox.model import RealtimeDispatchKind
 
 MAX_LIMIT = 500
 
@@ -50,7 +50,8 @@ class RequeueRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ids: list[UUID] | None = None
-    kind: RealtimeDispatchKind | None = None
+    kind: str | None = Field(default=None, pattern=KIND_NAME.pattern, max_length=MAX_KIND)
+    """A built-in kind or a declared one's name."""
 
     @model_validator(mode="after")
     def _one_selector(self) -> RequeueRequest:
@@ -121,10 +122,12 @@ def ops_routes(service: OpsService, verifier: TokenVerifier) -> list[BaseRoute]:
             return denied
         kind_param = request.query_params.get("kind") or None
         try:
-            kind = RealtimeDispatchKind(kind_param) if kind_param else None
+            if kind_param and (not KIND_NAME.fullmatch(kind_param) or len(kind_param) > MAX_KIND):
+                raise ValueError(kind_param)
+            kind = kind_param
             limit = int(request.query_params.get("limit", "100"))
         except ValueError:
-            return _error(400, "kind must be a RealtimeDispatchKind and limit an integer")
+            return _error(400, "kind must be a kind's name and limit an integer")
         if not 1 <= limit <= MAX_LIMIT:
             return _error(400, f"limit must be between 1 and {MAX_LIMIT}")
         rows = await service.quarantined(kind=kind, limit=limit)

@@ -15,7 +15,6 @@ from realtime_dispatch.auth.revocations import Revocation
 from realtime_dispatch.database import translate_errors
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.keys import Key
-from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
 
@@ -84,12 +83,11 @@ class OpsService:
         return await self.store.stats()
 
     async def quarantined(
-        self, *, kind: RealtimeDispatchKind | None = None, limit: int = 100
+        self, *, kind: str | None = None, limit: int = 100
     ) -> list[QuarantinedRow]:
+        """``kind``: a built-in or declared kind's name (None: every kind)."""
         async with translate_errors():
-            records = await self._pool.fetch(
-                QUERIES["quarantined"], kind.value if kind else None, limit
-            )
+            records = await self._pool.fetch(QUERIES["quarantined"], kind, limit)
         return [QuarantinedRow(**dict(r)) for r in records]
 
     async def quarantined_by_kind(self) -> dict[str, int]:
@@ -122,9 +120,7 @@ class OpsService:
             p95=None if record["p95"] is None else float(record["p95"]),
         )
 
-    async def requeue(
-        self, *, ids: list[UUID] | None = None, kind: RealtimeDispatchKind | None = None
-    ) -> int:
+    async def requeue(self, *, ids: list[UUID] | None = None, kind: str | None = None) -> int:
         return await self.store.requeue(ids=ids or (), kind=kind)
 
     async def revoke(self, user_id: Key) -> Revocation:

@@ -29,6 +29,7 @@ import asyncpg
 
 from realtime_dispatch.errors import ConfigurationError, SchemaConflict
 from realtime_dispatch.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
+from realtime_dispatch.outbox.catalogue import CATALOGUE
 
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
 MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"
@@ -54,6 +55,19 @@ _COLLISIONS = (
 )
 
 
+BUILTIN_KINDS = "@builtin_kinds@"
+"""Where a migration lists the built-in kinds (the registry's first rows), from the catalogue."""
+
+
+def builtin_kinds_sql() -> str:
+    """The catalogue's kinds as the VALUES rows of ``messenger.realtime_kinds``."""
+    rows = []
+    for entry in CATALOGUE:
+        target = f"'{entry.target_kind}'" if entry.target_kind else "NULL"
+        rows.append(f"    ('{entry.kind}', {target}, '{entry.event}', true)")
+    return ",\n".join(rows)
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     version: int
@@ -77,7 +91,11 @@ def packaged_migrations(
     """The outbox's migrations, its key columns of type ``keys``, and ``extra`` (an owner
     service's), in version order."""
     outbox = [
-        Migration(m.version, m.name, m.sql.replace(PLACEHOLDER, keys.name))
+        Migration(
+            m.version,
+            m.name,
+            m.sql.replace(PLACEHOLDER, keys.name).replace(BUILTIN_KINDS, builtin_kinds_sql()),
+        )
         for m in migrations_in("realtime_dispatch.outbox")
     ]
     found = [*outbox, *extra]

@@ -14,7 +14,7 @@ import asyncpg
 from realtime_dispatch.database import DbConnection, translate_errors
 from realtime_dispatch.ids import id_floor
 from realtime_dispatch.outbox.backoff import JITTER, Backoff
-from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
+from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.queries import QUERIES
 
@@ -211,17 +211,18 @@ class OutboxStore:
         self,
         *,
         ids: Sequence[UUID] = (),
-        kind: RealtimeDispatchKind | None = None,
+        kind: str | None = None,
         everything: bool = False,
     ) -> int:
-        """Quarantined → Pending, attempts 0. Exactly one selector must be given."""
+        """Quarantined → Pending, attempts 0. Exactly one selector must be given (``kind``: a
+        built-in kind or a declared one's name)."""
         if sum((bool(ids), kind is not None, everything)) != 1:
             raise ValueError("give exactly one of ids, kind, everything")
         async with translate_errors():
             if ids:
                 status = await self._pool.execute(QUERIES["requeue_ids"], list(ids))
             elif kind is not None:
-                status = await self._pool.execute(QUERIES["requeue_kind"], kind.value)
+                status = await self._pool.execute(QUERIES["requeue_kind"], str(kind))
             else:
                 status = await self._pool.execute(QUERIES["requeue_all"])
         return int(status.rsplit(" ", 1)[1])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 from uuid import UUID
 
 import asyncpg
@@ -42,7 +42,11 @@ from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
 from realtime_dispatch.push import Push
 
+if TYPE_CHECKING:
+    from realtime_dispatch.dispatch.projections.declared import DeclaredKindBuilder
+
 BuildResults: TypeAlias = dict[UUID, Push | RealtimeDispatchError]
+_BUILTIN = frozenset(kind.value for kind in RealtimeDispatchKind)
 
 _log = structlog.get_logger(__name__)
 
@@ -103,7 +107,7 @@ def _server_error(exc: Exception) -> str:
 
 
 async def build_apart(
-    query: str, work: Awaitable[BuildResults], items: Sequence[RowIntent]
+    query: str, work: Awaitable[BuildResults], items: Sequence[RowIntent | ClaimedRow]
 ) -> BuildResults:
     """Await ``work`` (the build of ``items`` by the ``query`` they need), its failure kept to
     those rows: each gets the error of :func:`query_failed`, logged once as
@@ -113,7 +117,9 @@ async def build_apart(
     except Exception as exc:
         error = query_failed(exc, query)
         _log.error("projection_query_failed", query=query, error=error.describe(), rows=len(items))
-        return dict.fromkeys((item.row.id for item in items), error)
+        return dict.fromkeys(
+            (item.row.id if isinstance(item, RowIntent) else item.id for item in items), error
+        )
 
 
 class CompositePayloadBuilder:
@@ -123,10 +129,14 @@ class CompositePayloadBuilder:
         *,
         deleted_chats_sql: str | None = None,
         chat_alive_sql: str | None = None,
+        declared: Iterable[DeclaredKindBuilder] = (),
     ) -> None:
         """``deleted_chats_sql``: the manifest's ``deleted_chats`` query, or else
         ``chat_alive_sql``, the deprecated ``chat_alive`` (neither: a row whose referenced
-        entity is missing is always quarantined)."""
+        entity is missing is always quarantined). ``declared``: a builder per kind the
+        manifest declares (a row of a kind neither built in nor declared is quarantined
+        ``KindUndeclared``)."""
+        self._declared = {builder.kind.name: builder for builder in declared}
         self._gone: _GoneQuery | None = None
         if deleted_chats_sql is not None:
             self._gone = _GoneQuery("deleted_chats", deleted_chats_sql, returns_gone=True)
@@ -142,7 +152,17 @@ class CompositePayloadBuilder:
     async def build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults:
         results: BuildResults = {}
         groups: dict[int, tuple[KindBuilder, list[RowIntent]]] = {}
+        own: dict[str, list[ClaimedRow]] = {}
         for row in rows:
+            if row.kind not in _BUILTIN:
+                if row.kind in self._declared:
+                    own.setdefault(row.kind, []).append(row)
+                else:
+                    results[row.id] = PayloadBuildError(
+                        f"kind {row.kind} is not declared in the projection manifest",
+                        code="KindUndeclared",
+                    )
+                continue
             try:
                 intent = row.intent()
             except IntentError as exc:
@@ -171,9 +191,33 @@ class CompositePayloadBuilder:
                         payload_json=stamp_event_id(result.payload_json, item.row.id),
                     )
                 results[item.row.id] = result
+        for name, own_rows in own.items():
+            declared = self._declared[name]
+            built = await build_apart(declared.query, declared.build_rows(conn, own_rows), own_rows)
+            for row in own_rows:
+                results[row.id] = _stamped(built.get(row.id), row.id)
         if self._gone is not None:
             await _mark_gone_targets(conn, self._gone, rows, results)
+            for name, own_rows in own.items():
+                declared = self._declared[name]
+                if declared.kind.deliver_when_chat_deleted:
+                    for row in own_rows:
+                        if isinstance(results[row.id], TargetGone):
+                            results[row.id] = _stamped(declared.ids_payload(row), row.id)
         return results
+
+
+def _stamped(
+    result: Push | RealtimeDispatchError | None, row_id: UUID
+) -> Push | RealtimeDispatchError:
+    """A built result with the row's id as ``eventId`` (nothing built: ``NotBuilt``)."""
+    if result is None:
+        return PayloadBuildError("builder returned nothing", code="NotBuilt")
+    if isinstance(result, Push):
+        return Push(
+            result.group, result.target, payload_json=stamp_event_id(result.payload_json, row_id)
+        )
+    return result
 
 
 def _query_of(builder: KindBuilder) -> str:

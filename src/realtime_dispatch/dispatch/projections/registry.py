@@ -17,6 +17,7 @@ from realtime_dispatch.dispatch.projections.contacts import (
     ContactBuilder,
     ContactRequestBuilder,
 )
+from realtime_dispatch.dispatch.projections.declared import DeclaredKindBuilder
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
@@ -91,4 +92,5 @@ def default_payload_builder(
         default_builders(media, encoder=encoder, manifest=manifest, keys=keys),
         deleted_chats_sql=manifest.sql("deleted_chats"),
         chat_alive_sql=manifest.sql("chat_alive"),
+        declared=[DeclaredKindBuilder(kind, keys=keys) for kind in manifest.kinds],
     )

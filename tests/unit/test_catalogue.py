@@ -1,0 +1,115 @@
+"""The built-in kinds' one table (``realtime_dispatch.outbox.catalogue``) and everything that
+names the kinds elsewhere: the enum, the outbox model's routing rules, the contracts' event map,
+the manifest contract's ``serves`` lists, the registry's migration rows, the TypeScript SDK's
+event list and generated types, the Python SDK's events, and docs/api.md's event table. A kind
+added to one place and not the others fails here, naming what is missing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from realtime_dispatch.client.events import BY_EVENT_NAME
+from realtime_dispatch.contracts.events import EVENT_MODELS
+from realtime_dispatch.errors import IntentError
+from realtime_dispatch.manifest.contract import CONTRACT
+from realtime_dispatch.outbox.catalogue import CATALOGUE
+from realtime_dispatch.outbox.migrate import builtin_kinds_sql
+from realtime_dispatch.outbox.model import (
+    OutboxIntent,
+    RealtimeDispatchKind,
+    RealtimeTargetKind,
+    SessionKind,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = [entry.event for entry in CATALOGUE]
+
+
+def test_the_enum_is_the_catalogue_in_its_order() -> None:
+    assert [kind.value for kind in RealtimeDispatchKind] == [e.kind for e in CATALOGUE]
+    assert [kind.event_name for kind in RealtimeDispatchKind] == EVENTS
+
+
+def test_each_kind_goes_where_its_row_says() -> None:
+    """The model's routing rule agrees with the row's target (a session kind goes either way,
+    by its session kind)."""
+    for entry in CATALOGUE:
+        kind = RealtimeDispatchKind(entry.kind)
+        ids = {"message_id": "m", "ref_id": "r", "seq": 1}
+        if entry.target == "session":
+            OutboxIntent(kind, RealtimeTargetKind.USER, target_user_id="u", ref_id="r",
+                         session_kind=SessionKind.DIRECT)  # fmt: skip
+            OutboxIntent(kind, RealtimeTargetKind.CHAT_GROUP, chat_id="c", ref_id="r",
+                         session_kind=SessionKind.CONFERENCE)  # fmt: skip
+        elif entry.target == "chat":
+            OutboxIntent(kind, RealtimeTargetKind.CHAT_GROUP, chat_id="c", **ids)  # type: ignore[arg-type]
+            with pytest.raises(IntentError, match="goes to a ChatGroup"):
+                OutboxIntent(kind, RealtimeTargetKind.USER, target_user_id="u", **ids)  # type: ignore[arg-type]
+        else:
+            OutboxIntent(kind, RealtimeTargetKind.USER, target_user_id="u", ref_id="r")
+            with pytest.raises(IntentError, match="goes to a User"):
+                OutboxIntent(kind, RealtimeTargetKind.CHAT_GROUP, chat_id="c", ref_id="r")
+
+
+def test_each_contract_is_the_event_map_s_model() -> None:
+    assert list(EVENT_MODELS) == EVENTS
+    for entry in CATALOGUE:
+        assert EVENT_MODELS[entry.event].__name__ == entry.contract, entry.kind
+    assert dict(BY_EVENT_NAME) == dict(EVENT_MODELS)  # the Python SDK's events
+
+
+def test_each_kind_is_served_by_its_manifest_query() -> None:
+    for entry in CATALOGUE:
+        contract = CONTRACT[entry.query]
+        assert contract.role == "payload", entry.kind
+        assert re.search(rf"\b{entry.kind}\b", contract.serves), (entry.kind, entry.query)
+    served = {
+        kind
+        for contract in CONTRACT.values()
+        if contract.role == "payload"
+        for kind in re.findall(r"\b[A-Z][A-Za-z]+\b", contract.serves)
+        if kind not in ("Direct", "Conference")
+    }
+    assert served == {entry.kind for entry in CATALOGUE}
+
+
+def test_the_registry_migration_lists_every_kind() -> None:
+    rows = builtin_kinds_sql()
+    for entry in CATALOGUE:
+        assert f"('{entry.kind}', " in rows
+        assert f"'{entry.event}', true)" in rows
+
+
+def test_the_typescript_sdk_names_every_event() -> None:
+    client = (ROOT / "clients/js/src/client.ts").read_text()
+    listed = re.search(r"EVENT_NAMES: readonly EventName\[\] = \[(.*?)\];", client, re.S)
+    assert listed is not None
+    assert re.findall(r'"([a-z_]+)"', listed[1]) == EVENTS
+    contracts = (ROOT / "clients/js/src/contracts.ts").read_text()
+    hub_events = re.search(r"export interface HubEvents \{(.*?)\}", contracts, re.S)
+    assert hub_events is not None
+    assert sorted(re.findall(r"^\s*([a-z_]+):", hub_events[1], re.M)) == sorted(EVENTS)
+
+
+def _table_events(text: str) -> set[str]:
+    """The events of docs/api.md's event table: the first cell's names, an abbreviated one
+    (`` `_left` `` after `` `conference_participant_joined` ``) completed from the first."""
+    section = text.split("## Events (hub invocations", 1)[1].split("\n## ", 1)[0]
+    found: set[str] = set()
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        names = re.findall(r"`([a-z_]+)`", line.split("|")[1])
+        first = names[0]
+        found.add(first)
+        for name in names[1:]:
+            found.add(first.rsplit("_", 1)[0] + name if name.startswith("_") else name)
+    return found
+
+
+def test_the_docs_event_table_has_every_event() -> None:
+    documented = _table_events((ROOT / "docs/api.md").read_text())
+    assert set(EVENTS) <= documented, set(EVENTS) - documented
