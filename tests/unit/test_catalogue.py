@@ -103,6 +103,8 @@ def _table_events(text: str) -> set[str]:
         if not line.startswith("| `"):
             continue
         names = re.findall(r"`([a-z_]+)`", line.split("|")[1])
+        if not names:  # another table of the section (chat_updated's eventKind values)
+            continue
         first = names[0]
         found.add(first)
         for name in names[1:]:
