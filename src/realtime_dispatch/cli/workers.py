@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -147,6 +148,7 @@ async def private_broker(directory: Path, workers: int) -> AsyncIterator[str]:
         *("--port", "0", "--unixsocket", str(path), "--unixsocketperm", "700"),
         *("--save", "", "--appendonly", "no", "--loglevel", "warning"),
         stdout=asyncio.subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
     )
     try:
         deadline = time.monotonic() + 10.0
@@ -166,6 +168,18 @@ async def private_broker(directory: Path, workers: int) -> AsyncIterator[str]:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM when the parent dies, even by SIGKILL (Linux's
+    ``PR_SET_PDEATHSIG``; nothing elsewhere). A worker notices by its channel closing."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 async def _answers_ping(path: Path) -> bool:
