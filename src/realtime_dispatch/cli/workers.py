@@ -88,7 +88,7 @@ FIRST_BYTES_WAIT = 10.0
 (the worker's own header timeout then answers a silent client)."""
 RESTART_DELAY = 0.5
 MAX_RESTART_DELAY = 5.0
-STOP_GRACE = 30.0
+STOP_GRACE = 25.0
 """How long a stopping worker has to close its connections before it is killed."""
 PROBE_INTERVAL = 0.5
 PROBE_TIMEOUT = 2.0
