@@ -3,7 +3,8 @@ owners write; restart it; every client reconnects and catches up. Once resuming 
 cursor (``GET /api/sync``), once with today's full resync, in the same run.
 
     python bench/storm.py [--clients 5000] [--rate 20] [--down 5] [--before 5] [--timeout 300]
-                          [--processes 2] [--workers 1] [--dsn DSN] [--rest-env NAME=VALUE ...]
+                          [--processes 2] [--workers 1] [--rest-workers 1] [--dsn DSN]
+                          [--rest-env NAME=VALUE ...]
 
 In a scratch database ``bench_storm_*`` (dropped at the end): ``--clients`` users, each a
 member of 5 chats of 10. The real processes, logs at level info as shipped: a ``hub`` replica
@@ -406,7 +407,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         hub_args = ["hub", "--port", str(hub_port), "--workers", str(args.workers)]
         hub = Proc("hub", hub_args, env_for(url, logs), logs, group=args.workers > 1)
         rest_env = env_for(url, logs, **dict(item.split("=", 1) for item in args.rest_env))
-        rest = Proc("rest", ["hub", "--port", str(rest_port)], rest_env, logs)
+        rest_args = ["hub", "--port", str(rest_port), "--workers", str(args.rest_workers)]
+        rest = Proc("rest", rest_args, rest_env, logs, group=args.rest_workers > 1)
         worker = Proc(
             "worker",
             ["worker"],
@@ -595,6 +597,9 @@ def main() -> None:
         type=int,
         default=1,
         help="the clients' hub replica's workers (hub --workers N; >1: its own redis-server)",
+    )
+    parser.add_argument(
+        "--rest-workers", type=int, default=1, help="the REST process's workers (hub --workers N)"
     )
     parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
     parser.add_argument(

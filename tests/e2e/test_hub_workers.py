@@ -22,6 +22,7 @@ from realtime_dispatch.cli.workers import user_worker
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
+from realtime_dispatch.messenger.messages import send_message
 from realtime_dispatch.push import Push
 from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, running
@@ -44,7 +45,7 @@ def users_on(worker: int, count: int) -> list[uuid.UUID]:
 
 
 @contextlib.asynccontextmanager
-async def hub_workers(database_url: str) -> AsyncIterator[tuple[str, int]]:
+async def hub_workers(database_url: str, command: str = "hub") -> AsyncIterator[tuple[str, int]]:
     """``hub --workers 2`` (no backplane configured: its own redis-server); its URL and pid."""
     port = free_port()
     env = cli_env(
@@ -54,8 +55,8 @@ async def hub_workers(database_url: str) -> AsyncIterator[tuple[str, int]]:
         REALTIME_HUB_MAX_CONNECTIONS_PER_USER=str(CAP),
         REALTIME_LOG_LEVEL="warning",
     )
-    args = ("hub", "--workers", str(WORKERS), "--port", str(port))
-    async with running(*args, env=env, ready=b"hub workers on") as proc:
+    args = (command, "--workers", str(WORKERS), "--port", str(port))
+    async with running(*args, env=env, ready=f"{command} workers on".encode()) as proc:
         url = f"http://127.0.0.1:{port}"
         await ready(url, within=60)
         yield url, proc.pid
@@ -95,47 +96,48 @@ async def message(client: NodeClient, within: float = 15) -> dict:
     return event
 
 
-@pytest.mark.parametrize("transport", ["WebSockets", "ServerSentEvents", "LongPolling"])
-async def test_official_client_on_each_transport_spread_over_both_workers(
-    database_url, pool, transport
-):
-    on_first, on_second = users_on(0, 2), users_on(1, 2)
-    members = [*on_first, *on_second]
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=members[0], title="t")
-        for user in members[1:]:
-            await set_participant(conn, chat_id=chat, user_id=user, active=True)
+async def test_official_client_on_each_transport_spread_over_both_workers(database_url, pool):
     async with hub_workers(database_url) as (url, _):
-        clients = [
-            await NodeClient.start(
-                f"{url}/hubs/messenger",
-                make_token(user),
-                targets=["message_received"],
-                transport=transport,
-            )
-            for user in members
-        ]
         publisher = HttpHubPublisher(url, SERVICE_KEY)
         try:
-            ids = [await started(c) for c in clients]
-            # Each connection on its user's worker: the token it negotiated names it.
-            assert [i.split(".")[0] for i in ids] == ["w0", "w0", "w1", "w1"]
-            # One push through one worker's push endpoint reaches the members on both.
-            [result] = await publisher.publish(
-                [Push(chat_group(chat), "message_received", {"n": 1})]
-            )
-            assert result is None
-            for client in clients:
-                assert (await message(client))["args"] == [{"n": 1}]
-            # A push to one user reaches that user only.
-            pushes = [Push(user_group(u), "message_received", {"to": str(u)}) for u in members]
-            assert await publisher.publish(pushes) == [None] * len(members)
-            for user, client in zip(members, clients, strict=True):
-                assert (await message(client))["args"] == [{"to": str(user)}]
+            for transport in ("WebSockets", "ServerSentEvents", "LongPolling"):
+                await spread_over_both(url, pool, publisher, transport)
         finally:
             await publisher.aclose()
-            for client in clients:
-                await client.stop()
+
+
+async def spread_over_both(url: str, pool, publisher: HttpHubPublisher, transport: str) -> None:
+    members = [*users_on(0, 2), *users_on(1, 2)]
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=members[0], title=transport)
+        for user in members[1:]:
+            await set_participant(conn, chat_id=chat, user_id=user, active=True)
+    clients = [
+        await NodeClient.start(
+            f"{url}/hubs/messenger",
+            make_token(user),
+            targets=["message_received"],
+            transport=transport,
+        )
+        for user in members
+    ]
+    try:
+        ids = [await started(c) for c in clients]
+        # Each connection on its user's worker: the token it negotiated names it.
+        assert [i.split(".")[0] for i in ids] == ["w0", "w0", "w1", "w1"], transport
+        # One push through one worker's push endpoint reaches the members on both.
+        pushed = Push(chat_group(chat), "message_received", {"n": transport})
+        assert await publisher.publish([pushed]) == [None]
+        for client in clients:
+            assert (await message(client))["args"] == [{"n": transport}]
+        # A push to one user reaches that user only.
+        pushes = [Push(user_group(u), "message_received", {"to": str(u)}) for u in members]
+        assert await publisher.publish(pushes) == [None] * len(members)
+        for user, client in zip(members, clients, strict=True):
+            assert (await message(client))["args"] == [{"to": str(user)}]
+    finally:
+        for client in clients:
+            await client.stop()
 
 
 async def test_cap_metrics_forwarding_and_a_killed_worker(database_url, pool):
@@ -233,3 +235,38 @@ async def forwarded_long_poll(url: str, first: uuid.UUID, second: uuid.UUID) -> 
             202,
             204,
         }
+
+
+async def test_serve_runs_its_dispatcher_once_and_its_pushes_reach_both_workers(database_url, pool):
+    [alice] = users_on(0, 1)
+    [bob] = users_on(1, 1)
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t")
+        await set_participant(conn, chat_id=chat, user_id=bob, active=True)
+    async with hub_workers(database_url, "serve") as (url, _):
+        hub = f"{url}/hubs/messenger"
+        clients = [
+            await NodeClient.start(hub, make_token(user), targets=["message_received"])
+            for user in (alice, bob)
+        ]
+        try:
+            ids = [await started(client) for client in clients]
+            assert [i.split(".")[0] for i in ids] == ["w0", "w1"]
+            async with pool.acquire() as conn:
+                sent = await send_message(conn, chat_id=chat, sender=alice, body="hello")
+            for client in clients:
+                [payload] = (await message(client, within=30))["args"]
+                assert payload["messageId"] == str(sent.message_id)
+            async with httpx.AsyncClient(base_url=url) as http:
+                page = (await http.get("/metrics")).text
+            # The dispatcher's metrics come from worker 0 alone: it runs there only.
+            dispatched = [
+                line
+                for line in page.splitlines()
+                if line.startswith("messenger_realtime_dispatched_total{")
+            ]
+            assert dispatched, page[:2000]
+            assert all('worker="0"' in line for line in dispatched), dispatched
+        finally:
+            for client in clients:
+                await client.stop()

@@ -365,7 +365,7 @@ async def serve(
                         demo_user = uuid4()
                         token = mint_token(demo_secret, demo_user)
                         lines.append(f"realtime-dispatch: a token for user {demo_user}: {token}")
-                    if worker is not None:
+                    if worker is not None and worker.index > 0:  # worker 0 says the rest
                         lines = [f"realtime-dispatch: worker {worker.index} ready"]
                     print("\n".join(lines), file=sys.stderr, flush=True)
                     await server.serve()
