@@ -1,8 +1,9 @@
 """``hub --workers 2``: the real command, the official ``@microsoft/signalr`` client (Node) on
 every transport, members spread over both workers, one push reaching them all, the per-user
 cap for the whole replica, a request of one worker's connection sent on another worker's
-keep-alive connection, the replica's ``/readyz`` and ``/metrics``, and a worker killed,
-restarted, its clients back."""
+keep-alive connection, the replica's ``/readyz`` and ``/metrics``, a worker killed,
+restarted, its clients back, presence, typing and a revocation across the workers, and
+``serve --workers 2`` running its dispatcher once."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from realtime_dispatch.messenger.commands import create_chat, set_participant
 from realtime_dispatch.messenger.messages import send_message
 from realtime_dispatch.push import Push
 from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, running
+from tests.e2e.processes import cli_env, run_cli, running
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e
@@ -151,15 +152,16 @@ async def test_cap_metrics_forwarding_and_a_killed_worker(database_url, pool):
         # The per-user cap holds for the replica: a third connection of bob's is refused.
         bobs = [
             await NodeClient.start(
-                hub, make_token(bob), targets=["message_received"], reconnect=True
+                hub, make_token(bob), targets=["message_received", "user_typing"], reconnect=True
             )
             for _ in range(CAP)
         ]
         alices = [await NodeClient.start(hub, make_token(alice), targets=["message_received"])]
         publisher = HttpHubPublisher(url, SERVICE_KEY)
         try:
-            for client in [*bobs, *alices]:
-                await started(client)
+            for client in bobs:
+                assert (await started(client)).startswith("w1.")
+            assert (await started(alices[0])).startswith("w0.")
             third = await NodeClient.start(hub, make_token(bob))
             try:
                 refused = await third.event(within=30)
@@ -193,6 +195,35 @@ async def test_cap_metrics_forwarding_and_a_killed_worker(database_url, pool):
             assert result is None
             for client in [*bobs, *alices]:
                 assert (await message(client))["args"] == [{"n": 2}]
+
+            # Presence and typing across the workers (alice on worker 0, bob on worker 1).
+            [watcher] = alices
+            await watcher.send({"invoke": "WatchPresence", "args": [[str(bob)]]})
+            answer = await watcher.event(within=15)
+            assert answer["event"] == "invoked", answer
+            assert [(s["userId"], s["online"]) for s in answer["result"]] == [(str(bob), True)]
+            await watcher.send({"invoke": "Typing", "args": [str(chat)]})
+            assert await watcher.event(within=15) == {"event": "invoked"}
+            for client in bobs:
+                typing = await message(client)
+                assert typing["target"] == "user_typing"
+                assert typing["args"][0]["userId"] == str(alice)
+
+            # A revocation reaches the worker bob is on: his connections are cut, his token
+            # refused.
+            env = cli_env(REALTIME_DATABASE_URL=database_url)
+            revoked = await asyncio.to_thread(run_cli, "revoke", "--user", str(bob), env=env)
+            assert revoked.returncode == 0, revoked.stderr
+            for client in bobs:
+                cut = await client.event(within=30)
+                assert cut["event"] in {"reconnecting", "closed"}, cut
+            async with httpx.AsyncClient(base_url=url) as http:
+                refused = await http.post(
+                    "/hubs/messenger/negotiate",
+                    params={"negotiateVersion": "1"},
+                    headers={"Authorization": f"Bearer {make_token(bob, ttl=200)}"},
+                )
+            assert refused.status_code == 401, refused.text
         finally:
             await publisher.aclose()
             for client in [*bobs, *alices]:
