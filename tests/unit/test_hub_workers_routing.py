@@ -4,11 +4,14 @@ choose its worker (``realtime_dispatch.cli.workers``)."""
 from __future__ import annotations
 
 import os
+import socket
 import uuid
+from pathlib import Path
 
 import pytest
 
 from realtime_dispatch.cli.workers import (
+    Parent,
     merged_metrics,
     request_target,
     unverified_user,
@@ -101,3 +104,21 @@ def test_the_replicas_metrics_label_each_workers_samples() -> None:
     assert 'hub_open{state="a",worker="0"} 2.0' in merged
     assert 'hub_open{state="a",worker="1"} 3.0' in merged
     assert 'hub_sent_total{worker="1"} 5.0' in merged
+
+
+def test_the_replica_is_ready_once_every_worker_was_then_while_any_is() -> None:
+    with socket.socket() as listener:
+        parent = Parent(listener, [], {}, 2, Path("/nonexistent"))
+        first, second = parent.workers
+        assert not parent.is_ready()
+        first.ready = True
+        assert not parent.is_ready()  # starting: not before every worker is ready
+        second.ready = True
+        assert parent.is_ready()
+        second.ready = False  # worker 1 restarts: worker 0 serves meanwhile
+        assert parent.is_ready()
+        first.ready = False
+        assert not parent.is_ready()
+        first.ready = second.ready = True
+        parent.stopping.set()
+        assert not parent.is_ready()

@@ -34,11 +34,12 @@ socket in its run directory (no port, nothing saved), and a missing ``redis-serv
 start with one line (exit 2).
 
 **The parent answers ``/readyz`` and ``/metrics``** on a connection whose first request is one
-of them: ready when every worker is (it asks each over its Unix socket), and every worker's
-metrics in one page, each sample labelled ``worker``. ``serve`` runs its dispatcher in worker 0
-only. A worker that exits is started again (after 0.5 s, up to 5 s when it keeps failing); its
-clients reconnect and resume as after any restart. SIGTERM / SIGINT stop the workers gracefully
-(each closes its connections with a close message that allows reconnecting), then the parent.
+of them: ready once every worker has been (it asks each over its Unix socket), then while any
+worker is; and every worker's metrics in one page, each sample labelled ``worker``. ``serve``
+runs its dispatcher in worker 0 only. A worker that exits is started again (after 0.5 s, up to
+5 s when it keeps failing); its clients reconnect and resume as after any restart. SIGTERM /
+SIGINT stop the workers gracefully (each closes its connections with a close message that
+allows reconnecting), then the parent.
 """
 
 from __future__ import annotations
@@ -282,6 +283,7 @@ class Parent:
         self.failed: int | None = None
         self.waiting: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.was_ready = False
 
     # supervision ---------------------------------------------------------------------------
 
@@ -422,6 +424,17 @@ class Parent:
             return
         self.hand(worker, conn)
 
+    def is_ready(self) -> bool:
+        """The replica's readiness: once every worker has been ready, while any worker is (one
+        that restarts leaves its users to the others meanwhile, and a load balancer need not
+        drain the replica for it); never while stopping."""
+        if self.stopping.is_set():
+            return False
+        if all(w.ready for w in self.workers):
+            self.was_ready = True
+            return True
+        return self.was_ready and any(w.ready for w in self.workers)
+
     def next_worker(self) -> Worker | None:
         candidates = [w for w in self.workers if w.ready] or [
             w for w in self.workers if w.channel is not None
@@ -475,7 +488,7 @@ class Parent:
                         return
                     received += chunk
             if path == b"/readyz":
-                ready = all(w.ready for w in self.workers) and not self.stopping.is_set()
+                ready = self.is_ready()
                 status = b"200 OK" if ready else b"503 Service Unavailable"
                 body = b'{"status":"ready"}' if ready else b'{"status":"not ready"}'
                 kind = b"application/json"
