@@ -3,13 +3,16 @@ owners write; restart it; every client reconnects and catches up. Once resuming 
 cursor (``GET /api/sync``), once with today's full resync, in the same run.
 
     python bench/storm.py [--clients 5000] [--rate 20] [--down 5] [--before 5] [--timeout 300]
-                          [--processes 2] [--dsn DSN] [--rest-env NAME=VALUE ...]
+                          [--processes 2] [--workers 1] [--rest-workers 1] [--dsn DSN]
+                          [--rest-env NAME=VALUE ...]
 
 In a scratch database ``bench_storm_*`` (dropped at the end): ``--clients`` users, each a
 member of 5 chats of 10. The real processes, logs at level info as shipped: a ``hub`` replica
 (the clients' WebSockets: the one that is killed), a second ``hub`` process serving the REST
 API and ``GET /api/sync`` (so their CPU is told apart), and a ``worker`` pushing to the first
-over HTTP. The clients live in ``--processes`` processes (``bench/_storm_clients.py``: picows
+over HTTP. With ``--workers N`` the first is ``hub --workers N`` (one replica on N cores: a
+parent, N workers and their private redis-server, killed and measured as one). The clients
+live in ``--processes`` processes (``bench/_storm_clients.py``: picows
 WebSockets, the SDK's dedupe, full-jitter reconnects). Owners (this process) send messages
 with the real ``send_message`` command at ``--rate`` per second throughout.
 
@@ -78,14 +81,26 @@ def env_for(url: str, logs: Path, **extra: str) -> dict[str, str]:
 
 
 class Proc:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+    """A command of the run. ``group``: it starts processes of its own (``hub --workers N``: a
+    parent, its workers, their redis-server): it runs in a process group of its own, is
+    killed whole, and its CPU is the whole tree's."""
+
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], logs: Path, *, group: bool = False
+    ) -> None:
         self.name, self.args, self.env, self.logs = name, args, env, logs
+        self.group = group
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         with (self.logs / f"{self.name}.log").open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                *COMMAND, *self.args, env=self.env, stdout=log, stderr=log
+                *COMMAND,
+                *self.args,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=self.group,
             )
 
     @property
@@ -94,10 +109,9 @@ class Proc:
         return self.process.pid
 
     def cpu(self) -> float:
-        try:
-            return cpu_seconds(self.pid)
-        except OSError:
-            return 0.0
+        if self.group:
+            return sum(_cpu_or_zero(pid) for pid in process_tree(self.pid))
+        return _cpu_or_zero(self.pid)
 
     async def wait_ready(self, port: int, within: float = 120) -> None:
         deadline = time.monotonic() + within
@@ -114,12 +128,35 @@ class Proc:
 
     async def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(sig)
+            if self.group:  # the replica dies whole: parent, workers and their broker
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, sig)
+            else:
+                self.process.send_signal(sig)
             try:
                 await asyncio.wait_for(self.process.wait(), 30)
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+
+
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except OSError:
+        return 0.0
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{current}/task").iterdir():
+                queue += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 async def seed(conn: asyncpg.Connection, users: int) -> dict[UUID, list[UUID]]:
@@ -367,9 +404,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await conn.close()
         users = sorted({m for members in rosters.values() for m in members}, key=str)
         hub_port, rest_port = free_port(), free_port()
-        hub = Proc("hub", ["hub", "--port", str(hub_port)], env_for(url, logs), logs)
+        hub_args = ["hub", "--port", str(hub_port), "--workers", str(args.workers)]
+        hub = Proc("hub", hub_args, env_for(url, logs), logs, group=args.workers > 1)
         rest_env = env_for(url, logs, **dict(item.split("=", 1) for item in args.rest_env))
-        rest = Proc("rest", ["hub", "--port", str(rest_port)], rest_env, logs)
+        rest_args = ["hub", "--port", str(rest_port), "--workers", str(args.rest_workers)]
+        rest = Proc("rest", rest_args, rest_env, logs, group=args.rest_workers > 1)
         worker = Proc(
             "worker",
             ["worker"],
@@ -553,6 +592,15 @@ def main() -> None:
     parser.add_argument("--before", type=float, default=5.0, help="seconds of traffic first")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--processes", type=int, default=2, help="client processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="the clients' hub replica's workers (hub --workers N; >1: its own redis-server)",
+    )
+    parser.add_argument(
+        "--rest-workers", type=int, default=1, help="the REST process's workers (hub --workers N)"
+    )
     parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
     parser.add_argument(
         "--modes",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -122,6 +123,9 @@ class Settings(BaseSettings):
     """Users one connection may watch (``WatchPresence``); past it the invocation fails."""
     hub_presence_grace: float = Field(default=5.0, ge=0, le=3600, allow_inf_nan=False)
     """Seconds a user stays online after their last connection closed."""
+    hub_workers: str = "1"
+    """Hub processes of ``hub`` / ``serve`` sharing one port (``REALTIME_HUB_WORKERS``): a
+    whole number from 1, or ``auto`` (the CPUs this process may run on). :meth:`worker_count`."""
 
     # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
     http_header_timeout: float = Field(default=10.0, gt=0)
@@ -201,6 +205,10 @@ class Settings(BaseSettings):
         url = self.media_recording_status_url
         if url is not None and (problem := status_url_problem(url)) is not None:
             raise ValueError(f"media_recording_status_url: {problem}")
+        try:
+            parse_workers(self.hub_workers)
+        except ValueError as exc:
+            raise ValueError(f"hub_workers: {exc}") from None
         if self.backplane_enabled and self.backplane == "none":
             raise ValueError("backplane: none contradicts REALTIME_BACKPLANE_ENABLED=true")
         if self.backplane_mode != "none" and self.redis_url is None:
@@ -211,6 +219,10 @@ class Settings(BaseSettings):
         except ValueError as exc:
             raise ValueError(f"http_trusted_proxies: {exc}") from None
         return self
+
+    def worker_count(self) -> int:
+        """``REALTIME_HUB_WORKERS`` as a number (``auto``: the CPUs this process may use)."""
+        return parse_workers(self.hub_workers)
 
     def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
         return parse_networks(self.http_trusted_proxies)
@@ -340,6 +352,28 @@ def jwks_url_problem(url: str) -> str | None:
     if parts.scheme == "http" and host not in LOOPBACK_HOSTS and not host.startswith("127."):
         return "must be https:// (plain http only to a loopback address)"
     return None
+
+
+MAX_WORKERS = 256
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as a container's cpuset limits it);
+    the machine's count where the platform has no affinity."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def parse_workers(value: str) -> int:
+    """A worker count: ``auto`` (:func:`available_cpus`) or a whole number from 1 to 256."""
+    text = value.strip().lower()
+    if text == "auto":
+        return available_cpus()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise ValueError(f"must be auto or a whole number from 1 to {MAX_WORKERS}, not {value!r}")
+    return int(text)
 
 
 def _variable_for(loc: tuple[int | str, ...], message: str) -> str:

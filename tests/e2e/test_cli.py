@@ -47,6 +47,8 @@ from tests.integration.support import make_stack, new_chat, send
         ("REALTIME_SYNC_STATEMENT_TIMEOUT", "-1", "serve"),
         ("REALTIME_SYNC_MAX_PER_USER", "0", "serve"),
         ("REALTIME_SYNC_POOL_SIZE", "0", "serve"),
+        ("REALTIME_HUB_WORKERS", "zero", "hub"),
+        ("REALTIME_HUB_WORKERS", "0", "serve"),
     ],
 )
 def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, command: str) -> None:
@@ -56,6 +58,14 @@ def test_invalid_setting_exits_2_with_one_line(variable: str, value: str, comman
     assert len(lines) == 1, result.stderr
     assert variable in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_invalid_workers_option_exits_2_naming_it() -> None:
+    result = run_cli("hub", "--workers", "many", env=cli_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "realtime-dispatch: --workers: must be auto or a whole number from 1 to 256, not 'many'"
+    ]
 
 
 def test_jwks_without_issuer_exits_2_naming_it() -> None:

@@ -33,8 +33,9 @@ from realtime_dispatch.cli.database import (
 )
 from realtime_dispatch.cli.devsecrets import dev_mode, with_dev_secrets
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from realtime_dispatch.cli.serve import serve
+from realtime_dispatch.cli.serve import serve, serve_workers
 from realtime_dispatch.cli.worker_http import probe_server
+from realtime_dispatch.cli.workers import worker_role
 from realtime_dispatch.database import create_pool
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
@@ -47,7 +48,7 @@ from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.outbox.store import OutboxStore
 from realtime_dispatch.push import HubPublisher
-from realtime_dispatch.settings import Settings, load_settings
+from realtime_dispatch.settings import Settings, load_settings, parse_workers
 from realtime_dispatch.tracing import configure_tracing
 
 _log = structlog.get_logger(__name__)
@@ -99,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
             "--dev",
             action="store_true",
             help="development secrets with REALTIME_DATABASE_URL when no JWT secret is set",
+        )
+        p.add_argument(
+            "--workers",
+            default=None,
+            metavar="N",
+            help="hub processes sharing the port: a number or auto (REALTIME_HUB_WORKERS)",
         )
     worker = sub.add_parser(
         "worker", help="the dispatcher alone, pushing to REALTIME_HUB_URL or Redis"
@@ -318,15 +325,43 @@ async def _until_signal(on_stop: Callable[[], None]) -> None:
             loop.remove_signal_handler(sig)
 
 
+def _worker_count(settings: Settings, args: argparse.Namespace) -> int:
+    if args.workers is None:
+        return settings.worker_count()
+    try:
+        return parse_workers(args.workers)
+    except ValueError as exc:
+        raise UsageError(f"--workers: {exc}") from None
+
+
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    count = _worker_count(settings, args)
     require_database(settings)  # before development secrets are written for nothing
-    return await serve(settings, host=args.host, port=args.port, with_dispatcher=True, dev=args.dev)
+    role = worker_role(os.environ)
+    if role is None and count > 1:
+        return await serve_workers(
+            settings, "serve", count, host=args.host, port=args.port, dev=args.dev
+        )
+    return await serve(
+        settings,
+        host=args.host,
+        port=args.port,
+        with_dispatcher=role is None or role.index == 0,
+        dev=args.dev,
+        worker=role,
+    )
 
 
 async def _hub(settings: Settings, args: argparse.Namespace) -> int:
+    count = _worker_count(settings, args)
     require_database_url(settings, "hub")
+    role = worker_role(os.environ)
+    if role is None and count > 1:
+        return await serve_workers(
+            settings, "hub", count, host=args.host, port=args.port, dev=args.dev
+        )
     return await serve(
-        settings, host=args.host, port=args.port, with_dispatcher=False, dev=args.dev
+        settings, host=args.host, port=args.port, with_dispatcher=False, dev=args.dev, worker=role
     )
 
 

@@ -15,6 +15,8 @@ lifecycle jobs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from uuid import uuid4
@@ -24,6 +26,7 @@ import structlog
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.cli.database import database_url, session_url, transaction_pooled
@@ -35,13 +38,16 @@ from realtime_dispatch.cli.devsecrets import (
 )
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
+from realtime_dispatch.cli.workers import WorkerRole, run_workers, worker_socket
 from realtime_dispatch.database import close_pool, connect, create_pool, lock_connection_settings
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
+from realtime_dispatch.hub.serving.forward import forwarding
 from realtime_dispatch.hub.serving.http_protocol import HttpLimits
+from realtime_dispatch.hub.serving.routes import HUB_PATH
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
@@ -232,12 +238,44 @@ async def require_sync_composes(url: str, manifest: Manifest) -> None:
         await conn.close()
 
 
+async def serve_workers(
+    settings: Settings, command: str, count: int, *, host: str, port: int, dev: bool
+) -> int:
+    """``serve`` / ``hub`` with ``count`` workers (:mod:`.workers`). The parent does once what
+    the workers would all do: the secrets check, development secrets, the embedded database
+    and the migrations; the workers get the database's URL (and ``REALTIME_DEV``)."""
+    require_secret_unless_dev(settings, dev=dev)
+    env = dict(os.environ)
+    if dev_mode(settings, dev=dev):
+        with_dev_secrets(settings, create=True)
+        env["REALTIME_DEV"] = "true"
+    async with database_url(settings, run_migrations=True) as url:
+        env["REALTIME_DATABASE_URL"] = url
+        return await run_workers(
+            command,
+            count,
+            host=host,
+            port=port,
+            dev=dev,
+            env=env,
+            backplane=settings.backplane_mode != "none",
+            user_claim=settings.hub_jwt_user_claim,
+        )
+
+
 async def serve(
-    settings: Settings, *, host: str, port: int, with_dispatcher: bool, dev: bool = False
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    with_dispatcher: bool,
+    dev: bool = False,
+    worker: WorkerRole | None = None,
 ) -> int:
     """``serve`` / ``hub``. With ``REALTIME_DATABASE_URL`` and no ``REALTIME_HUB_JWT_SECRET``
     this refuses to start unless ``dev`` (``--dev``) or ``REALTIME_DEV`` asks for development
-    mode; the embedded default is development mode."""
+    mode; the embedded default is development mode. ``worker``: this process is a worker of
+    ``--workers N`` (its parent ran the migrations and holds the port)."""
     require_secret_unless_dev(settings, dev=dev)
     # Demo tokens are minted only on generated development secrets, never in a deployment.
     dev_tokens = settings.hub_jwt_secret is None and settings.hub_jwt_jwks_url is None
@@ -250,7 +288,7 @@ async def serve(
         )
     registry = CollectorRegistry()
     reaper_failed = False
-    async with database_url(settings, run_migrations=True) as url:
+    async with database_url(settings, run_migrations=worker is None) as url:
         manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
         if not settings.reference_messenger:
             await require_sync_composes(session_url(settings, url), manifest)
@@ -265,6 +303,8 @@ async def serve(
         )
         try:
             options = hub_options(settings, manifest=manifest)
+            if worker is not None:
+                options = dataclasses.replace(options, worker=worker.index)
             async with (
                 Hub(
                     options,
@@ -280,15 +320,27 @@ async def serve(
                     settings, pool, sync_pool, hub, demo_secret, manifest, host=host, port=port
                 )
                 rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
+                served: ASGIApp = guarded(app, hub, rules)
+                if worker is not None:
+                    directory = worker.directory
+                    served = forwarding(
+                        served,
+                        worker.index,
+                        lambda index: worker_socket(directory, index),
+                        HUB_PATH,
+                    )
                 config = uvicorn_config(
-                    guarded(app, hub, rules),
+                    served,
                     host=host,
                     port=port,
                     log_level=settings.log_level,
                     http_limits=http_limits(settings),
                     hub=hub,
+                    uds=worker.socket_path if worker is not None else None,
                 )
-                server = HubServer(config, hub)
+                server = HubServer(
+                    config, hub, handoff=worker.channel if worker is not None else None
+                )
 
                 def stop_on_reaper_failure() -> None:
                     nonlocal reaper_failed
@@ -315,6 +367,8 @@ async def serve(
                         demo_user = uuid4()
                         token = mint_token(demo_secret, demo_user)
                         lines.append(f"realtime-dispatch: a token for user {demo_user}: {token}")
+                    if worker is not None and worker.index > 0:  # worker 0 says the rest
+                        lines = [f"realtime-dispatch: worker {worker.index} ready"]
                     print("\n".join(lines), file=sys.stderr, flush=True)
                     await server.serve()
                 failed = hub.failed.is_set() or reaper_failed

@@ -51,7 +51,7 @@ from realtime_dispatch.hub.membership.tracker import MembershipTracker
 from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.signals.hub_signals import wire_signals
 from realtime_dispatch.hub.transports.http_connections import HttpTransports
-from realtime_dispatch.hub.transports.negotiate import NegotiationStore
+from realtime_dispatch.hub.transports.negotiate import NegotiationStore, worker_prefix
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.push import HubPublisher, PublishResult
 
@@ -106,6 +106,9 @@ class HubOptions:
     presence_refresh: float = 10.0
     """With the backplane: seconds between two rewrites of this replica's presence claims
     (they expire after three)."""
+    worker: int | None = None
+    """This hub's index among the workers of ``--workers N`` (None: it is no worker): its
+    negotiations' tokens name it (:func:`~.transports.negotiate.worker_prefix`)."""
     presence_blocks: bool = True
     """Leave out of ``WatchPresence`` the users who blocked the caller (the reference
     messenger's blacklist; off on an adopter's schema)."""
@@ -201,6 +204,7 @@ class Hub:
             per_user=options.max_connections_per_user,
             per_address=options.max_negotiations_per_client,
             total=options.max_pending_negotiations,
+            prefix=worker_prefix(options.worker),
         )
         self.negotiations.on_evicted = self.metrics.negotiations_evicted.inc
         self.http_transports = HttpTransports()

@@ -80,12 +80,67 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
 
 
 class HubServer(uvicorn.Server):
+    """``handoff``: a worker's end of its parent's channel (``hub --workers N``,
+    :mod:`realtime_dispatch.cli.workers`): the connections the parent accepted arrive on it as
+    file descriptors and are served as if this server had accepted them; the parent closing
+    the channel stops the server."""
+
     def __init__(
-        self, config: uvicorn.Config, hub: Hub, *, install_signal_handlers: bool = True
+        self,
+        config: uvicorn.Config,
+        hub: Hub,
+        *,
+        install_signal_handlers: bool = True,
+        handoff: socket.socket | None = None,
     ) -> None:
         super().__init__(config)
         self._hub = hub
         self._install_signal_handlers = install_signal_handlers
+        self._handoff = handoff
+        self._handed: set[asyncio.Task[object]] = set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._handoff is not None and self.started:
+            self._handoff.setblocking(False)
+            asyncio.get_running_loop().add_reader(self._handoff.fileno(), self._take_handoffs)
+
+    def _take_handoffs(self) -> None:
+        """Read the connections the parent handed over (one descriptor per message)."""
+        channel = self._handoff
+        assert channel is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                message, fds = b"", []
+            if not message and not fds:  # the parent is gone: stop
+                self._stop_handoffs()
+                self.should_exit = True
+                return
+            for fd in fds:
+                sock = socket.socket(fileno=fd)
+                if self.should_exit:
+                    sock.close()
+                    continue
+                task = loop.create_task(loop.connect_accepted_socket(self._protocol, sock))
+                self._handed.add(task)
+                task.add_done_callback(self._handed.discard)
+
+    def _protocol(self) -> asyncio.Protocol:
+        """What uvicorn's own listener builds for a connection it accepted."""
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
+
+    def _stop_handoffs(self) -> None:
+        if self._handoff is not None and self._handoff.fileno() >= 0:
+            asyncio.get_running_loop().remove_reader(self._handoff.fileno())
+            self._handoff.close()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -104,6 +159,7 @@ class HubServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._stop_handoffs()
         await self._hub.close_connections()
         await super().shutdown(sockets)
 
@@ -127,12 +183,14 @@ def uvicorn_config(
     log_level: str,
     http_limits: HttpLimits | None = None,
     hub: Hub | None = None,
+    uds: str | None = None,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
     header and body timeouts, the head cap, the per-address connection cap and the trusted
     proxies (``http_limits``). With the ``hub``, its refusals count on its ``/metrics``, and its
     WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
-    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``."""
+    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``. ``uds``: listen
+    on that Unix socket instead of ``host:port`` (a worker of ``--workers N``)."""
     direct: dict[str, DirectUpgrade] = {}
     posts: dict[str, DirectPost] = {}
     refusals = None
@@ -147,6 +205,7 @@ def uvicorn_config(
         app,
         host=host,
         port=port,
+        uds=uds,
         http=protocol,
         lifespan="off",
         ws_ping_interval=None,  # SignalR pings only: some clients break on WebSocket pings

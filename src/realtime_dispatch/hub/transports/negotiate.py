@@ -41,6 +41,21 @@ def new_connection_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+def worker_prefix(worker: int | None) -> str:
+    """What leads the tokens and connection ids a worker of ``--workers N`` hands out
+    (``w3.``), so that its parent routes a connection carrying one (``?id=``) to it; empty for a
+    hub that is no worker. The rest of an id is URL-safe base64, which has no dot."""
+    return "" if worker is None else f"w{worker}."
+
+
+def worker_of(id_param: str) -> int | None:
+    """The worker named by a token's or connection id's :func:`worker_prefix`, if any."""
+    head, dot, _ = id_param.partition(".")
+    if not dot or len(head) < 2 or head[0] != "w" or not head[1:].isdigit():
+        return None
+    return int(head[1:])
+
+
 class NegotiationStore:
     """Negotiations not yet used by a WebSocket; each lives ``ttl`` seconds. Dicts keep
     insertion order, which is expiry order (one ``ttl`` for all, a monotonic clock)."""
@@ -52,15 +67,24 @@ class NegotiationStore:
         "_by_user",
         "_per_address",
         "_per_user",
+        "_prefix",
         "_total",
         "_ttl",
         "on_evicted",
     )
 
     def __init__(
-        self, ttl: float, *, per_user: int = 50, per_address: int = 1000, total: int = 10_000
+        self,
+        ttl: float,
+        *,
+        per_user: int = 50,
+        per_address: int = 1000,
+        total: int = 10_000,
+        prefix: str = "",
     ) -> None:
         self._ttl = ttl
+        self._prefix = prefix
+        """Leads every token and connection id: a worker's :func:`worker_prefix`."""
         self._per_user = per_user
         self._per_address = per_address
         """0: no bound per address."""
@@ -93,8 +117,8 @@ class NegotiationStore:
             if self.on_evicted is not None:
                 self.on_evicted()
         negotiation = Negotiation(
-            connection_id=new_connection_id(),
-            token=secrets.token_urlsafe(24),
+            connection_id=self._prefix + new_connection_id(),
+            token=self._prefix + secrets.token_urlsafe(24),
             user_id=user_id,
             stateful=stateful,
             expires_at=now + self._ttl,
