@@ -48,6 +48,24 @@ async def test_one_span_per_pass_and_per_row(
         assert span.parent is not None
         assert span.parent.span_id == passes[0].context.span_id
         assert not any("secret" in str(v) for v in span.attributes.values())
+    # Each row span joins the owner's write: its reference, message and creation time.
+    written = {
+        str(r["id"]): r
+        for r in await pool.fetch(
+            "SELECT id, ref_id, message_id, created_at FROM messenger.realtime_outbox"
+            " WHERE chat_id = $1",
+            chat,
+        )
+    }
+    for span in rows:
+        assert span.attributes is not None
+        row = written[str(span.attributes["realtime.outbox_id"])]
+        assert row["message_id"] is not None
+        assert span.attributes["realtime.message_id"] == str(row["message_id"])
+        assert span.attributes.get("realtime.ref_id") == (
+            str(row["ref_id"]) if row["ref_id"] is not None else None
+        )
+        assert span.attributes["realtime.created_at"] == row["created_at"].isoformat()
 
 
 async def test_logs_carry_ids_and_codes_never_bodies(pool: asyncpg.Pool) -> None:
