@@ -33,9 +33,17 @@ SELECT id, owner_user_id, blocked_user_id, created_at, removed_at
 FROM messenger.blacklist WHERE id = ANY($1::uuid[]);
 
 -- name: calls
-SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
-       ended_at, ended_by_user_id
-FROM messenger.call_sessions WHERE id = ANY($1::uuid[]);
+-- media_withheld (optional): one party has blocked the other (messenger/access.py), so the
+-- call's pushes, their retries and their sync events carry no join credentials for either;
+-- the parties ask POST /api/calls/{id}/media, which refuses the blocked one.
+SELECT c.id, c.caller_user_id, c.callee_user_id, c.room_name, c.status, c.created_at,
+       c.answered_at, c.ended_at, c.ended_by_user_id,
+       EXISTS (SELECT 1 FROM messenger.blacklist b
+               WHERE b.removed_at IS NULL
+                 AND ((b.owner_user_id = c.caller_user_id AND b.blocked_user_id = c.callee_user_id)
+                   OR (b.owner_user_id = c.callee_user_id
+                       AND b.blocked_user_id = c.caller_user_id))) AS media_withheld
+FROM messenger.call_sessions c WHERE c.id = ANY($1::uuid[]);
 
 -- name: conferences
 -- media_withheld (optional; migration 0026, the blacklist of messenger/access.py): a member of
