@@ -58,6 +58,10 @@ class WatchScope:
     """``member_chats`` queries run here (ids nobody here watched yet, hinted ones)."""
     _hinted: dict[Key, None] = field(default_factory=dict, init=False)
     _rereader: asyncio.Task[None] | None = field(default=None, init=False)
+    _pending: dict[Key, int] = field(default_factory=dict, init=False)
+    """Users an :meth:`allowed` is deciding on now: their kept chats stay meanwhile."""
+    _blocks_heard: list[list[tuple[Key, Key]]] = field(default_factory=list, init=False)
+    """The blocks heard while an :meth:`allowed` waits (its blacklist answer may predate them)."""
 
     # watches ------------------------------------------------------------------------------
 
@@ -90,7 +94,7 @@ class WatchScope:
         self.watch_count -= 1
         if not self.registry.members(group):
             user_id = user_of_group(group, self.keys)
-            if user_id is not None:
+            if user_id is not None and not self._pending.get(user_id):
                 self._chats.pop(user_id, None)
         return 1
 
@@ -98,20 +102,45 @@ class WatchScope:
 
     async def allowed(self, connection_id: str, caller: Key, ids: list[Key]) -> list[Key]:
         """Of ``ids``, those sharing an active chat with the caller (and, with ``blockers``,
-        who did not block the caller); their chats are kept for the live checks."""
+        who did not block the caller); their chats are kept for the live checks.
+
+        Decided after the last await, against the memberships as they are then (a removal or
+        a block applied while the queries ran counts: there is no watch yet for it to end),
+        and returned without another await, so the caller adds the watches at once."""
+        pending = self._pending
+        for user_id in ids:
+            pending[user_id] = pending.get(user_id, 0) + 1
+        blocks: list[tuple[Key, Key]] = []
+        self._blocks_heard.append(blocks)
         unknown = [u for u in ids if u not in self._chats]
-        if unknown:
-            for user_id, chats in (await self._load(unknown)).items():
-                self._chats.setdefault(user_id, chats)
-        mine = self._chat_groups(connection_id)
-        allowed = [u for u in ids if u in self._chats and not self._chats[u].isdisjoint(mine)]
-        if allowed and self.blockers is not None:
-            blocked = set(await self.blockers(caller, allowed))
-            allowed = [u for u in allowed if u not in blocked]
+        try:
+            if unknown:
+                for user_id, chats in (await self._load(unknown)).items():
+                    self._chats.setdefault(user_id, chats)
+            candidates = self._sharing(connection_id, ids)
+            blocked: set[Key] = set()
+            if candidates and self.blockers is not None:
+                blocked = set(await self.blockers(caller, candidates))
+            blocked.update(owner for owner, who in blocks if who == caller)
+            # The last await is behind: the memberships as they are now decide.
+            sharing = set(self._sharing(connection_id, candidates))
+            allowed = [u for u in candidates if u in sharing and u not in blocked]
+        finally:
+            self._blocks_heard.remove(blocks)
+            for user_id in ids:
+                pending[user_id] -= 1
+                if not pending[user_id]:
+                    del pending[user_id]
         for user_id in set(unknown) - set(allowed):  # nobody here watches them (yet)
-            if not self.registry.members(presence_group(user_id)):
+            if not self.registry.members(presence_group(user_id)) and user_id not in pending:
                 self._chats.pop(user_id, None)
         return allowed
+
+    def _sharing(self, connection_id: str, ids: list[Key]) -> list[Key]:
+        """Of ``ids``, those whose kept chats meet the connection's chat groups now."""
+        mine = self._chat_groups(connection_id)
+        chats = self._chats
+        return [u for u in ids if u in chats and not chats[u].isdisjoint(mine)]
 
     async def _load(self, users: list[Key]) -> dict[Key, set[str]]:
         """The users' active chats, as group names (so the chats' key type does not matter);
@@ -210,6 +239,8 @@ class WatchScope:
     def blocked(self, owner: Key, blocked: Key) -> int:
         """``owner`` blocked ``blocked``: the watches of ``blocked``'s connections here on
         ``owner`` end (the blocked user is not told). Returns how many ended."""
+        for heard in self._blocks_heard:
+            heard.append((owner, blocked))
         group = presence_group(owner)
         return sum(self.unwatch(c, group) for c in self.registry.connections_of(blocked))
 
