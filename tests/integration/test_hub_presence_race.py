@@ -18,7 +18,14 @@ from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.hub_fixtures import (
+    create_shared_chat,
+    hub_settings,
+    make_token,
+    options_for,
+    raw_client,
+    running_hub,
+)
 
 RUNS = 20
 
@@ -102,7 +109,7 @@ async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(database_url,
     routes it only where Bob is): her next ``WatchPresence([Bob])`` ends the watch it kept."""
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.05)
     async with (
@@ -128,7 +135,7 @@ async def test_watch_presence_past_the_rate_is_refused(database_url, pool, conne
     """Ten at once, then two a second per user, whatever the number of connections."""
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as hub,

@@ -15,7 +15,14 @@ from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.hub_fixtures import (
+    create_shared_chat,
+    hub_settings,
+    make_token,
+    options_for,
+    raw_client,
+    running_hub,
+)
 
 
 @pytest.fixture(params=["redis", "redis-cluster"])
@@ -67,7 +74,7 @@ async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
     replica one is refused as her messages are, and nothing crosses to Bob."""
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = backplane_settings
     options = options_for(settings, typing_interval=0.05)
     async with (
@@ -93,7 +100,7 @@ async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
 async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, backplane_settings):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = backplane_settings
     options = options_for(settings, presence_grace=0.5)
     async with (
@@ -177,7 +184,7 @@ async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, b
 
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = backplane_settings
     options = options_for(settings, presence_refresh=0.2)
     ghost = f"ghost-{uuid.uuid4().hex}"

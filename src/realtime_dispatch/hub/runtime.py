@@ -98,6 +98,9 @@ class HubOptions:
     member_chats_sql: str | None = None
     """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
     reference messenger's participants)."""
+    presence_chats_sql: str | None = None
+    """The projection manifest's ``presence_chats`` query: the chats through which a user's
+    presence shows (consent). ``None``: every active chat (``member_chats``)."""
     presence_watch_limit: int = 500
     """Watched users per connection (``REALTIME_HUB_PRESENCE_WATCH_LIMIT``)."""
     presence_grace: float = 5.0

@@ -83,6 +83,19 @@ WHERE s.id = ANY($1::uuid[]);
 SELECT user_id, chat_id FROM messenger.participants
 WHERE user_id = ANY($1::uuid[]) AND active;
 
+-- name: presence_chats
+-- The hub (WatchPresence): the chats through which each of the given users' presence shows.
+-- Consent: a chat the user took part in, i.e. created, read in (a read mark past 0) or sent a
+-- message to. Being added by someone else is not enough: a chat one side made alone shows
+-- nothing of the other.
+SELECT p.user_id, p.chat_id
+FROM messenger.participants p
+JOIN messenger.chats c ON c.id = p.chat_id
+WHERE p.user_id = ANY($1::uuid[]) AND p.active
+  AND (c.created_by = p.user_id OR p.last_read_seq > 0
+       OR EXISTS (SELECT 1 FROM messenger.messages m
+                  WHERE m.chat_id = p.chat_id AND m.sender_user_id = p.user_id));
+
 -- name: deleted_chats
 -- Of the given chats, those deleted: a deleted chat leaves a tombstone (migration 0013), so a
 -- deleted chat's rows end TargetGone, while a row whose chat id never existed is quarantined

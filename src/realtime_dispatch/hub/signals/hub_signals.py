@@ -152,6 +152,8 @@ class SignalOptions(Protocol):
     @property
     def presence_blocks(self) -> bool: ...
     @property
+    def presence_chats_sql(self) -> str | None: ...
+    @property
     def backplane_url(self) -> str | None: ...
     @property
     def backplane_mode(self) -> str: ...
@@ -204,9 +206,16 @@ def wire_signals(
             relay.client, replica_id=replica_id, refresh=options.presence_refresh, keys=keys
         )
 
+    consent_sql = options.presence_chats_sql
+
     async def member_chats(users: list[Key]) -> list[tuple[Key, Key]]:
         async with queries:
-            return await membership.member_chats(users)
+            if consent_sql is None:
+                return await membership.member_chats(users)
+            pool = membership.pool
+            assert pool is not None
+            rows = await pool.fetch(consent_sql, users, timeout=5.0)
+            return [(r["user_id"], r["chat_id"]) for r in rows]
 
     async def blockers(caller: Key, users: list[Key]) -> Collection[Key]:
         pool = membership.pool
@@ -221,7 +230,13 @@ def wire_signals(
     presence = Presence(
         registry,
         state=OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys),
-        scope=WatchScope(registry, member_chats=member_chats, blockers=blocks, keys=keys),
+        scope=WatchScope(
+            registry,
+            member_chats=member_chats,
+            blockers=blocks,
+            keys=keys,
+            consent=consent_sql is not None,
+        ),
         watch_limit=options.presence_watch_limit,
         complete=complete,
         count=count,

@@ -6,6 +6,9 @@
   ``member_chats``, the one query the hub runs on connect, here for the watched ids) meet the
   caller's own chat groups; on the reference messenger, users who blocked the caller are left
   out too. The chats of the watched users are kept while someone here watches them.
+* **Consent** (``consent``, the manifest's ``presence_chats``): a watched user's chats are only
+  those they took part in (the reference messenger: created, read in, or sent to), so a chat
+  made by the caller alone, with a stranger in it, shows nothing of the stranger.
 * **Live**: a membership change (:meth:`WatchScope.membership_changed`) ends the watches whose
   two users no longer share a chat. A membership hint ("read this user again") for a watched
   user with no connection here is read here (:meth:`WatchScope.hinted`; the feed reads only
@@ -48,6 +51,10 @@ class WatchScope:
     member_chats: MemberChats
     blockers: Blockers | None
     keys: KeyCodec = UUID_KEYS
+    consent: bool = False
+    """``member_chats`` is the manifest's ``presence_chats``: the chats a user took part in,
+    not all their memberships. A chat a watched user joins then shows nothing until it is
+    read again (being added is not consent); a chat left still ends the watches at once."""
     watches: dict[str, int] = field(default_factory=dict, init=False)
     """Watched users per connection."""
     watch_count: int = field(default=0, init=False)
@@ -156,7 +163,7 @@ class WatchScope:
         for user_id, chat_id in rows:
             loaded.setdefault(user_id, set()).add(chat_group(chat_id))
         for user_id, group, joined in changes:
-            if user_id in loaded:
+            if user_id in loaded and not (joined and self.consent):
                 (loaded[user_id].add if joined else loaded[user_id].discard)(group)
         return loaded
 
@@ -171,7 +178,7 @@ class WatchScope:
         for load in self._loads:
             load.append((user_id, group, joined))
         chats = self._chats.get(user_id)
-        if chats is not None:
+        if chats is not None and not (joined and self.consent):
             (chats.add if joined else chats.discard)(group)
         if joined:
             return
