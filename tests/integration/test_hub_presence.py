@@ -259,7 +259,7 @@ async def test_a_hint_for_a_watched_user_not_connected_here_is_read(database_url
 
 
 async def test_presence_shows_only_through_a_chat_the_watched_user_took_part_in(database_url, pool):
-    """Issue 47, point 4 (RELIABILITY H33): Alice makes a chat with a stranger alone; her
+    """Issue 47, point 4 (RELIABILITY H34): Alice makes a chat with a stranger alone; her
     ``WatchPresence`` of him answers ``[]`` and his comings and goings tell her nothing. Once he
     takes part (reads there, or sends), he shows. Without the manifest's ``presence_chats`` (an
     adopter's schema that sets none) every active chat shows, as before."""
