@@ -1,6 +1,7 @@
 """Spans per pass and per row, and log lines that never carry a message body."""
 
 import asyncio
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -11,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
+from realtime_dispatch.messenger import calls
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, send
 
@@ -175,3 +177,30 @@ async def test_per_row_retry_and_quarantine_lines_at_the_default_level(
     assert summary["quarantined"] == 1
     assert summary["error_codes"] == {"HubUnavailable": 1, "Http400": 1}
     assert "secret" not in repr(logs)
+
+
+async def test_a_row_span_carries_the_rows_reference(
+    pool: asyncpg.Pool, spans: InMemorySpanExporter
+) -> None:
+    """A row with a ``ref_id`` (a call's) and no message: the span names the call and the
+    row's creation, no message id."""
+    spans.clear()
+    async with pool.acquire() as conn:
+        call = await calls.start_call(conn, caller=uuid4(), callee=uuid4())
+    await make_stack(pool).dispatcher.run_pass()
+    rows = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "realtime_dispatch.row"
+        and s.attributes is not None
+        and s.attributes.get("realtime.ref_id") == str(call)
+    ]
+    assert len(rows) == 2  # to both parties
+    created = await pool.fetchval(
+        "SELECT min(created_at) FROM messenger.realtime_outbox WHERE ref_id = $1", call
+    )
+    for span in rows:
+        assert span.attributes is not None
+        assert span.attributes["realtime.kind"] == "CallInvited"
+        assert "realtime.message_id" not in span.attributes
+        assert span.attributes["realtime.created_at"] == created.isoformat()
