@@ -11,6 +11,7 @@ import uuid
 
 import orjson
 
+from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
 from realtime_dispatch.messenger.reads import mark_read
@@ -155,6 +156,8 @@ async def test_bad_presence_input_is_refused(database_url, pool):
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
+        # More calls than the per-user rate lets through (its own test: test_hub_presence_race).
+        hub.hub.signals.presence.rate = WatchRate(rate=1000, burst=1000)
         bad = [[], [None], ["x"], [[1]], [[None]], [["not-a-uuid"]], [[str(bob)], 2]]
         for index, arguments in enumerate(bad):
             await a.send_record(_invoke(f"b{index}", "WatchPresence", *arguments))
