@@ -110,8 +110,9 @@ class HubOptions:
     """With the backplane: seconds between two rewrites of this replica's presence claims
     (they expire after three)."""
     presence_blocks: bool = True
-    """Leave out of ``WatchPresence`` the users who blocked the caller (the reference
-    messenger's blacklist; off on an adopter's schema)."""
+    """The reference messenger's blacklist (off on an adopter's schema): leave out of
+    ``WatchPresence`` the users who blocked the caller, and refuse ``Typing`` where a message
+    would be refused (one query per pass of the typing interval)."""
 
     def token_options(self) -> TokenOptions:
         tokens = self.tokens if self.tokens is not None else TokenOptions()
