@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from realtime_dispatch.hub.connections.registry import chat_group
+from realtime_dispatch.hub.signals.hub_signals import SIGNAL_QUERIES
 from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
@@ -153,3 +154,48 @@ async def test_watch_presence_past_the_rate_is_refused(database_url, pool, conne
         errors = [a.get("error") for a in answers]
         assert errors[:10] == [None] * 10
         assert all(e is not None and "2 a second per user" in e for e in errors[10:])
+
+
+async def test_the_queries_a_watch_flood_causes_are_bounded_per_replica(database_url, pool):
+    """Ten users' ``WatchPresence`` at once while the membership table is locked: at most
+    ``SIGNAL_QUERIES`` (4) of their queries reach PostgreSQL, the others wait their turn on the
+    replica (and so hold no pool connection); unlocked, every one is answered."""
+    users = [uuid.uuid4() for _ in range(10)]
+    async with pool.acquire() as conn:
+        await create_shared_chat(conn, creator=users[0], title="t", members=users[1:])
+    settings = hub_settings()
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool) as hub,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients = [await stack.enter_async_context(raw_client(hub, make_token(u))) for u in users]
+        await wait_until(lambda: len(hub.hub.registry.connections_of(users[-1])) == 1)
+        locker = await pool.acquire()
+        try:
+            tx = locker.transaction()
+            await tx.start()
+            await locker.execute("LOCK TABLE messenger.participants IN ACCESS EXCLUSIVE MODE")
+            for n, client in enumerate(clients):
+                await client.send_record(_watch(str(n), [users[(n + 1) % len(users)]]))
+
+            async def waiting() -> int:
+                return await pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%messenger.participants p%'"
+                )
+
+            await wait_until_async(waiting, SIGNAL_QUERIES)
+            await asyncio.sleep(0.3)  # nothing more arrives
+            assert await waiting() == SIGNAL_QUERIES
+        finally:
+            await tx.rollback()
+            await pool.release(locker)
+        answers = [await c.next_of([3], within=10) for c in clients]
+        assert all(len(a["result"]) == 1 for a in answers)
+
+
+async def wait_until_async(probe, expected: int, within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while (await probe()) != expected:
+        assert asyncio.get_running_loop().time() < deadline, await probe()
+        await asyncio.sleep(0.05)
