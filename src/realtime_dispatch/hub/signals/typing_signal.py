@@ -248,6 +248,8 @@ class TypingSignals:
         except Exception as exc:  # PostgreSQL away: nothing sent, the client may type again
             log.warning("hub_typing_check_failed", error=type(exc).__name__)
             blocked, error = True, UNAVAILABLE
+        if connection.connection_id not in self._registry:
+            return  # closed meanwhile: nobody to answer, nothing to send
         if blocked:
             self._count("refused")
             error = error or BLOCKED
