@@ -1,6 +1,6 @@
 """A presence watch cannot outlive the shared chat (issue 47, point 4; RELIABILITY H32): Alice
 loops ``WatchPresence([Bob])`` (one call in flight at a time) while Bob removes her from their
-group; once the removal has reached her connection she watches nothing of Bob, a fresh
+group (or Bob leaves it); once that has reached her replica she watches nothing of Bob, a fresh
 ``WatchPresence([Bob])`` answers ``[]``, and Bob's reconnect tells her nothing. 20 runs on one
 hub, 20 across two replicas on the Redis backplane: no leak. Also: a ``WatchPresence`` drops
 the ids it asked for before and may no longer watch, and a user past the rate gets an error."""
@@ -40,8 +40,9 @@ def _watch(invocation_id: str, ids: list[object]) -> dict[str, object]:
     }
 
 
-async def _race(pool, alice_hub, bob_hub) -> int:
-    """One run; the number of leaks (0 or more)."""
+async def _race(pool, alice_hub, bob_hub, *, leaves: bool = False) -> int:
+    """One run; the number of leaks (0 or more). ``leaves``: Bob leaves the group instead of
+    removing Alice."""
     alice, bob, carol = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         chat = await create_chat(conn, creator=bob, title="g", members=[alice, carol])
@@ -62,10 +63,18 @@ async def _race(pool, alice_hub, bob_hub) -> int:
             looping = asyncio.create_task(loop())
             await asyncio.sleep(0.02)
             async with pool.acquire() as conn:
-                await set_participant(conn, chat_id=chat, user_id=alice, active=False)
-            await wait_until(
-                lambda: chat_group(chat) not in alice_hub.hub.registry.groups_of(connection)
-            )
+                who = bob if leaves else alice
+                await set_participant(conn, chat_id=chat, user_id=who, active=False)
+            if leaves:  # Alice's replica hears it (Bob's connection there, or a hint)
+                [bobs] = [c for c, x in bob_hub.hub.connections.items() if x.user_id == bob]
+                await wait_until(
+                    lambda: chat_group(chat) not in bob_hub.hub.registry.groups_of(bobs)
+                )
+                await asyncio.sleep(0.2)
+            else:
+                await wait_until(
+                    lambda: chat_group(chat) not in alice_hub.hub.registry.groups_of(connection)
+                )
             await asyncio.sleep(0.05)  # the loop goes on past the removal
             stop.set()
             await looping
@@ -89,7 +98,9 @@ async def test_a_watch_loop_racing_a_removal_leaks_nothing_on_one_hub(database_u
     options = options_for(settings, presence_grace=0.05)
     async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
         leaks = [await _race(pool, hub, hub) for _ in range(RUNS)]
+        left = [await _race(pool, hub, hub, leaves=True) for _ in range(RUNS)]
     assert leaks == [0] * RUNS
+    assert left == [0] * RUNS
 
 
 async def test_a_watch_loop_racing_a_removal_leaks_nothing_across_replicas(
@@ -102,7 +113,9 @@ async def test_a_watch_loop_racing_a_removal_leaks_nothing_across_replicas(
         running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
     ):
         leaks = [await _race(pool, one, two) for _ in range(RUNS)]
+        left = [await _race(pool, one, two, leaves=True) for _ in range(RUNS)]
     assert leaks == [0] * RUNS
+    assert left == [0] * RUNS
 
 
 async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(database_url, pool):
