@@ -43,6 +43,19 @@ def hub_settings(**overrides: Any) -> Settings:
     return Settings(**values)
 
 
+async def create_shared_chat(
+    conn: Any, *, creator: uuid.UUID, title: str, members: Sequence[uuid.UUID]
+) -> uuid.UUID:
+    """A chat every member took part in (each sent a message): presence shows through it
+    (the reference messenger's consent rule, manifest query ``presence_chats``)."""
+    from realtime_dispatch.messenger.commands import create_chat, send_message
+
+    chat = await create_chat(conn, creator=creator, title=title, members=list(members))
+    for member in members:
+        await send_message(conn, chat_id=chat, sender=member, body="hi")
+    return chat
+
+
 def make_token(user: uuid.UUID, *, ttl: float = 300, secret: str = SECRET, **claims: Any) -> str:
     payload: dict[str, Any] = {"sub": str(user), "exp": int(time.time() + ttl), **claims}
     return jwt.encode(payload, secret, algorithm="HS256")

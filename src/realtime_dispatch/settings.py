@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
+from realtime_dispatch.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.serving.forwarded import IPNetwork, parse_networks
@@ -118,7 +119,9 @@ class Settings(BaseSettings):
     hub_ping_interval: float = Field(default=15.0, gt=0)
     hub_idle_timeout: float = Field(default=30.0, gt=0)
     hub_max_connections_per_user: int = Field(default=50, ge=1)
-    hub_typing_interval: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    hub_typing_interval: float = Field(
+        default=2.0, gt=0, le=TIMESTAMP_SPAN_MAX, allow_inf_nan=False
+    )
     hub_presence_watch_limit: int = Field(default=500, ge=1, le=100_000)
     """Users one connection may watch (``WatchPresence``); past it the invocation fails."""
     hub_presence_grace: float = Field(default=5.0, ge=0, le=3600, allow_inf_nan=False)
@@ -126,6 +129,9 @@ class Settings(BaseSettings):
     hub_workers: str = "1"
     """Hub processes of ``hub`` / ``serve`` sharing one port (``REALTIME_HUB_WORKERS``): a
     whole number from 1, or ``auto`` (the CPUs this process may run on). :meth:`worker_count`."""
+
+    # Durations that become timestamps are at most TIMESTAMP_SPAN_MAX (ten years), those handed
+    # to PostgreSQL in milliseconds at most PG_MILLISECONDS_MAX (bounds.py).
 
     # The HTTP server's limits against slow or greedy clients (``serve`` / ``hub``).
     http_header_timeout: float = Field(default=10.0, gt=0)
@@ -140,7 +146,9 @@ class Settings(BaseSettings):
     # GET /api/sync: rows examined per page, the page's statement timeout, pages of one user at
     # once, and the connections of its own pool (so that it never takes the others').
     sync_scan_limit: int = Field(default=10_000, ge=1000)
-    sync_statement_timeout: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    sync_statement_timeout: float = Field(
+        default=2.0, gt=0, le=PG_MILLISECONDS_MAX, allow_inf_nan=False
+    )
     sync_max_per_user: int = Field(default=2, ge=1)
     sync_pool_size: int = Field(default=2, ge=1)
     sync_max_concurrent: int = Field(default_factory=default_concurrency, ge=1)
@@ -159,12 +167,12 @@ class Settings(BaseSettings):
     media_jitsi_domain: str = "meet.local"
     media_turn_urls: Annotated[tuple[str, ...], NoDecode] = ()
     media_turn_secret: SecretStr | None = None
-    media_token_ttl: float = Field(default=120.0, gt=0)
+    media_token_ttl: float = Field(default=120.0, gt=0, le=TIMESTAMP_SPAN_MAX)
 
     # The call-timeout reaper (``serve`` / ``hub``): a ringing call becomes Missed after the ring
     # timeout; an answered call still Active after the maximum duration becomes Ended.
-    call_ring_timeout: float = Field(default=45.0, gt=0)
-    call_max_duration: float = Field(default=4 * 3600.0, gt=0)
+    call_ring_timeout: float = Field(default=45.0, gt=0, le=TIMESTAMP_SPAN_MAX)
+    call_max_duration: float = Field(default=4 * 3600.0, gt=0, le=TIMESTAMP_SPAN_MAX)
 
     # The media lifecycle jobs (beside the call-timeout reaper): the conference-room reaper and
     # the recording-finalize retry (which also uses REALTIME_DISPATCH_BACKOFF_*, _LOCK_TTL and
@@ -172,16 +180,16 @@ class Settings(BaseSettings):
     media_jobs_batch_size: int = Field(default=JOB_BATCH_SIZE, ge=1)
     media_jobs_pause_factor: float = Field(default=JOB_PAUSE_FACTOR, ge=0, allow_inf_nan=False)
     conference_empty_timeout: float = Field(
-        default=CONFERENCE_EMPTY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False
+        default=CONFERENCE_EMPTY_TIMEOUT_SECONDS, gt=0, le=TIMESTAMP_SPAN_MAX, allow_inf_nan=False
     )
     conference_max_duration: float = Field(
-        default=CONFERENCE_MAX_DURATION_SECONDS, gt=0, allow_inf_nan=False
+        default=CONFERENCE_MAX_DURATION_SECONDS, gt=0, le=TIMESTAMP_SPAN_MAX, allow_inf_nan=False
     )
     media_recording_status_url: str | None = None
     """The media pipeline's recording status service: ``GET {url}/{recordingId}``."""
     recording_finalize_max_attempts: int = Field(default=RECORDING_FINALIZE_MAX_ATTEMPTS, ge=1)
     recording_finalize_timeout: float = Field(
-        default=RECORDING_FINALIZE_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False
+        default=RECORDING_FINALIZE_TIMEOUT_SECONDS, gt=0, le=TIMESTAMP_SPAN_MAX, allow_inf_nan=False
     )
 
     @model_validator(mode="before")

@@ -39,6 +39,7 @@ SMOKES: dict[str, list[str]] = {
     "owner_cost": [],
     "partitions": [],
     "perf_split": [],
+    "presence_flood": [],
     "resume_cost": [],
     "retention": [],
     "slow_push": [],

@@ -68,6 +68,29 @@ def test_invalid_workers_option_exits_2_naming_it() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "command", "bound"),
+    [
+        # "keep forever": the sweep's cut-off would fall before 1970 (bounds.py)
+        ("REALTIME_DISPATCH_RETENTION_DONE", "2e9", "worker", "315,360,000 s"),
+        # PostgreSQL's idle_session_timeout is a 32-bit count of milliseconds
+        ("REALTIME_DISPATCH_LOCK_TTL", "3000000", "worker", "2,147,483 s"),
+        ("REALTIME_DISPATCH_BACKOFF_CAP", "1e12", "serve", "315,360,000 s"),
+        ("REALTIME_SYNC_STATEMENT_TIMEOUT", "1e7", "hub", "2147483"),
+        ("REALTIME_MEDIA_TOKEN_TTL", "1e12", "serve", "315360000"),
+    ],
+)
+def test_an_option_past_its_bound_exits_2_naming_it_and_the_bound(
+    variable: str, value: str, command: str, bound: str
+) -> None:
+    result = run_cli(command, env=cli_env(**{variable: value}))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert variable in lines[0]
+    assert bound in lines[0], lines[0]
+
+
 def test_jwks_without_issuer_exits_2_naming_it() -> None:
     env = cli_env(REALTIME_HUB_JWT_JWKS_URL="https://login.example/keys")
     result = run_cli("serve", env=env)

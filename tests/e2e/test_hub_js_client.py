@@ -16,6 +16,7 @@ from tests.hub_fixtures import (
     NODE_TRANSPORTS,
     NodeClient,
     TcpProxy,
+    create_shared_chat,
     hub_settings,
     make_token,
     options_for,
@@ -151,7 +152,7 @@ async def test_presence_with_the_official_client(database_url, pool, transport, 
     offline; ``UnwatchPresence`` completes; a list past the limit fails the invocation."""
     alice, bob, stranger = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.2, presence_watch_limit=10)
     async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
@@ -197,7 +198,7 @@ async def test_the_typescript_sdk_watches_again_after_a_reconnect(database_url, 
     build_sdk()  # clients/js/dist, which the driver imports (a fresh clone has none)
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.2)
     async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:

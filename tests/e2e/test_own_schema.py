@@ -50,7 +50,7 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
         checked = run_cli("check", env=env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         lines = checked.stdout.splitlines()
-        assert len(lines) == 14  # one per query of the contract
+        assert len(lines) == 15  # one per query of the contract
         assert "messages: ok" in lines
         assert "member_chats: ok" in lines
         assert "member_spans: ok" in lines

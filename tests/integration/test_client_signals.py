@@ -11,9 +11,8 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.client import HubMethodError, PresenceChanged, UserTyping
-from realtime_dispatch.messenger.commands import create_chat
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings
+from tests.hub_fixtures import create_shared_chat, hub_settings
 from tests.integration.client_stack import messenger_stack
 from tests.integration.test_client_resume import drop_everyone
 
@@ -22,7 +21,9 @@ async def test_typing_and_presence_through_the_sdk(database_url: str, pool: asyn
     settings = hub_settings(hub_presence_grace=0.2, hub_presence_watch_limit=5)
     async with messenger_stack(database_url, pool, dispatcher=False, settings=settings) as stack:
         async with pool.acquire() as conn:
-            chat = await create_chat(conn, creator=stack.alice, title="t", members=[stack.bob])
+            chat = await create_shared_chat(
+                conn, creator=stack.alice, title="t", members=[stack.bob]
+            )
         async with stack.client(stack.alice) as alice:
             seen: list[PresenceChanged] = []
             typing: list[UserTyping] = []
@@ -57,7 +58,9 @@ async def test_the_sdk_watches_again_after_a_reconnect(
     async with messenger_stack(database_url, pool, dispatcher=False, settings=settings) as stack:
         carol = uuid4()
         async with pool.acquire() as conn:
-            await create_chat(conn, creator=stack.alice, title="t", members=[stack.bob, carol])
+            await create_shared_chat(
+                conn, creator=stack.alice, title="t", members=[stack.bob, carol]
+            )
         async with stack.client(stack.alice) as alice:
             seen: list[PresenceChanged] = []
             alice.on(PresenceChanged, seen.append)

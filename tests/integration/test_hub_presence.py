@@ -11,10 +11,13 @@ import uuid
 
 import orjson
 
+from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
-from realtime_dispatch.messenger.commands import create_chat, set_participant
+from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
+from realtime_dispatch.messenger.reads import mark_read
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
+    create_shared_chat,
     hub_settings,
     make_token,
     options_for,
@@ -48,7 +51,7 @@ async def _writes(pool) -> int:
 async def test_watch_answers_shared_chats_only_and_follows_online_offline(database_url, pool):
     alice, bob, carol, stranger, blocker = (uuid.uuid4() for _ in range(5))
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob, carol, blocker])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob, carol, blocker])
         await block_user(conn, owner=blocker, blocked=alice)
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.3)
@@ -92,8 +95,8 @@ async def test_watch_answers_shared_chats_only_and_follows_online_offline(databa
 async def test_removed_member_stops_seeing_presence(database_url, pool):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
-        other = await create_chat(conn, creator=alice, title="u", members=[bob])
+        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+        other = await create_shared_chat(conn, creator=alice, title="u", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.05)
     async with (
@@ -121,7 +124,7 @@ async def test_a_hint_that_removes_the_watcher_ends_the_watch(database_url, pool
     watcher out of the only chat shared ends the watch, as a live change does."""
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.05)
     async with (
@@ -146,13 +149,15 @@ async def test_a_hint_that_removes_the_watcher_ends_the_watch(database_url, pool
 async def test_bad_presence_input_is_refused(database_url, pool):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_watch_limit=3)
     async with (
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
+        # More calls than the per-user rate lets through (its own test: test_hub_presence_race).
+        hub.hub.signals.presence.rate = WatchRate(rate=1000, burst=1000)
         bad = [[], [None], ["x"], [[1]], [[None]], [["not-a-uuid"]], [[str(bob)], 2]]
         for index, arguments in enumerate(bad):
             await a.send_record(_invoke(f"b{index}", "WatchPresence", *arguments))
@@ -194,7 +199,7 @@ async def test_a_block_made_after_the_watch_ends_it(database_url, pool):
     ends her watch (she is not told), and her next ``WatchPresence`` leaves him out."""
     alice, bob, carol = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob, carol])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob, carol])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.05)
     async with (
@@ -232,7 +237,7 @@ async def test_a_hint_for_a_watched_user_not_connected_here_is_read(database_url
     watch ends."""
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = hub_settings()
     options = options_for(settings, presence_grace=0.05)
     async with (
@@ -254,3 +259,42 @@ async def test_a_hint_for_a_watched_user_not_connected_here_is_read(database_url
         assert _member_chats_calls(hub) == queries + 1
         async with raw_client(hub, make_token(bob)):
             await a.assert_silent(0.3)
+
+
+async def test_presence_shows_only_through_a_chat_the_watched_user_took_part_in(database_url, pool):
+    """Issue 47, point 4 (RELIABILITY H34): Alice makes a chat with a stranger alone; her
+    ``WatchPresence`` of him answers ``[]`` and his comings and goings tell her nothing. Once he
+    takes part (reads there, or sends), he shows. Without the manifest's ``presence_chats`` (an
+    adopter's schema that sets none) every active chat shows, as before."""
+    alice, stranger, reader = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_chat(conn, creator=alice, title="t", members=[stranger, reader])
+        await send_message(conn, chat_id=chat, sender=alice, body="hello?")
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await a.send_record(_watch("1", [stranger, reader]))
+        assert (await a.next_of([3]))["result"] == []
+        async with raw_client(hub, make_token(stranger)):
+            await a.assert_silent(0.3)
+        assert hub.hub.signals.presence.watch_count == 0
+        async with pool.acquire() as conn:
+            await mark_read(conn, chat_id=chat, user_id=reader, seq=1)  # a read takes part
+            await send_message(conn, chat_id=chat, sender=stranger, body="hi")  # so does a send
+        await a.send_record(_watch("2", [stranger, reader]))
+        answer = (await a.next_of([3]))["result"]
+        assert {e["userId"] for e in answer} == {str(stranger), str(reader)}
+    # The hook unset: every active membership shows.
+    other = uuid.uuid4()
+    async with pool.acquire() as conn:
+        await create_chat(conn, creator=alice, title="u", members=[other])
+    options = options_for(settings, presence_grace=0.05, presence_chats_sql=None)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await a.send_record(_watch("3", [other]))
+        assert [e["userId"] for e in (await a.next_of([3]))["result"]] == [str(other)]

@@ -6,13 +6,23 @@ replica inside the grace says nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 
+from realtime_dispatch.hub.signals.typing_signal import BLOCKED
+from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.hub_fixtures import (
+    create_shared_chat,
+    hub_settings,
+    make_token,
+    options_for,
+    raw_client,
+    running_hub,
+)
 
 
 @pytest.fixture(params=["redis", "redis-cluster"])
@@ -57,10 +67,40 @@ async def test_typing_reaches_members_on_the_other_replica(database_url, pool, b
         assert one.hub.metrics.typing.labels("received")._value.get() == 0
 
 
+async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
+    database_url, pool, backplane_settings
+):
+    """Bob (on replica two) blocks Alice (on replica one) in their 1:1 chat: her ``Typing`` on
+    replica one is refused as her messages are, and nothing crosses to Bob."""
+    alice, bob = uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    settings = backplane_settings
+    options = options_for(settings, typing_interval=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
+        raw_client(one, make_token(alice)) as a,
+        raw_client(two, make_token(bob)) as b,
+    ):
+        assert await one.hub.interest_settled()
+        assert await two.hub.interest_settled()
+        await a.send_record(_invoke("1", "Typing", str(chat)))
+        assert await a.next_of([3]) == {"type": 3, "invocationId": "1"}
+        assert (await b.invocations(1))[0]["target"] == "user_typing"
+        async with pool.acquire() as conn:
+            await block_user(conn, owner=bob, blocked=alice)
+        await asyncio.sleep(0.1)  # past the interval
+        await a.send_record(_invoke("2", "Typing", str(chat)))
+        assert (await a.next_of([3]))["error"] == BLOCKED
+        await b.assert_silent(0.5)
+        assert two.hub.metrics.typing.labels("received")._value.get() == 1  # the first only
+
+
 async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, backplane_settings):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = backplane_settings
     options = options_for(settings, presence_grace=0.5)
     async with (
@@ -144,7 +184,7 @@ async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, b
 
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
-        await create_chat(conn, creator=alice, title="t", members=[bob])
+        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
     settings = backplane_settings
     options = options_for(settings, presence_refresh=0.2)
     ghost = f"ghost-{uuid.uuid4().hex}"

@@ -4,11 +4,17 @@ repeats, a removed member stops getting it, and nothing is written to the outbox
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import orjson
 
 from realtime_dispatch.hub.connections.registry import chat_group
+from realtime_dispatch.hub.signals.hub_signals import BLOCKED_IN_CHAT_SQL
+from realtime_dispatch.hub.signals.typing_signal import BLOCKED
+from realtime_dispatch.messenger.access import BLOCKED_IN_CHAT_SQL as SEND_BLOCKED_IN_CHAT_SQL
+from realtime_dispatch.messenger.access import is_blocked_in_chat
+from realtime_dispatch.messenger.blacklist import block_user, unblock_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
@@ -118,3 +124,52 @@ async def test_flood_of_typing_costs_one_fan_out(database_url, pool):
         await b.assert_silent(0.3)
         await wait_until(lambda: hub.hub.metrics.typing.labels("throttled")._value.get() == 999)
         assert len(hub.hub.methods.typing.gate) == 1
+
+
+async def test_typing_follows_the_block_rule_of_sending(database_url, pool):
+    """Bob blocks Alice in their 1:1 chat: her ``Typing`` is refused as her messages are
+    (403's text) and Bob gets nothing; in a group that never came down to the two of them the
+    block does not silence her (a send goes through there too); lifted, she is heard again."""
+    alice, bob, carol = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with pool.acquire() as conn:
+        direct = await create_chat(conn, creator=alice, title="d", members=[bob])
+        group = await create_chat(conn, creator=alice, title="g", members=[bob, carol])
+    settings = hub_settings()
+    options = options_for(settings, typing_interval=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(alice)) as a,
+        raw_client(hub, make_token(bob)) as b,
+    ):
+        await a.send_record(_typing("1", str(direct)))
+        assert await a.next_of([3]) == {"type": 3, "invocationId": "1"}
+        assert (await b.invocations(1))[0]["target"] == "user_typing"
+        async with pool.acquire() as conn:
+            await block_user(conn, owner=bob, blocked=alice)
+        await asyncio.sleep(0.1)  # past the interval
+        await a.send_record(_typing("2", str(direct)))
+        assert (await a.next_of([3]))["error"] == BLOCKED
+        await asyncio.sleep(0.1)
+        await a.send_record(_typing(None, str(direct)))  # unanswered: refused all the same
+        await b.assert_silent(0.3)
+        await a.send_record(_typing("3", str(group)))  # the group: not silenced
+        assert await a.next_of([3]) == {"type": 3, "invocationId": "3"}
+        [record] = await b.invocations(1)
+        assert record["arguments"][0]["chatId"] == str(group)
+        # A message in the 1:1 chat is refused by the same rule.
+        async with pool.acquire() as conn:
+            assert await is_blocked_in_chat(conn, chat_id=direct, actor=alice)
+            assert not await is_blocked_in_chat(conn, chat_id=group, actor=alice)
+            await unblock_user(conn, owner=bob, blocked=alice)
+        await asyncio.sleep(0.1)
+        await a.send_record(_typing("4", str(direct)))
+        assert await a.next_of([3]) == {"type": 3, "invocationId": "4"}
+        assert (await b.invocations(1))[0]["arguments"][0]["chatId"] == str(direct)
+        assert hub.hub.metrics.typing.labels("refused")._value.get() == 2
+
+
+def test_the_hubs_block_rule_is_the_send_rule():
+    """The hub cannot import the messenger: its copy of the statement must stay the same."""
+    assert " ".join(BLOCKED_IN_CHAT_SQL.split()) == " ".join(
+        f"SELECT {SEND_BLOCKED_IN_CHAT_SQL}".split()
+    )

@@ -1,6 +1,7 @@
 """Spans per pass and per row, and log lines that never carry a message body."""
 
 import asyncio
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -11,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
+from realtime_dispatch.messenger import calls
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, send
 
@@ -48,6 +50,24 @@ async def test_one_span_per_pass_and_per_row(
         assert span.parent is not None
         assert span.parent.span_id == passes[0].context.span_id
         assert not any("secret" in str(v) for v in span.attributes.values())
+    # Each row span joins the owner's write: its reference, message and creation time.
+    written = {
+        str(r["id"]): r
+        for r in await pool.fetch(
+            "SELECT id, ref_id, message_id, created_at FROM messenger.realtime_outbox"
+            " WHERE chat_id = $1",
+            chat,
+        )
+    }
+    for span in rows:
+        assert span.attributes is not None
+        row = written[str(span.attributes["realtime.outbox_id"])]
+        assert row["message_id"] is not None
+        assert span.attributes["realtime.message_id"] == str(row["message_id"])
+        assert span.attributes.get("realtime.ref_id") == (
+            str(row["ref_id"]) if row["ref_id"] is not None else None
+        )
+        assert span.attributes["realtime.created_at"] == row["created_at"].isoformat()
 
 
 async def test_logs_carry_ids_and_codes_never_bodies(pool: asyncpg.Pool) -> None:
@@ -157,3 +177,30 @@ async def test_per_row_retry_and_quarantine_lines_at_the_default_level(
     assert summary["quarantined"] == 1
     assert summary["error_codes"] == {"HubUnavailable": 1, "Http400": 1}
     assert "secret" not in repr(logs)
+
+
+async def test_a_row_span_carries_the_rows_reference(
+    pool: asyncpg.Pool, spans: InMemorySpanExporter
+) -> None:
+    """A row with a ``ref_id`` (a call's) and no message: the span names the call and the
+    row's creation, no message id."""
+    spans.clear()
+    async with pool.acquire() as conn:
+        call = await calls.start_call(conn, caller=uuid4(), callee=uuid4())
+    await make_stack(pool).dispatcher.run_pass()
+    rows = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "realtime_dispatch.row"
+        and s.attributes is not None
+        and s.attributes.get("realtime.ref_id") == str(call)
+    ]
+    assert len(rows) == 2  # to both parties
+    created = await pool.fetchval(
+        "SELECT min(created_at) FROM messenger.realtime_outbox WHERE ref_id = $1", call
+    )
+    for span in rows:
+        assert span.attributes is not None
+        assert span.attributes["realtime.kind"] == "CallInvited"
+        assert "realtime.message_id" not in span.attributes
+        assert span.attributes["realtime.created_at"] == created.isoformat()

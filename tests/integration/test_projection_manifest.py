@@ -41,7 +41,7 @@ async def test_the_shipped_manifest_holds_on_the_reference_schema(pool: asyncpg.
     async with pool.acquire() as conn:
         results = await check_manifest(conn, shipped_manifest())
     assert [(r.name, r.detail) for r in results if r.detail != "ok"] == []
-    assert len(results) == 14
+    assert len(results) == 15
 
 
 @pytest.mark.parametrize(

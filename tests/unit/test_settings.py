@@ -1,10 +1,13 @@
 import math
 from dataclasses import fields
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from realtime_dispatch.database import lock_connection_settings
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
+from realtime_dispatch.ids import id_floor
 from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.settings import Settings, load_settings
 
@@ -36,6 +39,54 @@ def test_invalid_options_name_the_variable(kwargs: dict[str, float], variable: s
         RealtimeDispatchOptions(**kwargs)  # type: ignore[arg-type]
     assert info.value.variable == variable
     assert str(info.value).startswith(variable)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "variable"),
+    [
+        ({"retention_done": 315_360_001}, "REALTIME_DISPATCH_RETENTION_DONE"),
+        ({"retention_done": 1.8e9}, "REALTIME_DISPATCH_RETENTION_DONE"),
+        ({"lock_ttl": 2_147_484}, "REALTIME_DISPATCH_LOCK_TTL"),
+        ({"backoff_cap": 315_360_001}, "REALTIME_DISPATCH_BACKOFF_CAP"),
+    ],
+)
+def test_options_past_their_bound_name_the_variable_and_the_bound(
+    kwargs: dict[str, float], variable: str
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        RealtimeDispatchOptions(**kwargs)  # type: ignore[arg-type]
+    assert info.value.variable == variable
+    assert "must be at most" in str(info.value)
+
+
+def test_options_at_their_bound_pass() -> None:
+    o = RealtimeDispatchOptions(
+        retention_done=315_360_000, lock_ttl=2_147_483, backoff_cap=315_360_000
+    )
+    # At the bound, the uses that overflowed past it still work.
+    id_floor(datetime.now(UTC) - timedelta(seconds=o.retention_done))
+    timeout = int(lock_connection_settings(o.lock_ttl, o.polling_interval)["idle_session_timeout"])
+    assert timeout <= 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("hub_typing_interval", 315_360_001),
+        ("sync_statement_timeout", 2_147_484),
+        ("media_token_ttl", 1e12),
+        ("call_ring_timeout", 1e12),
+        ("call_max_duration", 1e12),
+        ("conference_empty_timeout", 1e12),
+        ("conference_max_duration", 1e12),
+        ("recording_finalize_timeout", 1e12),
+    ],
+)
+def test_settings_past_their_bound_name_the_variable(name: str, value: float) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(**{name: value})
+    assert info.value.variable == f"REALTIME_{name.upper()}"
+    assert "less than or equal to" in str(info.value)
 
 
 def test_settings_validate_dispatch_options_too() -> None:

@@ -49,7 +49,7 @@ from realtime_dispatch.hub.serving.forward import forwarding
 from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import HUB_PATH
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
-from realtime_dispatch.manifest.manifest import Manifest
+from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES
 from realtime_dispatch.messenger.jobs.service import media_jobs
@@ -82,6 +82,7 @@ def hub_options(
         ping_interval=settings.hub_ping_interval,
         idle_timeout=settings.hub_idle_timeout,
         member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
+        presence_chats_sql=(manifest or shipped_manifest()).sql("presence_chats"),
         max_connections_per_user=settings.hub_max_connections_per_user,
         max_negotiations_per_client=settings.http_max_connections_per_client,
         typing_interval=settings.hub_typing_interval,

@@ -204,5 +204,12 @@ def _row_span(row: ClaimedRow, verdict: Verdict, began: int) -> None:
         span.set_attribute("realtime.outbox_id", str(row.id))
         if row.chat_id:
             span.set_attribute("realtime.chat_id", str(row.chat_id))
+        # What joins the span to the owner's write (the spec's RefId, CreatedAt): the row's
+        # reference, its message where it has one, and when the transaction wrote it.
+        if row.ref_id is not None:
+            span.set_attribute("realtime.ref_id", str(row.ref_id))
+        if row.message_id is not None:
+            span.set_attribute("realtime.message_id", str(row.message_id))
+        span.set_attribute("realtime.created_at", row.created_at.isoformat())
         span.set_attribute("realtime.verdict", verdict.value)
     span.end()

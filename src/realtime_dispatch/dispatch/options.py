@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from realtime_dispatch.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX, bound_text
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.outbox.backoff import Backoff
 
@@ -48,13 +49,27 @@ class RealtimeDispatchOptions:
             ("BACKOFF_BASE", self.backoff_base > 0, "must be > 0"),
             ("BACKOFF_FACTOR", self.backoff_factor >= 1, "must be >= 1"),
             ("BACKOFF_CAP", self.backoff_cap >= self.backoff_base, "must be >= BACKOFF_BASE"),
+            # next_attempt_at = now() + the delay: a timestamp (bounds.py).
+            (
+                "BACKOFF_CAP",
+                self.backoff_cap <= TIMESTAMP_SPAN_MAX,
+                bound_text(TIMESTAMP_SPAN_MAX),
+            ),
             ("LOCK_TTL", self.lock_ttl > 0, "must be > 0"),
+            # The lock connection's idle_session_timeout, in milliseconds (database.py).
+            ("LOCK_TTL", self.lock_ttl <= PG_MILLISECONDS_MAX, bound_text(PG_MILLISECONDS_MAX)),
             (
                 "MAX_RUN_DURATION",
                 self.max_run_duration < self.lock_ttl,
                 f"must be below REALTIME_DISPATCH_LOCK_TTL ({self.lock_ttl:g} s)",
             ),
             ("RETENTION_DONE", self.retention_done > 0, "must be > 0"),
+            # The sweep's cut-off, now - RETENTION_DONE, becomes the floor of a time-ordered id.
+            (
+                "RETENTION_DONE",
+                self.retention_done <= TIMESTAMP_SPAN_MAX,
+                bound_text(TIMESTAMP_SPAN_MAX),
+            ),
             ("PARTITIONS", 1 <= self.partitions <= 256, "must be between 1 and 256"),
             (
                 "LINGER",

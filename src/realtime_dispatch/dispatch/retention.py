@@ -1,8 +1,8 @@
 """How much retention deletes, and when (pure; the runner does the I/O).
 
-Retention deletes Done rows in batches, each its own short statement, under the dispatch lock
-between passes. A fixed quota (the former 20 batches of 1,000 a minute, ~333 rows/s) falls
-behind any faster insert rate, so the quota adapts instead:
+Retention deletes Done rows in batches, each its own short statement, between passes, after
+the pass has released the dispatch lock. A fixed quota (the former 20 batches of 1,000 a
+minute, ~333 rows/s) falls behind any faster insert rate, so the quota adapts instead:
 
 * **batch size** follows the time a delete takes: doubled while a full batch finishes well
   under ``target_batch_seconds``, halved when one takes more than twice that (no long lock, no

@@ -98,6 +98,9 @@ class HubOptions:
     member_chats_sql: str | None = None
     """The projection manifest's ``member_chats`` query (``None``: the shipped one, over the
     reference messenger's participants)."""
+    presence_chats_sql: str | None = None
+    """The projection manifest's ``presence_chats`` query: the chats through which a user's
+    presence shows (consent). ``None``: every active chat (``member_chats``)."""
     presence_watch_limit: int = 500
     """Watched users per connection (``REALTIME_HUB_PRESENCE_WATCH_LIMIT``)."""
     presence_grace: float = 5.0
@@ -110,8 +113,9 @@ class HubOptions:
     """This hub's index among the workers of ``--workers N`` (None: it is no worker): its
     negotiations' tokens name it (:func:`~.transports.negotiate.worker_prefix`)."""
     presence_blocks: bool = True
-    """Leave out of ``WatchPresence`` the users who blocked the caller (the reference
-    messenger's blacklist; off on an adopter's schema)."""
+    """The reference messenger's blacklist (off on an adopter's schema): leave out of
+    ``WatchPresence`` the users who blocked the caller, and refuse ``Typing`` where a message
+    would be refused (one query per pass of the typing interval)."""
 
     def token_options(self) -> TokenOptions:
         tokens = self.tokens if self.tokens is not None else TokenOptions()

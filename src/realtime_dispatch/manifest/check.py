@@ -192,6 +192,7 @@ _UNSET = {
     "optional": "a row whose referenced entity is missing is quarantined",
     "hub": "the hub cannot run without it",
     "sync": "/api/sync is off",
+    "presence": "presence shows through every active chat (member_chats)",
 }
 
 

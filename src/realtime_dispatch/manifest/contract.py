@@ -48,8 +48,9 @@ class QueryContract:
     columns: tuple[Column, ...]
     role: str = "payload"
     """``payload`` (absent: its kinds are disabled), ``hub`` (required by the hub),
-    ``optional``, ``sync`` (absent: ``GET /api/sync`` is off on that schema) or ``deprecated``
-    (still read, ``check`` warns)."""
+    ``optional``, ``sync`` (absent: ``GET /api/sync`` is off on that schema), ``presence``
+    (absent: presence follows ``member_chats``) or ``deprecated`` (still read, ``check``
+    warns)."""
     takes: str = "keys"
     """Its ``$1``: ``keys`` (an array of keys, the batch's) or ``key`` (one key)."""
 
@@ -264,6 +265,16 @@ user_id uuid a user of $1
 chat_id uuid a chat where that user is an active member
 """),
         role="hub",
+    ),
+    QueryContract(
+        "presence_chats",
+        "the hub: the chats through which a user's presence shows (WatchPresence's consent)",
+        "user ids (not an outbox column)",
+        _cols("""
+user_id uuid a user of $1
+chat_id uuid an active chat of that user through which their presence may be seen
+"""),
+        role="presence",
     ),
     QueryContract(
         "deleted_chats",

@@ -33,9 +33,17 @@ SELECT id, owner_user_id, blocked_user_id, created_at, removed_at
 FROM messenger.blacklist WHERE id = ANY($1::uuid[]);
 
 -- name: calls
-SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,
-       ended_at, ended_by_user_id
-FROM messenger.call_sessions WHERE id = ANY($1::uuid[]);
+-- media_withheld (optional): one party has blocked the other (messenger/access.py), so the
+-- call's pushes, their retries and their sync events carry no join credentials for either;
+-- the parties ask POST /api/calls/{id}/media, which refuses the blocked one.
+SELECT c.id, c.caller_user_id, c.callee_user_id, c.room_name, c.status, c.created_at,
+       c.answered_at, c.ended_at, c.ended_by_user_id,
+       EXISTS (SELECT 1 FROM messenger.blacklist b
+               WHERE b.removed_at IS NULL
+                 AND ((b.owner_user_id = c.caller_user_id AND b.blocked_user_id = c.callee_user_id)
+                   OR (b.owner_user_id = c.callee_user_id
+                       AND b.blocked_user_id = c.caller_user_id))) AS media_withheld
+FROM messenger.call_sessions c WHERE c.id = ANY($1::uuid[]);
 
 -- name: conferences
 -- media_withheld (optional; migration 0026, the blacklist of messenger/access.py): a member of
@@ -74,6 +82,19 @@ WHERE s.id = ANY($1::uuid[]);
 -- The hub: the active chats of the given users (on connect, and after its feed reconnects).
 SELECT user_id, chat_id FROM messenger.participants
 WHERE user_id = ANY($1::uuid[]) AND active;
+
+-- name: presence_chats
+-- The hub (WatchPresence): the chats through which each of the given users' presence shows.
+-- Consent: a chat the user took part in, i.e. created, read in (a read mark past 0) or sent a
+-- message to. Being added by someone else is not enough: a chat one side made alone shows
+-- nothing of the other.
+SELECT p.user_id, p.chat_id
+FROM messenger.participants p
+JOIN messenger.chats c ON c.id = p.chat_id
+WHERE p.user_id = ANY($1::uuid[]) AND p.active
+  AND (c.created_by = p.user_id OR p.last_read_seq > 0
+       OR EXISTS (SELECT 1 FROM messenger.messages m
+                  WHERE m.chat_id = p.chat_id AND m.sender_user_id = p.user_id));
 
 -- name: deleted_chats
 -- Of the given chats, those deleted: a deleted chat leaves a tombstone (migration 0013), so a

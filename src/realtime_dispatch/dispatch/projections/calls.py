@@ -1,7 +1,8 @@
 """Call rows → payloads. The row's session kind picks the shape (spec: "SessionKind payload"):
 
 * ``Direct``: the 1:1 contract, to ``user:{targetUserId}`` (a party of the call); ``ref_id`` is
-  the call; ``call_invited`` carries the media join minted for the receiving party.
+  the call; ``call_invited`` carries the media join minted for the receiving party, unless
+  one party has blocked the other (``media_withheld``).
 * ``Conference``: the group contract, to ``chat:{chatId}``; ``ref_id`` is the conference the
   group call runs in. Only ``call_invited`` and ``call_ended`` have this shape (answering,
   declining, missing and cancelling are between two parties); ``call_invited`` carries the
@@ -137,10 +138,12 @@ class CallPayloadBuilder(RefProjectionBuilder):
         }
         kind = intent.kind
         if kind is K.CALL_INVITED:
-            # A call that is already over gets no join credentials.
+            # A call that is already over gets no join credentials, nor one where a party has
+            # blocked the other (the optional media_withheld column): whenever the row is read,
+            # at its push, a retry or a sync replay. The parties ask /api/calls/{id}/media.
             media = (
                 self.minter.mint(record["room_name"], user_id=intent.target_user_id)
-                if record["status"] in _LIVE
+                if record["status"] in _LIVE and not media_withheld(record)
                 else None
             )
             return CallInvited, dict(

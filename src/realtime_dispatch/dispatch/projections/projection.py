@@ -155,8 +155,9 @@ class SessionRecordBuilder(RefProjectionBuilder):
 
 
 def media_withheld(record: asyncpg.Record) -> bool:
-    """The optional ``media_withheld`` column of a conference's projection: true where the
-    blacklist holds in its chat (a member blocked there by another), so that a chat-wide push,
-    and its sync event, carries no join credentials for the blocked user (nor anyone: members
-    ask ``POST /api/conferences/{id}/media``, which refuses a blocked user)."""
+    """The optional ``media_withheld`` column of a conference's or a 1:1 call's projection:
+    true where the blacklist holds in its chat (a member blocked there by another) or between
+    the call's parties, so that a push, its retry and its sync event carry no join credentials
+    for the blocked user (nor anyone: members and parties ask ``POST
+    /api/conferences/{id}/media`` or ``/api/calls/{id}/media``, which refuse a blocked user)."""
     return bool(record.get("media_withheld"))

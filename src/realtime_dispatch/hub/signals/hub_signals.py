@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,7 @@ from realtime_dispatch.hub.signals.typing_signal import TypingSignals
 from realtime_dispatch.hub.signals.wire_ids import parse_key
 from realtime_dispatch.hub.wire.signal_envelope import is_signal
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.push import JsonValue
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection
@@ -35,6 +37,24 @@ SELECT owner_user_id FROM messenger.blacklist
 WHERE blocked_user_id = $1 AND owner_user_id = ANY($2::uuid[]) AND removed_at IS NULL
 """
 """The reference messenger's blacklist: which of the given users blocked the caller."""
+BLOCKED_IN_CHAT_SQL = """
+SELECT EXISTS (SELECT 1 FROM messenger.blacklist b
+        JOIN messenger.participants o
+          ON o.chat_id = $1 AND o.user_id = b.owner_user_id AND o.active
+        WHERE b.blocked_user_id = $2 AND b.removed_at IS NULL
+          AND (EXISTS (SELECT 1 FROM messenger.blacklist_chats m
+                       WHERE m.chat_id = $1 AND m.blacklist_id = b.id)
+               OR (SELECT count(*) FROM messenger.participants a
+                   WHERE a.chat_id = $1 AND a.active) = 2))
+"""
+"""The reference messenger's rule for sending a message (``messenger/access.py``,
+``BLOCKED_IN_CHAT_SQL``, checked equal by a test): whether $2 is blocked in the chat $1."""
+
+SIGNAL_QUERIES = 4
+"""The queries the live signals cause (a watch's chats and blockers, a typing pass's block
+check) running at once on one replica; the others wait their turn. A flood of
+``WatchPresence`` or ``Typing`` then holds at most this many of the pool's connections, and the
+REST requests beside it keep the rest."""
 
 Items = Sequence[tuple[str, bytes]]
 BLOCK_MARK = b'"target":"blacklist_changed"'
@@ -112,6 +132,7 @@ class HubSignals:
             yield "signal_relay", self.relay.run()
 
     async def aclose(self) -> None:
+        await self.typing.aclose()
         await self.presence.aclose()
         if self.relay is not None:
             await self.relay.aclose()
@@ -131,6 +152,8 @@ class SignalOptions(Protocol):
     @property
     def presence_blocks(self) -> bool: ...
     @property
+    def presence_chats_sql(self) -> str | None: ...
+    @property
     def backplane_url(self) -> str | None: ...
     @property
     def backplane_mode(self) -> str: ...
@@ -149,7 +172,16 @@ def wire_signals(
     keys: KeyCodec = UUID_KEYS,
 ) -> HubSignals:
     typing_counts = {o: metrics.typing.labels(o) for o in TYPING_OUTCOMES}
+    queries = asyncio.Semaphore(SIGNAL_QUERIES)
     presence_counts = {e: metrics.presence.labels(e) for e in PRESENCE_EVENTS}
+
+    async def blocked_in_chat(user_id: Key, chat_id: JsonValue) -> bool:
+        pool = membership.pool
+        assert pool is not None
+        chat = keys.from_json(chat_id)
+        async with queries:
+            return bool(await pool.fetchval(BLOCKED_IN_CHAT_SQL, chat, user_id, timeout=5.0))
+
     typing = TypingSignals(
         registry,
         send_to_members,
@@ -158,6 +190,8 @@ def wire_signals(
         counters={o: typing_counts[o].inc for o in ("sent", "throttled")},
         origin=replica_id,
         keys=keys,
+        blocked_in_chat=blocked_in_chat if options.presence_blocks else None,
+        complete=complete,
     )
     relay = None
     store = None
@@ -172,13 +206,22 @@ def wire_signals(
             relay.client, replica_id=replica_id, refresh=options.presence_refresh, keys=keys
         )
 
+    consent_sql = options.presence_chats_sql
+
     async def member_chats(users: list[Key]) -> list[tuple[Key, Key]]:
-        return await membership.member_chats(users)
+        async with queries:
+            if consent_sql is None:
+                return await membership.member_chats(users)
+            pool = membership.pool
+            assert pool is not None
+            rows = await pool.fetch(consent_sql, users, timeout=5.0)
+            return [(r["user_id"], r["chat_id"]) for r in rows]
 
     async def blockers(caller: Key, users: list[Key]) -> Collection[Key]:
         pool = membership.pool
         assert pool is not None
-        return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]
+        async with queries:
+            return [r[0] for r in await pool.fetch(BLOCKERS_SQL, caller, users, timeout=5.0)]
 
     def count(event: str, n: int) -> None:
         presence_counts[event].inc(n)
@@ -187,7 +230,13 @@ def wire_signals(
     presence = Presence(
         registry,
         state=OnlineState(grace=grace, publish=publish, count=count, store=store, keys=keys),
-        scope=WatchScope(registry, member_chats=member_chats, blockers=blocks, keys=keys),
+        scope=WatchScope(
+            registry,
+            member_chats=member_chats,
+            blockers=blocks,
+            keys=keys,
+            consent=consent_sql is not None,
+        ),
         watch_limit=options.presence_watch_limit,
         complete=complete,
         count=count,

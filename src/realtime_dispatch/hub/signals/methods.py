@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from realtime_dispatch.hub.signals.typing_signal import TypingSignals
+from realtime_dispatch.hub.signals.typing_signal import ANSWERED_LATER, TypingSignals
 from realtime_dispatch.hub.wire.invocations import void_completion_json, void_completion_messagepack
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.hub.wire.protocols import JSON, MESSAGEPACK, HubProtocol
@@ -51,7 +51,9 @@ class HubMethods:
         target = invocation.target
         presence = self.presence
         if target == "Typing":
-            error = self.typing.typing(connection, invocation.arguments)
+            error = self.typing.typing(connection, invocation.arguments, invocation.invocation_id)
+            if error is ANSWERED_LATER:
+                return  # answered when the block check is done
         elif target == "WatchPresence" and presence is not None:
             presence.watch(connection, invocation)  # answers when the check is done
             return

@@ -38,6 +38,7 @@ from realtime_dispatch.hub.signals.presence_scope import (
     WatchScope,
     user_of_group,
 )
+from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.hub.signals.wire_ids import parse_key
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
@@ -104,6 +105,8 @@ class Presence:
     """Waits until this replica receives the groups its connections joined (the
     interest-routed backplane's subscriptions), so the state read after it misses nothing."""
     keys: KeyCodec = UUID_KEYS
+    rate: WatchRate = field(default_factory=WatchRate)
+    """``WatchPresence`` calls per user on this replica (:mod:`.watch_rate`)."""
     _busy: set[str] = field(default_factory=set, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
@@ -133,13 +136,20 @@ class Presence:
     # methods ------------------------------------------------------------------------------
 
     def watch(self, connection: HubConnection, invocation: Invocation) -> None:
-        ids = parse_ids(invocation.arguments, "WatchPresence", self.watch_limit, self.keys)
         connection_id = connection.connection_id
         error: str | None = None
-        if isinstance(ids, str):
-            error = ids
-        elif connection_id in self._busy:
+        ids: list[Key] | str = []
+        # The cheap refusals first: a flood past the rate costs no parsing of its ids (500
+        # UUIDs take milliseconds, the refusal microseconds).
+        if connection_id in self._busy:
             error = BUSY
+        elif (refused := self.rate.refusal(connection.user_id)) is not None:
+            error = refused
+        elif isinstance(
+            ids := parse_ids(invocation.arguments, "WatchPresence", self.watch_limit, self.keys),
+            str,
+        ):
+            error = ids
         else:
             added = self.scope.added(connection_id, ids)
             if self.scope.watches.get(connection_id, 0) + len(added) > self.watch_limit:
@@ -161,10 +171,21 @@ class Presence:
             allowed = await self.scope.allowed(connection_id, connection.user_id, ids)
             if connection_id not in self.registry:
                 return  # closed meanwhile
+            # No await since the decision: the watches start on the memberships it saw. The
+            # ids asked again that may no longer be watched are dropped.
+            kept = set(allowed)
+            dropped = sum(
+                self.scope.unwatch(connection_id, presence_group(u)) for u in ids if u not in kept
+            )
+            if dropped:
+                self.count("unwatched", dropped)
             self.scope.add(connection_id, allowed)  # subscribed first: no change missed
             if self.subscribed is not None and allowed:
                 await self.subscribed()
             states = await self.state.states(allowed)
+            # A watch ended meanwhile (a removal, a block) is not answered either.
+            in_group = self.registry.in_group
+            allowed = [u for u in allowed if in_group(connection_id, presence_group(u))]
             self.count("watched", len(allowed))
             keys = self.keys
             result: JsonValue = [presence_entry(u, *states[u], keys) for u in allowed]

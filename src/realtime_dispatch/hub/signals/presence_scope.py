@@ -6,6 +6,9 @@
   ``member_chats``, the one query the hub runs on connect, here for the watched ids) meet the
   caller's own chat groups; on the reference messenger, users who blocked the caller are left
   out too. The chats of the watched users are kept while someone here watches them.
+* **Consent** (``consent``, the manifest's ``presence_chats``): a watched user's chats are only
+  those they took part in (the reference messenger: created, read in, or sent to), so a chat
+  made by the caller alone, with a stranger in it, shows nothing of the stranger.
 * **Live**: a membership change (:meth:`WatchScope.membership_changed`) ends the watches whose
   two users no longer share a chat. A membership hint ("read this user again") for a watched
   user with no connection here is read here (:meth:`WatchScope.hinted`; the feed reads only
@@ -48,6 +51,10 @@ class WatchScope:
     member_chats: MemberChats
     blockers: Blockers | None
     keys: KeyCodec = UUID_KEYS
+    consent: bool = False
+    """``member_chats`` is the manifest's ``presence_chats``: the chats a user took part in,
+    not all their memberships. A chat a watched user joins then shows nothing until it is
+    read again (being added is not consent); a chat left still ends the watches at once."""
     watches: dict[str, int] = field(default_factory=dict, init=False)
     """Watched users per connection."""
     watch_count: int = field(default=0, init=False)
@@ -58,6 +65,10 @@ class WatchScope:
     """``member_chats`` queries run here (ids nobody here watched yet, hinted ones)."""
     _hinted: dict[Key, None] = field(default_factory=dict, init=False)
     _rereader: asyncio.Task[None] | None = field(default=None, init=False)
+    _pending: dict[Key, int] = field(default_factory=dict, init=False)
+    """Users an :meth:`allowed` is deciding on now: their kept chats stay meanwhile."""
+    _blocks_heard: list[list[tuple[Key, Key]]] = field(default_factory=list, init=False)
+    """The blocks heard while an :meth:`allowed` waits (its blacklist answer may predate them)."""
 
     # watches ------------------------------------------------------------------------------
 
@@ -90,7 +101,7 @@ class WatchScope:
         self.watch_count -= 1
         if not self.registry.members(group):
             user_id = user_of_group(group, self.keys)
-            if user_id is not None:
+            if user_id is not None and not self._pending.get(user_id):
                 self._chats.pop(user_id, None)
         return 1
 
@@ -98,20 +109,45 @@ class WatchScope:
 
     async def allowed(self, connection_id: str, caller: Key, ids: list[Key]) -> list[Key]:
         """Of ``ids``, those sharing an active chat with the caller (and, with ``blockers``,
-        who did not block the caller); their chats are kept for the live checks."""
+        who did not block the caller); their chats are kept for the live checks.
+
+        Decided after the last await, against the memberships as they are then (a removal or
+        a block applied while the queries ran counts: there is no watch yet for it to end),
+        and returned without another await, so the caller adds the watches at once."""
+        pending = self._pending
+        for user_id in ids:
+            pending[user_id] = pending.get(user_id, 0) + 1
+        blocks: list[tuple[Key, Key]] = []
+        self._blocks_heard.append(blocks)
         unknown = [u for u in ids if u not in self._chats]
-        if unknown:
-            for user_id, chats in (await self._load(unknown)).items():
-                self._chats.setdefault(user_id, chats)
-        mine = self._chat_groups(connection_id)
-        allowed = [u for u in ids if u in self._chats and not self._chats[u].isdisjoint(mine)]
-        if allowed and self.blockers is not None:
-            blocked = set(await self.blockers(caller, allowed))
-            allowed = [u for u in allowed if u not in blocked]
+        try:
+            if unknown:
+                for user_id, chats in (await self._load(unknown)).items():
+                    self._chats.setdefault(user_id, chats)
+            candidates = self._sharing(connection_id, ids)
+            blocked: set[Key] = set()
+            if candidates and self.blockers is not None:
+                blocked = set(await self.blockers(caller, candidates))
+            blocked.update(owner for owner, who in blocks if who == caller)
+            # The last await is behind: the memberships as they are now decide.
+            sharing = set(self._sharing(connection_id, candidates))
+            allowed = [u for u in candidates if u in sharing and u not in blocked]
+        finally:
+            self._blocks_heard.remove(blocks)
+            for user_id in ids:
+                pending[user_id] -= 1
+                if not pending[user_id]:
+                    del pending[user_id]
         for user_id in set(unknown) - set(allowed):  # nobody here watches them (yet)
-            if not self.registry.members(presence_group(user_id)):
+            if not self.registry.members(presence_group(user_id)) and user_id not in pending:
                 self._chats.pop(user_id, None)
         return allowed
+
+    def _sharing(self, connection_id: str, ids: list[Key]) -> list[Key]:
+        """Of ``ids``, those whose kept chats meet the connection's chat groups now."""
+        mine = self._chat_groups(connection_id)
+        chats = self._chats
+        return [u for u in ids if u in chats and not chats[u].isdisjoint(mine)]
 
     async def _load(self, users: list[Key]) -> dict[Key, set[str]]:
         """The users' active chats, as group names (so the chats' key type does not matter);
@@ -127,7 +163,7 @@ class WatchScope:
         for user_id, chat_id in rows:
             loaded.setdefault(user_id, set()).add(chat_group(chat_id))
         for user_id, group, joined in changes:
-            if user_id in loaded:
+            if user_id in loaded and not (joined and self.consent):
                 (loaded[user_id].add if joined else loaded[user_id].discard)(group)
         return loaded
 
@@ -142,7 +178,7 @@ class WatchScope:
         for load in self._loads:
             load.append((user_id, group, joined))
         chats = self._chats.get(user_id)
-        if chats is not None:
+        if chats is not None and not (joined and self.consent):
             (chats.add if joined else chats.discard)(group)
         if joined:
             return
@@ -210,6 +246,8 @@ class WatchScope:
     def blocked(self, owner: Key, blocked: Key) -> int:
         """``owner`` blocked ``blocked``: the watches of ``blocked``'s connections here on
         ``owner`` end (the blocked user is not told). Returns how many ended."""
+        for heard in self._blocks_heard:
+            heard.append((owner, blocked))
         group = presence_group(owner)
         return sum(self.unwatch(c, group) for c in self.registry.connections_of(blocked))
 

@@ -7,16 +7,26 @@ connection of the typist; with the backplane, the same record goes in an envelop
 (:meth:`TypingSignals.received`). At most one per (user, chat) per ``interval``
 (:class:`TypingGate`): invocations inside it are accepted and dropped. Nothing is written
 anywhere; a non-member, an unknown chat and a bad argument get the same bounded answer.
+
+**Blocks** (``blocked_in_chat``, the reference messenger's blacklist): the rule of sending a
+message. A pass through the gate asks whether the typist is blocked in the chat (the same
+statement as a send's, at most one query per (user, chat) per interval, under the replica's
+bound on the signals' queries); blocked, the invocation is refused as a send is (403's text)
+and nothing is sent; otherwise the signal goes out once the answer is in, if the typist is
+still a member then. The invocation is answered after the check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+import structlog
 
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistry, is_valid_group
 from realtime_dispatch.hub.signals.wire_ids import parse_key, user_id_json
@@ -28,8 +38,17 @@ from realtime_dispatch.push import JsonValue
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection
 
+log = structlog.get_logger(__name__)
+
 USER_TYPING = "user_typing"
 NOT_A_MEMBER = "Typing refused: not a member of this chat."
+BLOCKED = "Typing refused: the user has blocked you."
+UNAVAILABLE = "Typing failed: try again."
+ANSWERED_LATER: Final = "answered later"
+"""What :meth:`TypingSignals.typing` returns when the invocation is answered after a check."""
+BlockedInChat = Callable[[Key, JsonValue], Awaitable[bool]]
+"""``blocked_in_chat(user, chat)``: whether the user is blocked in the chat (a send's rule)."""
+Complete = Callable[["HubConnection", str | None, str | None, JsonValue], None]
 BAD_ARGUMENTS = "Typing takes one argument: the chat id (a string or an integer)."
 PARSED_KEPT = 10_000
 _TAIL = b'"}]}\x1e'
@@ -122,8 +141,15 @@ class TypingSignals:
         origin: str = "",
         keys: KeyCodec = UUID_KEYS,
         counters: Mapping[str, Callable[[], object]] | None = None,
+        blocked_in_chat: BlockedInChat | None = None,
+        complete: Complete | None = None,
     ) -> None:
         self._keys = keys
+        self.blocked_in_chat = blocked_in_chat
+        """With the blacklist: asked on each pass before the signal goes out."""
+        self._complete = complete
+        """Answers an invocation after the check (:func:`~.methods.complete`)."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._send = send
         """Sends a JSON record to some connections the way a push goes
         (:meth:`~.runtime.Hub.send_to_members`); returns how many got it."""
@@ -169,8 +195,14 @@ class TypingSignals:
             self._expires = (bucket, text.replace("+00:00", "Z").encode())
         return self._expires[1]
 
-    def typing(self, connection: HubConnection, arguments: tuple[JsonValue, ...]) -> str | None:
-        """The error to answer, or None (sent, or dropped inside the interval)."""
+    def typing(
+        self,
+        connection: HubConnection,
+        arguments: tuple[JsonValue, ...],
+        invocation_id: str | None = None,
+    ) -> str | None:
+        """The error to answer, None (sent, or dropped inside the interval), or
+        :data:`ANSWERED_LATER` (a pass waiting for the block check, which answers it)."""
         chat = self._chat(arguments)
         if chat is None:
             self._count("refused")
@@ -184,6 +216,51 @@ class TypingSignals:
         if passed is None:
             self._throttled()
             return None
+        if self.blocked_in_chat is not None and self._complete is not None:
+            task = asyncio.create_task(
+                self._checked(connection, invocation_id, chat_id, group, passed),
+                name="hub-typing-check",
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return ANSWERED_LATER
+        self._signal(user_id, chat_id, group, passed)
+        return None
+
+    async def _checked(
+        self,
+        connection: HubConnection,
+        invocation_id: str | None,
+        chat_id: JsonValue,
+        group: str,
+        passed: Pass,
+    ) -> None:
+        """A pass of the gate under the blacklist: sent when the typist is not blocked in the
+        chat and still a member once the answer is in."""
+        assert self.blocked_in_chat is not None
+        assert self._complete is not None
+        user_id = connection.identity.user_id
+        error: str | None = None
+        try:
+            blocked = await self.blocked_in_chat(user_id, chat_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # PostgreSQL away: nothing sent, the client may type again
+            log.warning("hub_typing_check_failed", error=type(exc).__name__)
+            blocked, error = True, UNAVAILABLE
+        if connection.connection_id not in self._registry:
+            return  # closed meanwhile: nobody to answer, nothing to send
+        if blocked:
+            self._count("refused")
+            error = error or BLOCKED
+        elif self._registry.in_group(connection.connection_id, group):
+            self._signal(user_id, chat_id, group, passed)
+        else:  # removed (or gone) during the check
+            self._count("refused")
+            error = NOT_A_MEMBER
+        self._complete(connection, invocation_id, error, None)
+
+    def _signal(self, user_id: Key, chat_id: JsonValue, group: str, passed: Pass) -> None:
         head = passed.head
         if head is None:
             head = passed.head = self._head(user_id, chat_id)
@@ -194,7 +271,11 @@ class TypingSignals:
         if self.relay is not None:
             self.relay(group, encode_signal(self.origin, head[1], record))
         self._sent()
-        return None
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _head(self, user_id: Key, chat_id: JsonValue) -> tuple[bytes, str]:
         user_json = user_id_json(user_id, self._keys)
