@@ -147,6 +147,8 @@ async def test_cap_metrics_forwarding_and_a_killed_worker(database_url, pool):
     async with pool.acquire() as conn:
         chat = await create_chat(conn, creator=alice, title="t")
         await set_participant(conn, chat_id=chat, user_id=bob, active=True)
+        # bob takes part (the consent rule of presence: docs/hub.md), so alice may watch him
+        await send_message(conn, chat_id=chat, sender=bob, body="hi")
     async with hub_workers(database_url) as (url, parent):
         hub = f"{url}/hubs/messenger"
         # The per-user cap holds for the replica: a third connection of bob's is refused.
