@@ -73,10 +73,11 @@ class Smoke:
 
 
 KEY_TYPES = ("--key-types", "uuid,bigint")
+CENTRIFUGE = ("--server", "centrifuge")
 ALL = (
     [Smoke(name) for name in LONGEST_FIRST]
     + [Smoke(name) for name in sorted(set(SMOKES) - set(LONGEST_FIRST))]
-    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES)]
+    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES), Smoke("hub_capacity", CENTRIFUGE)]
 )
 
 
@@ -171,3 +172,16 @@ def test_bench_hub_peers_smoke_runs_the_compiled_peers(smokes: Runs) -> None:
         assert results[peer]["cpu_us_per_frame_median"] > 0, results[peer]
         assert results[peer]["rss_kib_per_connection"] > 0, results[peer]
     assert "hub-marked_vs_centrifuge" in json.loads(done.stdout)["cpu_ratios"]["10_members"]
+
+
+@pytest.mark.timeout(600)
+def test_bench_hub_capacity_smoke_runs_the_centrifuge_peer(smokes: Runs) -> None:
+    """``hub_capacity.py --server centrifuge``: the Centrifuge peer took every connection (the
+    token checked, the user's channels subscribed) and delivered every push once."""
+    done = smokes.outcome(Smoke("hub_capacity", CENTRIFUGE))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    assert result["valid"], result["runs"]
+    [run] = result["runs"]
+    assert run["connect"]["connected"] == result["inputs"]["clients"]
+    assert run["load"]["received"] == run["load"]["expected"] > 0
