@@ -496,10 +496,13 @@ GO_PEERS = {
 
 def go_binary(source: str) -> Path:
     """``bench/<source>/main.go`` built (GOPATH mode, against Debian's ``/usr/share/gocode``, no
-    module fetched) into ``build/bench-go/<source>``, unless that is newer than the source."""
+    module fetched) into ``build/bench-go/<source>``, unless built from the same source already
+    (its SHA-256 is kept beside the binary)."""
     main_go = HERE / source / "main.go"
     binary = BUILD / source
-    if binary.exists() and binary.stat().st_mtime >= main_go.stat().st_mtime:
+    built_from = binary.with_name(f"{source}.sha256")
+    digest = hashlib.sha256(main_go.read_bytes()).hexdigest()
+    if binary.exists() and built_from.exists() and built_from.read_text() == digest:
         return binary
     go = "/usr/bin/go"
     if not Path(go).exists() or not GOPATH_PACKAGES.is_dir():
@@ -531,6 +534,7 @@ def go_binary(source: str) -> Path:
     if done.returncode != 0:
         raise SystemExit(f"{source}: go build failed:\n{done.stderr}")
     partial.replace(binary)
+    built_from.write_text(digest)
     return binary
 
 

@@ -3,9 +3,10 @@
 // {"pushes": n}, sends n invocation records (the same JSON hub record bytes as the hub), 8 per
 // batch, yielding to the other goroutines after each, to every client that connected with
 // ?member=1. Each connection has one writer goroutine fed by a channel: with -joined a batch's
-// 8 records go in one frame, otherwise each record is a frame of its own. Prints {"event": "listening"} once the port is open.
+// 8 records go in one frame, otherwise each record is a frame of its own. Prints
+// {"event": "listening"} once the port is open.
 //
-//	go-ws [-joined] PORT CHAT
+//	go_ws [-joined] PORT CHAT
 package main
 
 import (
