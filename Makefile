@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test check lint format typecheck layers bench clean js
+.PHONY: serve test check lint format typecheck layers bench bench-peers clean js
 
 $(SERVE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ serve: $(SERVE_STAMP)
 	$(BIN)/realtime-dispatch serve
 
 ## test: the whole test suite (real PostgreSQL: embedded unless REALTIME_TEST_DATABASE_URL is set)
-test: $(STAMP) node_modules/.package-lock.json
+test: $(STAMP) node_modules/.package-lock.json bench-peers
 	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
 
 ## check: lint, format, strict typing and the layer contracts
@@ -54,6 +54,11 @@ js: $(STAMP) node_modules/.package-lock.json
 	$(BIN)/python scripts/gen_js_types.py
 	node_modules/.bin/tsc -p clients/js
 	node scripts/build_demo_bundle.mjs
+
+## bench-peers: the Go peers of bench/hub_peers.py, built from Debian's Go packages (.ci/run
+## installs them) into build/bench-go/ unless already built from the current source
+bench-peers: $(STAMP)
+	$(BIN)/python bench/hub_peers.py build
 
 bench: $(STAMP)
 	$(BIN)/python bench/drain.py

@@ -5,7 +5,11 @@ they measure.
 Run as ``python bench/_capacity_clients.py SPEC_FILE``; the spec (JSON) holds ``url`` (the hub's
 WebSocket URL), ``secret`` (HS256), ``users`` (one user id per connection), ``addresses`` (the
 loopback source address of each connection, by index), ``in_flight`` (connects at once),
-``ping_every`` (seconds) and ``out`` (a file for the deliveries).
+``ping_every`` (seconds) and ``out`` (a file for the deliveries); and ``protocol``: ``hub``
+(the default) or ``centrifuge`` (``bench/go_centrifuge``'s, Centrifuge's JSON protocol: the
+token in the connect command, then a subscribe command for each of the connection's
+``channels``, by index, in one frame; its PING command as the keepalive; publications whose data
+is the hub record, parsed the same way after the stop).
 
 Commands on stdin (JSON lines) and events on stdout (JSON lines):
 
@@ -70,18 +74,23 @@ class Received:
         self.total = 0  # message_received records among the frames
         self.hub_pings = 0
 
-    def rows(self) -> tuple[list[tuple[int, str, float, float]], Counter[str]]:
+    def rows(self, centrifuge: bool) -> tuple[list[tuple[int, str, float, float]], Counter[str]]:
         """``(client, message id, latency ms, sent at)`` per ``message_received`` record
         (latency: the arrival time less the payload's ``sentAt``, a Unix time), and the other
-        records by type."""
+        records by type (Centrifuge's command replies as ``reply``)."""
         sent_at: dict[str, float] = {}
         rows: list[tuple[int, str, float, float]] = []
         others: Counter[str] = Counter()
         for frame, now, client in zip(self.frames, self.times, self.clients, strict=True):
-            for record in frame.split(RS):
+            for record in frame.split(b"\n" if centrifuge else RS):
                 if not record:
                     continue
                 message = orjson.loads(record)
+                if centrifuge:  # a publication's data is the hub record; the rest are replies
+                    if "id" in message or "channel" not in message.get("result", {}):
+                        others["reply"] += 1
+                        continue
+                    message = message["result"]["data"]["data"]
                 if message.get("type") != 1 or message.get("target") != "message_received":
                     others[str(message.get("type"))] += 1
                     continue
@@ -107,10 +116,50 @@ class Client(WSListener):  # type: ignore[misc]
         self.handshaken = False
         self.stopping = False
         self.answered_at = 0.0
+        self.replies_due = 0  # centrifuge: the connect and subscribe replies still to come
+        self.command_id = 0
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
-        transport.send(TEXT, HANDSHAKE)
+        if self.shared.centrifuge:
+            self.replies_due = 1
+            self.send_command(0, {"token": self.shared.tokens[self.index]})
+        else:
+            transport.send(TEXT, HANDSHAKE)
+
+    def send_command(self, method: int, params: dict[str, str]) -> None:
+        assert self.transport is not None
+        self.command_id += 1
+        self.transport.send(
+            TEXT, orjson.dumps({"id": self.command_id, "method": method, "params": params})
+        )
+
+    def centrifuge_reply(self, payload: bytes) -> None:
+        """Before the first push: the connect reply (then the subscribes, in one frame), the
+        subscribe replies (then the connection counts)."""
+        for reply in payload.split(b"\n"):
+            if not reply:
+                continue
+            if b'"error"' in reply or b'"result"' not in reply:
+                self.shared.fail(self, f"refused: {reply[:80]!r}")
+                return
+            self.replies_due -= 1
+            if reply.startswith(b'{"id":1,'):
+                channels = self.shared.spec["channels"][self.index]
+                self.replies_due += len(channels)
+                assert self.transport is not None
+                self.transport.send(
+                    TEXT,
+                    b"\n".join(
+                        orjson.dumps({"id": n, "method": 1, "params": {"channel": channel}})
+                        for n, channel in enumerate(channels, start=2)
+                    ),
+                )
+                self.command_id = 1 + len(channels)
+        if self.replies_due == 0:
+            self.handshaken = True
+            self.answered_at = time.monotonic()
+            self.shared.answered(self)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
@@ -125,6 +174,8 @@ class Client(WSListener):  # type: ignore[misc]
                 received.frames.append(payload)
                 received.clients.append(self.index)
                 received.total += payload.count(TARGET_MARK)
+            elif self.shared.centrifuge:
+                self.centrifuge_reply(payload)
             elif payload == HANDSHAKE_ANSWER:
                 self.handshaken = True
                 self.answered_at = time.monotonic()
@@ -145,7 +196,10 @@ class Client(WSListener):  # type: ignore[misc]
     def ping(self) -> None:
         transport = self.transport
         if transport is not None and self.handshaken and not transport.is_close_frame_sent:
-            transport.send(TEXT, PING)
+            if self.shared.centrifuge:
+                self.send_command(7, {})  # its PING; the reply is kept as a reply
+            else:
+                transport.send(TEXT, PING)
 
     def stop(self) -> None:
         self.stopping = True
@@ -155,8 +209,10 @@ class Client(WSListener):  # type: ignore[misc]
 
 
 class Shared:
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], tokens: list[str]) -> None:
         self.spec = spec
+        self.tokens = tokens
+        self.centrifuge = spec.get("protocol", "hub") == "centrifuge"
         self.received = Received()
         self.unexpected: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
@@ -283,8 +339,8 @@ async def connect_all(shared: Shared, tokens: list[str], pinger: Pinger) -> dict
 
 
 async def main(spec: dict[str, Any]) -> None:
-    shared = Shared(spec)
     tokens = [mint_token(spec["secret"], UUID(user), ttl=7200) for user in spec["users"]]
+    shared = Shared(spec, tokens)
     emit({"event": "ready", "clients": len(tokens)})
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -323,7 +379,7 @@ async def main(spec: dict[str, Any]) -> None:
             ),
             20,
         )
-    rows, others = shared.received.rows()
+    rows, others = shared.received.rows(shared.centrifuge)
     await asyncio.to_thread(Path(spec["out"]).write_bytes, orjson.dumps(rows))
     emit(
         {

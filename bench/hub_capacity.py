@@ -38,6 +38,15 @@ chats receiving pushes at 10,000 deliveries/s.
    the load window ends when the last batch is answered. Every push must reach every member
    exactly once (lost, duplicates and strays all 0).
 
+``--server centrifuge`` measures the Centrifuge peer of ``bench/hub_peers.py`` in the hub's place
+(``bench/go_centrifuge``, built from Debian's Go packages; its figures keep the ``hub_`` names):
+the same clients process speaking Centrifuge's JSON protocol, the same HS256 token (checked by
+the peer, in its connect command), each connection subscribing to the channels its user's hub
+connection joins (``user:{id}``, ``chat:{id}``), the same batches posted to the same path (the
+peer publishes each push's hub record to the channel named by its group and answers every push
+accepted) and the same check of every delivery. It has no database (nothing is looked up at
+connect) and no per-address connection cap.
+
 Each phase also reports the CPU of the clients, of this process and of the benchmark
 database's PostgreSQL backends, how long the hub waited for a CPU (schedstat), and how busy the
 whole machine was. For experiments: ``--hub-gc-stats`` (the hub's garbage collections, through a
@@ -78,6 +87,7 @@ import uvloop
 
 from _common import DEFAULT_DSN, cpu_seconds, free_port, machine, parse_with_smoke, scratch_database
 from hub_fanout import SECRET, SERVICE_KEY, rss_kib, user_id
+from hub_peers import go_binary
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.commands import create_chat
@@ -102,8 +112,10 @@ def spread(count: int, among: int) -> list[int]:
     return sorted({k * among // count for k in range(count)}) if count else []
 
 
-async def seed(url: str, args: argparse.Namespace) -> tuple[dict[UUID, list[int]], int]:
-    """The users' chats: the active chats (chat id → member indices) and how many quiet ones."""
+async def seed(
+    url: str, args: argparse.Namespace
+) -> tuple[dict[UUID, list[int]], dict[UUID, list[int]]]:
+    """The users' chats: the active chats and the quiet ones (chat id → member indices)."""
     n, size = args.clients, args.chat_size
     chats_wanted = max(1, round(n * args.active_fraction / size))
     active = spread(chats_wanted * size, n)
@@ -140,7 +152,7 @@ async def seed(url: str, args: argparse.Namespace) -> tuple[dict[UUID, list[int]
         await conn.execute("ANALYZE")
     finally:
         await conn.close()
-    return chats, len(quiet)
+    return chats, dict(quiet)
 
 
 # --- measuring processes ----------------------------------------------------------------------
@@ -660,22 +672,51 @@ def judge(pusher: Pusher, rows: list[list[Any]]) -> dict[str, Any]:
 # --- one run ----------------------------------------------------------------------------------
 
 
+def channels(chats: tuple[dict[UUID, list[int]], dict[UUID, list[int]]], n: int) -> list[list[str]]:
+    """The ``centrifuge`` peer's clients' channels, by index: the groups a hub connection of the
+    same user joins at connect (``user:{id}`` and ``chat:{id}`` of each of its chats)."""
+    joined: list[list[str]] = [[f"user:{user_id(i)}"] for i in range(n)]
+    for group in chats:
+        for chat, members in group.items():
+            for i in members:
+                joined[i].append(f"chat:{chat}")
+    return joined
+
+
+def server_command(args: argparse.Namespace, port: int) -> list[str]:
+    """The ``centrifuge`` peer (``bench/go_centrifuge``, built from Debian's packages)."""
+    binary = go_binary("go_centrifuge")
+    return [str(binary), "-secret", SECRET, "-service-key", SERVICE_KEY, str(port)]
+
+
+async def start_peer(args: argparse.Namespace, port: int, log: Path) -> asyncio.subprocess.Process:
+    with log.open("ab") as out:
+        return await asyncio.create_subprocess_exec(
+            *server_command(args, port), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out
+        )
+
+
 async def one_run(
     args: argparse.Namespace,
     url: str,
-    chats: dict[UUID, list[int]],
+    both: tuple[dict[UUID, list[int]], dict[UUID, list[int]]],
     logs: Path,
     run: int,
 ) -> dict[str, Any]:
+    chats = both[0]
     database = urlsplit(url).path.lstrip("/")
     port = free_port()
     log = logs / f"hub-{run}.log"
     spec = logs / f"clients-{run}.json"
     out = logs / f"deliveries-{run}.json"
+    peer = args.server == "centrifuge"
+    path = "/connection/websocket" if peer else "/hubs/messenger"
     spec.write_text(
         json.dumps(
             {
-                "url": f"ws://127.0.0.1:{port}/hubs/messenger",
+                "url": f"ws://127.0.0.1:{port}{path}",
+                "protocol": "centrifuge" if peer else "hub",
+                "channels": channels(both, args.clients) if peer else None,
                 "secret": SECRET,
                 "users": [str(user_id(i)) for i in range(args.clients)],
                 "addresses": [source_address(i, args.per_address) for i in range(args.clients)],
@@ -687,7 +728,10 @@ async def one_run(
     )
     profile = f"{args.hub_profile}.{run}" if args.hub_profile else None
     gc_stats = logs / f"gc-{run}.json" if args.hub_gc_stats else None
-    hub = await start_hub(url, port, log, args, profile=profile, gc_stats=gc_stats)
+    if peer:
+        hub = await start_peer(args, port, log)
+    else:
+        hub = await start_hub(url, port, log, args, profile=profile, gc_stats=gc_stats)
     spans: dict[str, tuple[float, float]] = {}
     clients: Clients | None = None
     result: dict[str, Any] = {"run": run}
@@ -847,15 +891,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     async with scratch_database(args.dsn, "capacity") as url:
         chats, quiet = await seed(url, args)
         active = sum(len(m) for m in chats.values())
-        say(f"seeded {len(chats)} active chats ({active} users), {quiet} quiet chats")
-        runs = [await one_run(args, url, chats, logs, run) for run in range(1, args.runs + 1)]
+        say(f"seeded {len(chats)} active chats ({active} users), {len(quiet)} quiet chats")
+        runs = [
+            await one_run(args, url, (chats, quiet), logs, run) for run in range(1, args.runs + 1)
+        ]
     return {
         "inputs": {
             **{k: v for k, v in vars(args).items() if k != "dsn"},
             "active_chats": len(chats),
             "active_users": active,
-            "quiet_chats": quiet,
-            "hub_command": [*hub_command(), "hub"],
+            "quiet_chats": len(quiet),
+            "hub_command": server_command(args, 0)[:-1]
+            if args.server == "centrifuge"
+            else [
+                *hub_command(),
+                "hub",
+            ],
         },
         "machine": {**facts, "load_avg_at_end": os.getloadavg()},
         "logs": str(logs),
@@ -891,6 +942,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--connect-timeout", type=float, default=900.0)
     parser.add_argument("--hub-log-level", default="info")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--server",
+        choices=["hub", "centrifuge"],
+        default="hub",
+        help="the server measured: the hub, or the Centrifuge peer (bench/go_centrifuge)",
+    )
     parser.add_argument(
         "--hub-env",
         action="append",

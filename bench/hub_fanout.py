@@ -105,6 +105,7 @@ async def clients_main(args: argparse.Namespace) -> None:
 
     url = f"ws://127.0.0.1:{args.port}/hubs/messenger"
     socketio = args.protocol == "socketio"
+    centrifuge = args.protocol == "centrifuge"
 
     def speaks_msgpack(index: int) -> bool:  # "mixed": every other client
         return args.protocol == "messagepack" or (args.protocol == "mixed" and index % 2 == 1)
@@ -129,6 +130,8 @@ async def clients_main(args: argparse.Namespace) -> None:
         if socketio:
             address = f"ws://127.0.0.1:{args.port}/socket.io/?EIO=4&transport=websocket"
             address += "&member=1" if member else ""
+        elif centrifuge:
+            address = f"ws://127.0.0.1:{args.port}/connection/websocket"
         else:
             address = url + ("?member=1" if member else "")
         async with connect(
@@ -143,6 +146,13 @@ async def clients_main(args: argparse.Namespace) -> None:
                 await ws.send("40")
                 assert str(await ws.recv()).startswith("40")
                 mark = '42["message_received",'
+            elif centrifuge:  # Centrifuge's JSON protocol: connect, and members subscribe
+                await ws.send('{"id":1,"method":0,"params":{}}')
+                assert str(await ws.recv()).startswith('{"id":1,"result":')
+                if member:
+                    await ws.send('{"id":2,"method":1,"params":{"channel":"chat"}}')
+                    assert str(await ws.recv()).startswith('{"id":2,"result":')
+                mark = '{"result":{"channel":"chat",'  # publications; replies are not counted
             elif speaks_msgpack(index):
                 await ws.send('{"protocol":"messagepack","version":1}' + RS)
                 assert await ws.recv() == b"{}" + RS.encode()
@@ -185,9 +195,14 @@ async def clients_main(args: argparse.Namespace) -> None:
                 done.set()
 
     async def ping(ws: ClientConnection, binary: bool) -> None:
+        sent = 2
         while True:
             await asyncio.sleep(10)
-            await ws.send(b"\x02\x91\x06" if binary else '{"type":6}' + RS)
+            if centrifuge:  # its PING command (7); the replies are not counted
+                sent += 1
+                await ws.send(f'{{"id":{sent},"method":7}}')
+            else:
+                await ws.send(b"\x02\x91\x06" if binary else '{"type":6}' + RS)
 
     tasks = []
     gate = asyncio.Semaphore(100)
@@ -439,10 +454,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument(
         "--protocol",
-        choices=["hub", "messagepack", "mixed", "socketio"],
+        choices=["hub", "messagepack", "mixed", "socketio", "centrifuge"],
         default="hub",
         help="what the clients speak: the JSON or the MessagePack hub protocol, every other "
-        "client MessagePack (mixed), or socket.io",
+        "client MessagePack (mixed), socket.io, or Centrifuge's JSON protocol",
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hold", type=float, default=5.0)

@@ -43,6 +43,16 @@ Servers, each in its own process, each measured with the clients process of
   are measured (``*_vs_floor-http``);
 * ``ws``: ``bench/ws_broadcast.mjs``, a Node.js ``ws`` broadcast server writing the same record
   bytes;
+* ``go-ws`` and ``go-ws-joined``: ``bench/go_ws/main.go``, a gorilla/websocket broadcast server
+  in Go (one writer goroutine per connection fed by a channel) writing the same record bytes,
+  each record a frame of its own, or (``-joined``) a batch's 8 records in one frame: the floor
+  and the batched floor of a compiled server;
+* ``centrifuge``: ``bench/go_centrifuge/main.go``, a node of the Centrifuge library (Go, memory
+  broker, its JSON protocol), the library Centrifugo is built on: the clients connect and the
+  members subscribe to one channel; each push is a ``node.Publish`` whose data is the same
+  record (its writer joins the publications due to a connection in one frame). The clients
+  process speaks its protocol (connect, subscribe, its ping command every 10 s) and counts its
+  publications the way the others count hub records;
 * ``socketio``: python-socketio (``AsyncServer`` under uvicorn on uvloop): members enter a
   room on connect and every push is ``emit`` to that room. Its clients are the same clients
   process speaking engine.io v4 / socket.io v5 framing over the same WebSocket client library
@@ -50,14 +60,20 @@ Servers, each in its own process, each measured with the clients process of
   way the others count hub records.
 
 Every server but ``hub-http`` takes a stdin line ``{"pushes": n}`` and sends n records, 8
-pushes per event-loop turn (``--batch`` per ``publish`` call for ``hub``); the records carry
-the same chat id, so they are the same size. For each server and layout (members per push):
-delivered frames/s and the server's CPU µs per delivered frame, as the median of ``--runs``
-runs with their range; the server's CPU while every client is connected and nothing is pushed
-(``idle_cpu_percent``, over 2 s, and the per-frame figure less it); and the server's RSS per
-connection (after connecting, before any push). With both ``hub`` and ``hub-http`` it also
-prints ``hub-http_vs_hub``, and ``hub-http-marked_vs_hub-marked`` likewise. After the runs
-every member must have received every push exactly once, and nobody else any.
+pushes per event-loop turn (``--batch`` per ``publish`` call for ``hub``; the Go servers yield
+to their other goroutines after every 8); the records carry the same chat id, so they are the
+same size. The Go servers are built from Debian's packages (``golang-go`` and the
+``golang-github-*-dev`` packages of gorilla/websocket, Centrifuge and its dependencies, in
+GOPATH mode, nothing fetched) into ``build/bench-go/`` before the first run, again when their
+source changes (``make bench-peers``, or ``python bench/hub_peers.py build``).
+
+For each server and layout (members per push): delivered frames/s and the server's CPU µs per
+delivered frame (each of its threads' schedstat nanoseconds, as for every server), as the median
+of ``--runs`` runs with their range; the server's CPU while every client is connected and
+nothing is pushed (``idle_cpu_percent``, over 2 s, and the per-frame figure less it); and the
+server's RSS per connection (after connecting, before any push). With both ``hub`` and
+``hub-http`` it also prints ``hub-http_vs_hub``, and ``hub-http-marked_vs_hub-marked`` likewise.
+After the runs every member must have received every push exactly once, and nobody else any.
 """
 
 from __future__ import annotations
@@ -70,6 +86,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -465,6 +482,67 @@ async def socketio_main(args: argparse.Namespace) -> None:
     await serving
 
 
+# --- the Go peers, built from Debian's packages ------------------------------------------------
+
+BUILD = HERE.parent / "build" / "bench-go"
+GOPATH_PACKAGES = Path("/usr/share/gocode")
+# server: (the folder of its main.go under bench/, its flags)
+GO_PEERS = {
+    "go-ws": ("go_ws", []),
+    "go-ws-joined": ("go_ws", ["-joined"]),
+    "centrifuge": ("go_centrifuge", []),
+}
+
+
+def go_binary(source: str) -> Path:
+    """``bench/<source>/main.go`` built (GOPATH mode, against Debian's ``/usr/share/gocode``, no
+    module fetched) into ``build/bench-go/<source>``, unless built from the same source already
+    (its SHA-256 is kept beside the binary)."""
+    main_go = HERE / source / "main.go"
+    binary = BUILD / source
+    built_from = binary.with_name(f"{source}.sha256")
+    digest = hashlib.sha256(main_go.read_bytes()).hexdigest()
+    if binary.exists() and built_from.exists() and built_from.read_text() == digest:
+        return binary
+    go = "/usr/bin/go"
+    if not Path(go).exists() or not GOPATH_PACKAGES.is_dir():
+        raise SystemExit(
+            f"{source}: Go and the Debian Go packages are needed for the compiled peers: apt-get"
+            " install golang-go golang-github-centrifugal-centrifuge-dev"
+            " golang-github-gorilla-websocket-dev golang-github-centrifugal-protocol-dev"
+            " golang-github-fzambia-eagle-dev golang-github-igm-sockjs-go-dev"
+            " golang-github-mna-redisc-dev"
+        )
+    (BUILD / "gopath").mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "GO111MODULE": "off",
+        "GOPATH": f"{BUILD / 'gopath'}:{GOPATH_PACKAGES}",
+        "GOFLAGS": "",
+    }
+    if "HOME" not in env and "GOCACHE" not in env:
+        env["GOCACHE"] = str(BUILD / "cache")
+    partial = binary.with_suffix(f".{os.getpid()}")  # two builds at once never meet halfway
+    done = subprocess.run(
+        [go, "build", "-o", str(partial), "."],
+        cwd=HERE / source,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{source}: go build failed:\n{done.stderr}")
+    partial.replace(binary)
+    built_from.write_text(digest)
+    return binary
+
+
+def go_command(kind: str, port: int, chat: str) -> list[str]:
+    source, flags = GO_PEERS[kind]
+    return [str(go_binary(source)), *flags, str(port), chat]
+
+
 # --- driver -------------------------------------------------------------------------------------
 
 
@@ -479,13 +557,21 @@ SERVERS = (
     "floor-batched",
     "floor-http",
     "ws",
+    "go-ws",
+    "go-ws-joined",
+    "centrifuge",
     "socketio",
 )
 HTTP_HUBS = ("hub-http", "hub-http-marked")
 PUSHED_OVER_HTTP = (*HTTP_HUBS, "floor-http")
 HUBS = ("hub", "hub-marked", "hub-msgpack", "hub-mixed", *HTTP_HUBS)
 FLOOR_CHAT = uuid.uuid5(uuid.NAMESPACE_URL, "bench-chat")
-CLIENT_PROTOCOL = {"socketio": "socketio", "hub-msgpack": "messagepack", "hub-mixed": "mixed"}
+CLIENT_PROTOCOL = {
+    "socketio": "socketio",
+    "hub-msgpack": "messagepack",
+    "hub-mixed": "mixed",
+    "centrifuge": "centrifuge",
+}
 
 
 async def start_server(
@@ -511,6 +597,8 @@ async def start_server(
             command += ["--dsn", str(bench_dsn), "--batch", str(batch)]
         if kind == "hub-marked":
             command.append("--marks")
+    elif kind in GO_PEERS:
+        command = go_command(kind, port, chat_arg)
     else:
         command = ["node", str(HERE / "ws_broadcast.mjs"), str(port), chat_arg]
     proc = await asyncio.create_subprocess_exec(
@@ -644,6 +732,9 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
 
 
 async def driver(args: argparse.Namespace) -> dict[str, Any]:
+    for kind in args.servers.split(","):  # built before any run, not during one
+        if kind in GO_PEERS:
+            go_binary(GO_PEERS[kind][0])
     results = []
     for members in (int(m) for m in args.layouts.split(",")):
         for kind in args.servers.split(","):
@@ -684,7 +775,7 @@ def main() -> None:
         "mode",
         nargs="?",
         default="driver",
-        choices=["driver", "hub", "floor", "floor-batched", "socketio", "fanout"],
+        choices=["driver", "hub", "floor", "floor-batched", "socketio", "fanout", "build"],
     )
     parser.add_argument("--members", type=int, default=100, help="fanout mode")
     parser.add_argument("--mix", choices=["json", "messagepack", "mixed"], default="json")
@@ -722,6 +813,9 @@ def main() -> None:
     args = parse_with_smoke(parser, smoke)
     if args.mode == "fanout":
         fanout_main(args)
+    elif args.mode == "build":  # the Go peers, for `make bench-peers`
+        for source in sorted({source for source, _ in GO_PEERS.values()}):
+            print(go_binary(source))
     elif args.mode != "driver":
         import uvloop
 

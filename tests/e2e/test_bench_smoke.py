@@ -79,10 +79,11 @@ DECLARED = {
     "drain": ("--declared",),
     "lag": ("--scenarios", "half_builtin,half_declared,all_declared"),
 }
+CENTRIFUGE = ("--server", "centrifuge")
 ALL = (
     [Smoke(name) for name in LONGEST_FIRST]
     + [Smoke(name) for name in sorted(set(SMOKES) - set(LONGEST_FIRST))]
-    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES)]
+    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES), Smoke("hub_capacity", CENTRIFUGE)]
     + [Smoke(name, extra) for name, extra in DECLARED.items()]
 )
 
@@ -173,3 +174,30 @@ def test_bench_storm_smoke_brings_everyone_back(smokes: Runs) -> None:
     assert result["lost"] == result["duplicates_shown"] == result["rest_5xx"] == 0
     for storm in result["storms"]:
         assert storm["live"] == storm["caught_up"] == result["args"]["clients"], storm
+
+
+@pytest.mark.timeout(600)
+def test_bench_hub_peers_smoke_runs_the_compiled_peers(smokes: Runs) -> None:
+    """The Go peers (built from Debian's packages) ran in the same harness as the hub: each
+    delivered its pushes to every member once (the bench checks it, or exits non-zero) and
+    reported its CPU per frame and its memory per connection."""
+    done = smokes.outcome(Smoke("hub_peers"))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = {row["server"]: row for row in json.loads(done.stdout)["results"]}
+    for peer in ("go-ws", "go-ws-joined", "centrifuge"):
+        assert results[peer]["cpu_us_per_frame_median"] > 0, results[peer]
+        assert results[peer]["rss_kib_per_connection"] > 0, results[peer]
+    assert "hub-marked_vs_centrifuge" in json.loads(done.stdout)["cpu_ratios"]["10_members"]
+
+
+@pytest.mark.timeout(600)
+def test_bench_hub_capacity_smoke_runs_the_centrifuge_peer(smokes: Runs) -> None:
+    """``hub_capacity.py --server centrifuge``: the Centrifuge peer took every connection (the
+    token checked, the user's channels subscribed) and delivered every push once."""
+    done = smokes.outcome(Smoke("hub_capacity", CENTRIFUGE))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    assert result["valid"], result["runs"]
+    [run] = result["runs"]
+    assert run["connect"]["connected"] == result["inputs"]["clients"]
+    assert run["load"]["received"] == run["load"]["expected"] > 0
