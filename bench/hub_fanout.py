@@ -80,7 +80,7 @@ def hub_main(args: argparse.Namespace) -> None:
 
     from realtime_dispatch.hub import HubOptions
     from realtime_dispatch.hub.serving.server import run_hub
-    from realtime_dispatch.observability import configure_logging
+    from realtime_dispatch.telemetry.logs import configure_logging
 
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
@@ -283,8 +283,8 @@ async def fanout_run(
     :class:`HttpHubPublisher` (the batch form)."""
     import httpx
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-    from realtime_dispatch.push import Push
 
     url = f"http://127.0.0.1:{port}"
     queue: asyncio.Queue[int] = asyncio.Queue()

@@ -248,10 +248,10 @@ async def started(server: Any, serving: asyncio.Task[None]) -> None:
 async def hub_main(args: argparse.Namespace) -> None:
     from starlette.applications import Starlette
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.hub import Hub, HubOptions, hub_routes
     from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
-    from realtime_dispatch.observability import configure_logging
-    from realtime_dispatch.push import Push
+    from realtime_dispatch.telemetry.logs import configure_logging
 
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
@@ -303,8 +303,8 @@ async def keep_marks(pool: Any, dsn: str) -> tuple[asyncio.Task[None], Any]:
     closes with it) and the keeper."""
     import asyncpg
 
+    from realtime_dispatch.delivery.marks import CURRENT_MARK
     from realtime_dispatch.dispatch.marks import MarkKeeper
-    from realtime_dispatch.membership_mark import CURRENT_MARK
 
     keeper = MarkKeeper(pool)
     listening = await asyncpg.connect(dsn)
@@ -369,9 +369,9 @@ def fanout_main(args: argparse.Namespace) -> None:
     member JSON, every member MessagePack, or every other one MessagePack."""
     import orjson
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.hub import Hub, HubOptions
     from realtime_dispatch.hub.backplane.publishers import push_frames
-    from realtime_dispatch.push import Push
 
     def protocol(index: int) -> str:
         msgpack = args.mix == "messagepack" or (args.mix == "mixed" and index % 2 == 1)

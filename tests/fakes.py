@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.push import PublishResult, Push
 
 
 class RecordingPublisher:

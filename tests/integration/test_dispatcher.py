@@ -7,10 +7,10 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.errors import HubUnavailable, PushRejected
 from realtime_dispatch.messenger import commands, conferences
-from realtime_dispatch.push import Push
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_due, make_stack, new_chat, row, send
 

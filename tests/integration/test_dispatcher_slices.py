@@ -10,9 +10,9 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PUSH_SLICE
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.push import PublishResult, Push
 from tests.integration.support import FAST, make_stack
 from tests.integration.test_pipelining import PIPELINED, backlog
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PIPELINE_LANES
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.ids import new_id
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.values.ids import new_id
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat
 

@@ -8,7 +8,7 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
 2. build every row's payload (one projection query per kind group);
 3. push outside any transaction, slice by slice, checking for a stop request and the end of
    ``max_run_duration`` between slices; every push is bounded by the time left
-   (:data:`~realtime_dispatch.push.PUSH_DEADLINE`); rows never pushed because of a
+   (:data:`~realtime_dispatch.delivery.push.PUSH_DEADLINE`); rows never pushed because of a
    stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or sooner when pushing is slow: outcomes that have waited ``OUTCOME_DELAY`` are
@@ -41,7 +41,8 @@ from uuid import UUID, uuid4
 import structlog
 from opentelemetry import trace
 
-from realtime_dispatch.database import DbConnection, translate_errors
+from realtime_dispatch.database.connections import DbConnection, translate_errors
+from realtime_dispatch.delivery.push import PUSH_DEADLINE, HubPublisher, PublishResult, Push
 from realtime_dispatch.dispatch.alerts import AlertSink
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.observer import DispatchObserver, PassReport
@@ -64,7 +65,6 @@ from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, PublishResult, Push
 
 __all__ = ["Dispatcher", "PassReport"]
 

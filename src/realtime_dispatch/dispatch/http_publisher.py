@@ -32,10 +32,8 @@ import httpx
 import orjson
 import structlog
 
-from realtime_dispatch.dispatch.http_post import PostTransport
-from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
-from realtime_dispatch.membership_mark import current_marks
-from realtime_dispatch.push import (
+from realtime_dispatch.delivery.marks import current_marks
+from realtime_dispatch.delivery.push import (
     BATCH_PATH,
     MAX_BATCH_BYTES,
     MAX_BATCH_PUSHES,
@@ -47,6 +45,8 @@ from realtime_dispatch.push import (
     Push,
     hub_problem_code,
 )
+from realtime_dispatch.dispatch.http_post import PostTransport
+from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 
 _log = structlog.get_logger(__name__)
 LEGACY_FOR = 60.0
@@ -180,8 +180,8 @@ class HttpHubPublisher:
 def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
     """What an answer of a push endpoint means for its rows (docs/reference.md, "Push
     outcomes"): :func:`_outcome`, with the hub's refusal code read from ``body`` (a 4xx whose
-    body is not :func:`~realtime_dispatch.push.hub_problem`'s came from a proxy, an ingress or
-    a wrong path: transient)."""
+    body is not :func:`~realtime_dispatch.delivery.push.hub_problem`'s came from a proxy, an
+    ingress or a wrong path: transient)."""
     return _outcome(status, hub_problem_code(body) if 400 <= status < 500 else None)
 
 

@@ -1,4 +1,4 @@
-"""The hub's two :class:`~realtime_dispatch.push.HubPublisher` implementations.
+"""The hub's two :class:`~realtime_dispatch.delivery.push.HubPublisher` implementations.
 
 * :class:`InProcessHubPublisher`: the hub runs in the caller's process; a push is delivered to
   this replica's connections before ``publish`` returns.
@@ -11,7 +11,7 @@
   rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
   :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
 
-Both hand on the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
+Both hand on the runner's membership marks (:mod:`realtime_dispatch.delivery.marks`), which
 spare the hub its membership barrier; over the backplane they travel in the message. A batch
 received from another process's worker (the HTTP batch endpoint) hands on the marks it carried
 instead (``publish_frames(items, marks)``).
@@ -28,6 +28,8 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from realtime_dispatch.delivery.marks import current_marks
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.resp import CommandConnection
 from realtime_dispatch.hub.backplane.subscriber import (
@@ -40,8 +42,6 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.wire.protocol import push_record
-from realtime_dispatch.membership_mark import current_marks
-from realtime_dispatch.push import PublishResult, Push
 
 MAX_MESSAGE_PUSHES = MAX_BATCH
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -50,9 +50,9 @@ FORMAT_CHECK_EVERY = 1.0
 
 
 class FramePublisher(Protocol):
-    """A :class:`~realtime_dispatch.push.HubPublisher` that also takes records
+    """A :class:`~realtime_dispatch.delivery.push.HubPublisher` that also takes records
     serialised already (the HTTP push endpoint's case), with the membership marks they carry
-    (None: the running pass's, :func:`~realtime_dispatch.membership_mark.current_marks`)."""
+    (None: the running pass's, :func:`~realtime_dispatch.delivery.marks.current_marks`)."""
 
     async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...
 

@@ -29,9 +29,7 @@ from typing import Protocol, TypeAlias
 import orjson
 
 from realtime_dispatch.errors import RealtimeDispatchError, TransientError
-
-JsonValue: TypeAlias = str | int | float | bool | list["JsonValue"] | dict[str, "JsonValue"] | None
-JsonObject: TypeAlias = dict[str, JsonValue]
+from realtime_dispatch.values.json_types import JsonObject
 
 
 class Push:
