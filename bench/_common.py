@@ -42,7 +42,9 @@ class NoopPublisher:
     def __init__(self) -> None:
         self.count = 0
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         self.count += len(pushes)
         return [None] * len(pushes)
 

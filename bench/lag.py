@@ -127,7 +127,9 @@ class StampingPublisher:
         self.count = 0
         self._changed = asyncio.Event()
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         now = time.time()
         for push in pushes:
             # Only the owners' messages are counted: a job beside the run (``lag_run``'s

@@ -53,7 +53,9 @@ class SlowPublisher:
         self.seconds = seconds
         self.slices: list[tuple[list[str], float]] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         await asyncio.sleep(self.seconds)
         self.slices.append(([str(p.payload["eventId"]) for p in pushes], time.time()))
         return [None] * len(pushes)

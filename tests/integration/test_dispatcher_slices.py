@@ -30,7 +30,9 @@ class SlowPublisher:
         self.earlier: list[str] = []
         self.written_meanwhile: list[bool] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         if self.earlier:
             self.written_meanwhile.append(await self._earlier_done())
         self.earlier.extend(str(p.payload["eventId"]) for p in pushes)

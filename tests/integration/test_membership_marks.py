@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.delivery.marks import barrier_payload, current_marks, new_token
+from realtime_dispatch.delivery.marks import barrier_payload, new_token
 from realtime_dispatch.delivery.push import BATCH_PATH, PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
@@ -47,10 +47,11 @@ class MarkRecorder(RecordingPublisher):
         super().__init__()
         self.marks: list[tuple[Push, tuple[str, ...]]] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        tokens = current_marks()
-        self.marks += [(push, tokens) for push in pushes]
-        return await super().publish(pushes)
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
+        self.marks += [(push, tuple(marks)) for push in pushes]
+        return await super().publish(pushes, deadline=deadline, marks=marks)
 
     def marks_of(self, chat: object, target: str) -> list[tuple[str, ...]]:
         return [

@@ -93,8 +93,14 @@ async def test_stop_releases_the_batch_claimed_ahead(pool: asyncpg.Pool) -> None
     await warm(pool, PIPELINE_LANES)
 
     class StopAfterThreeSlices(RecordingPublisher):
-        async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-            results = await super().publish(pushes)
+        async def publish(
+            self,
+            pushes: Sequence[Push],
+            *,
+            deadline: float | None = None,
+            marks: Sequence[str] = (),
+        ) -> Sequence[PublishResult]:
+            results = await super().publish(pushes, deadline=deadline, marks=marks)
             if self.calls == 3:
                 stack.dispatcher.request_stop()
             return results

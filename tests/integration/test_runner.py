@@ -333,7 +333,9 @@ class HungPublisher(RecordingPublisher):
         super().__init__()
         self.let_go = asyncio.Event()
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         self.calls += 1
         self.called.set()
         while not self.let_go.is_set():

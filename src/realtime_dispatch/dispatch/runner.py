@@ -32,7 +32,6 @@ import structlog
 
 from realtime_dispatch.database.connections import is_unavailable, translate_errors
 from realtime_dispatch.delivery.channels import OUTBOX_CHANNEL
-from realtime_dispatch.delivery.marks import CURRENT_MARK
 from realtime_dispatch.dispatch.availability import Outage, RunnerState, reconnect_cap
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.marks import MarkKeeper
@@ -101,7 +100,7 @@ class DispatchRunner:
         _log.info("dispatcher_started", **_options_log(self._dispatcher))
         keeper: asyncio.Task[None] | None = None
         if self.marks is not None:
-            CURRENT_MARK.set(self.marks.mark)  # this task's context: the passes it runs
+            self._dispatcher.mark = self.marks.mark  # the passes it runs publish with its marks
             keeper = asyncio.create_task(self.marks.run(), name="realtime-membership-marks")
         try:
             while not self._stop.is_set():

@@ -342,11 +342,10 @@ class Hub:
         return self._publisher
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         """Publish serialised records: locally, or through the backplane when it is on.
-        ``marks``: the membership marks they came with from another process (None: the
-        running pass's)."""
+        ``marks``: the membership marks they came with from another process (none: ``()``)."""
         if self._publisher is None:
             raise RuntimeError("the hub is not started")
         return await self._publisher.publish_frames(items, marks)

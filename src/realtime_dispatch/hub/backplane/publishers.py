@@ -28,7 +28,6 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from realtime_dispatch.delivery.marks import current_marks
 from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.resp import CommandConnection
@@ -52,12 +51,18 @@ FORMAT_CHECK_EVERY = 1.0
 class FramePublisher(Protocol):
     """A :class:`~realtime_dispatch.delivery.push.HubPublisher` that also takes records
     serialised already (the HTTP push endpoint's case), with the membership marks they carry
-    (None: the running pass's, :func:`~realtime_dispatch.delivery.marks.current_marks`)."""
+    (:mod:`realtime_dispatch.delivery.marks`; none is ``()``)."""
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]: ...
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]: ...
 
     async def aclose(self) -> None: ...
@@ -69,13 +74,22 @@ def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:
 
 class FramesPublisher:
     """A :class:`FramePublisher` whose ``publish`` is ``publish_frames`` of the pushes'
-    records: a publisher implements ``publish_frames`` (and ``aclose``)."""
+    records, with the same marks: a publisher implements ``publish_frames`` (and ``aclose``).
+    The ``deadline`` is not needed: the whole slice goes in one call that does not wait on a
+    hub (the dispatcher still cuts a call that outlives it)."""
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        return await self.publish_frames(push_frames(pushes))
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]:
+        del deadline
+        return await self.publish_frames(push_frames(pushes), marks)
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         raise NotImplementedError
 
@@ -89,11 +103,11 @@ class InProcessHubPublisher(FramesPublisher):
         self._deliver = deliver
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         if not items:
             return []
-        if await self._deliver(items, current_marks() if marks is None else marks):
+        if await self._deliver(items, marks):
             return [None] * len(items)
         error = HubUnavailable("hub membership feed unavailable", code="MembershipUnavailable")
         return [error] * len(items)
@@ -135,12 +149,12 @@ class RedisHubPublisher(FramesPublisher):
         return cls(redis_client(url), owns_client=True, channel=channel)
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         if not items:
             return []
         try:
-            messages = await self._messages(items, current_marks() if marks is None else marks)
+            messages = await self._messages(items, marks)
             receivers = await self._commands.pipeline(
                 [(b"PUBLISH", channel, message) for channel, message, _ in messages]
             )

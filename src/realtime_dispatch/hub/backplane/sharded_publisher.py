@@ -141,7 +141,7 @@ class ShardedRedisHubPublisher(FramesPublisher):
         self._closed = False
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         """``marks`` are not used: the replicas' acknowledgements of this publisher's own
         barrier order the pushes (:class:`MembershipBarrier`)."""
