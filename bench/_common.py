@@ -23,10 +23,10 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.messenger.schema import migrate
-from realtime_dispatch.observability import configure_logging
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.telemetry.logs import configure_logging
+from realtime_dispatch.values.ids import new_id
 
 DEFAULT_DSN = os.environ.get(
     "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -42,7 +42,9 @@ class NoopPublisher:
     def __init__(self) -> None:
         self.count = 0
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         self.count += len(pushes)
         return [None] * len(pushes)
 

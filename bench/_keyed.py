@@ -14,10 +14,10 @@ from uuid import uuid4
 import asyncpg
 
 from _common import with_database
-from realtime_dispatch.ids import new_id
-from realtime_dispatch.keys import Key, KeyCodec, key_codec
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
 from realtime_dispatch.messenger.schema import migrate
+from realtime_dispatch.values.ids import new_id
+from realtime_dispatch.values.keys import Key, KeyCodec, key_codec
 
 SCHEMA = """
 CREATE TABLE app_chat (id {key} PRIMARY KEY, title text NOT NULL);

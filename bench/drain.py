@@ -69,17 +69,17 @@ from _common import (
     settle,
     write_json,
 )
-from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
+from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, create_pool
 from realtime_dispatch.dispatch.alerts import LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
-from realtime_dispatch.keys import key_codec
 from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import OutboxStore
+from realtime_dispatch.values.keys import key_codec
 
 SPEC_INDEXES = {"realtime_outbox_pkey", "ix_rto_due", "ix_rto_chat"}
 SCENARIOS: dict[str, dict[str, Any]] = {

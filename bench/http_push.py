@@ -76,12 +76,14 @@ async def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             keeper = await http_marks(bench_dsn)
         chat = uuid.uuid4()
         pushes = args.requests * args.batch
-        await fanout_run(port, chat, 100 * args.batch, args.concurrency, args.batch)  # warm up
+        mark = None if keeper is None else keeper[2]
+        warm_up = 100 * args.batch
+        await fanout_run(port, chat, warm_up, args.concurrency, args.batch, mark=mark)
         per_request = []
         for _ in range(args.runs):
             await asyncio.sleep(0.5)
             cpu0, t0 = cpu_seconds_ns(server.pid), time.perf_counter()
-            await fanout_run(port, chat, pushes, args.concurrency, args.batch)
+            await fanout_run(port, chat, pushes, args.concurrency, args.batch, mark=mark)
             elapsed = time.perf_counter() - t0
             per_request.append((cpu_seconds_ns(server.pid) - cpu0) / args.requests * 1e6)
         barriers = await hub_barriers(port) if kind != "floor" else None

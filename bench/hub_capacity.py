@@ -88,10 +88,11 @@ import uvloop
 from _common import DEFAULT_DSN, cpu_seconds, free_port, machine, parse_with_smoke, scratch_database
 from hub_fanout import SECRET, SERVICE_KEY, rss_kib, user_id
 from hub_peers import go_binary
+from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_PUSHES, Push
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger.commands import create_chat
-from realtime_dispatch.push import BATCH_PATH, MAX_BATCH_PUSHES, JsonObject, Push
+from realtime_dispatch.values.ids import new_id
+from realtime_dispatch.values.json_types import JsonObject
 
 CLIENTS_SCRIPT = Path(__file__).with_name("_capacity_clients.py")
 CONNECTIONS_GAUGE = 'messenger_realtime_hub_connections{state="open"} '

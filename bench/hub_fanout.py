@@ -80,7 +80,7 @@ def hub_main(args: argparse.Namespace) -> None:
 
     from realtime_dispatch.hub import HubOptions
     from realtime_dispatch.hub.serving.server import run_hub
-    from realtime_dispatch.observability import configure_logging
+    from realtime_dispatch.telemetry.logs import configure_logging
 
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
@@ -291,15 +291,22 @@ async def wait_http(port: int) -> None:
 
 
 async def fanout_run(
-    port: int, chat: uuid.UUID, pushes: int, concurrency: int, batch: int = 1
+    port: int,
+    chat: uuid.UUID,
+    pushes: int,
+    concurrency: int,
+    batch: int = 1,
+    *,
+    mark: Any = None,
 ) -> float:
     """POST ``pushes`` to the chat, ``concurrency`` requests in flight: one push per request
     (``batch`` 1, the one-push form), or ``batch`` pushes per request through the worker's
-    :class:`HttpHubPublisher` (the batch form)."""
+    :class:`HttpHubPublisher` (the batch form), with the tokens ``mark`` holds then (a
+    :class:`~realtime_dispatch.delivery.marks.MembershipMark`, or None: no marks)."""
     import httpx
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
-    from realtime_dispatch.push import Push
 
     url = f"http://127.0.0.1:{port}"
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -316,7 +323,8 @@ async def fanout_run(
                     Push(group, "message_received", {"chatId": str(chat), "seq": n})
                     for n in range(start, min(start + batch, pushes))
                 ]
-                results = await publisher.publish(items)
+                marks = () if mark is None else mark.tokens
+                results = await publisher.publish(items, marks=marks)
                 if any(result is not None for result in results):
                     raise SystemExit(f"push failed: {results}")
 

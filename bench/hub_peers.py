@@ -265,10 +265,10 @@ async def started(server: Any, serving: asyncio.Task[None]) -> None:
 async def hub_main(args: argparse.Namespace) -> None:
     from starlette.applications import Starlette
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.hub import Hub, HubOptions, hub_routes
     from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
-    from realtime_dispatch.observability import configure_logging
-    from realtime_dispatch.push import Push
+    from realtime_dispatch.telemetry.logs import configure_logging
 
     configure_logging("warning")
     options = HubOptions(jwt_secret=SECRET, service_key=SERVICE_KEY)
@@ -289,7 +289,7 @@ async def hub_main(args: argparse.Namespace) -> None:
         print(json.dumps({"event": "listening"}), flush=True)
         publisher = hub.publisher()
         group, chat = f"chat:{args.chat}", args.chat
-        keeper = await marked(hub, args.dsn) if args.marks else None
+        marking = await marked(hub, args.dsn) if args.marks else None
         reader = await stdin_lines()
         while line := await reader.readline():
             pushes = json.loads(line)["pushes"]
@@ -298,7 +298,8 @@ async def hub_main(args: argparse.Namespace) -> None:
                     Push(group, "message_received", {"chatId": chat, "seq": n})
                     for n in range(start, min(start + args.batch, pushes))
                 ]
-                results = await publisher.publish(batch)
+                marks = () if marking is None else marking[1].tokens
+                results = await publisher.publish(batch, marks=marks)
                 if any(result is not None for result in results):
                     raise SystemExit(f"push failed: {results}")
                 # A call per event-loop turn, as the floor writes a batch per turn and as the
@@ -307,26 +308,24 @@ async def hub_main(args: argparse.Namespace) -> None:
                 # writes into the transports' buffers once the sockets are full, fewer and
                 # larger sends than any real batch gets.
                 await asyncio.sleep(0)
-        if keeper is not None:
-            keeper.cancel()
+        if marking is not None:
+            marking[0].cancel()
         server.should_exit = True
         await serving
 
 
 async def keep_marks(pool: Any, dsn: str) -> tuple[asyncio.Task[None], Any]:
     """A :class:`~realtime_dispatch.dispatch.marks.MarkKeeper` listening on a connection of its
-    own and sending its marks through ``pool``, as a runner's: its marks are those of the
-    batches published from this task on. Returns its task (cancel it to stop; the connection
-    closes with it) and the keeper."""
+    own and sending its marks through ``pool``, as a runner's (``keeper.mark.tokens``: the marks
+    of a batch published now). Returns its task (cancel it to stop; the connection closes with
+    it) and the keeper."""
     import asyncpg
 
     from realtime_dispatch.dispatch.marks import MarkKeeper
-    from realtime_dispatch.membership_mark import CURRENT_MARK
 
     keeper = MarkKeeper(pool)
     listening = await asyncpg.connect(dsn)
     await keeper.attach(listening)
-    CURRENT_MARK.set(keeper.mark)
 
     async def run() -> None:
         try:
@@ -337,21 +336,22 @@ async def keep_marks(pool: Any, dsn: str) -> tuple[asyncio.Task[None], Any]:
     return asyncio.create_task(run()), keeper
 
 
-async def marked(hub: Any, dsn: str) -> asyncio.Task[None]:
-    """Membership marks for the batches published from this task on, as the dispatcher's runner
-    keeps them in ``serve``; returns once the hub's feed has heard one (its barrier is then
-    passed without a round trip) and the keeper's task, to cancel at the end."""
+async def marked(hub: Any, dsn: str) -> tuple[asyncio.Task[None], Any]:
+    """Membership marks for the batches published (``marks=mark.tokens``), as the dispatcher's
+    runner keeps them in ``serve``; returns once the hub's feed has heard one (its barrier is
+    then passed without a round trip), with the keeper's task, to cancel at the end, and its
+    mark."""
     task, keeper = await keep_marks(hub.membership.pool, dsn)
     heard = hub.membership.heard
     while not (keeper.mark.tokens and heard(keeper.mark.tokens)):  # noqa: ASYNC110 - two feeds
         await asyncio.sleep(0.01)
-    return task
+    return task, keeper.mark
 
 
-async def http_marks(dsn: str) -> tuple[asyncio.Task[None], Any]:
-    """Membership marks for the HTTP batches published from this task on, as a worker's runner
-    keeps them (its marks sent through a pool of one); returns once it holds one and the hub
-    had time to hear it, with the keeper's task and the pool."""
+async def http_marks(dsn: str) -> tuple[asyncio.Task[None], Any, Any]:
+    """Membership marks for the HTTP batches published (``marks=mark.tokens``), as a worker's
+    runner keeps them (its marks sent through a pool of one); returns once it holds one and the
+    hub had time to hear it, with the keeper's task, the pool and the mark."""
     import asyncpg
 
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
@@ -359,7 +359,7 @@ async def http_marks(dsn: str) -> tuple[asyncio.Task[None], Any]:
     while not keeper.mark.tokens:  # noqa: ASYNC110 - the keeper's own listener
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.5)  # the hub's feed hears the same notification
-    return task, pool
+    return task, pool, keeper.mark
 
 
 async def hub_barriers(port: int) -> dict[str, float]:
@@ -386,9 +386,9 @@ def fanout_main(args: argparse.Namespace) -> None:
     member JSON, every member MessagePack, or every other one MessagePack."""
     import orjson
 
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.hub import Hub, HubOptions
     from realtime_dispatch.hub.backplane.publishers import push_frames
-    from realtime_dispatch.push import Push
 
     def protocol(index: int) -> str:
         msgpack = args.mix == "messagepack" or (args.mix == "mixed" and index % 2 == 1)
@@ -617,7 +617,7 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
     port = free_port()
     server, hub_db = await start_server(kind, port, members, dsn, args.batch)
     clients = None
-    keeper: tuple[asyncio.Task[None], Any] | None = None
+    keeper: tuple[asyncio.Task[None], Any, Any] | None = None
     try:
         if kind == "hub-http-marked":
             assert hub_db is not None
@@ -677,7 +677,10 @@ async def measure(kind: str, members: int, args: argparse.Namespace) -> dict[str
             t0 = time.perf_counter()
             if kind in PUSHED_OVER_HTTP:
                 chat_id = uuid.UUID(hub_db[1]) if hub_db is not None else FLOOR_CHAT
-                await fanout_run(port, chat_id, pushes, args.http_concurrency, args.batch)
+                mark = None if keeper is None else keeper[2]
+                await fanout_run(
+                    port, chat_id, pushes, args.http_concurrency, args.batch, mark=mark
+                )
             else:
                 server.stdin.write(json.dumps({"pushes": pushes}).encode() + b"\n")
                 await server.stdin.drain()

@@ -32,7 +32,7 @@ from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
-from realtime_dispatch.observability import configure_logging
+from realtime_dispatch.telemetry.logs import configure_logging
 
 SECRET = "bench-revocation-secret-of-32-bytes-or-more"
 RS = "\x1e"

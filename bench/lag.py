@@ -74,14 +74,14 @@ from _common import (
     settle,
     write_json,
 )
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
-from realtime_dispatch.ids import new_id
-from realtime_dispatch.keys import Key, key_codec
 from realtime_dispatch.messenger.commands import send_message
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.values.ids import new_id
+from realtime_dispatch.values.keys import Key, key_codec
 
 WARMUP = 1.0  # seconds at the start of a run that are not counted
 CHATS_PER_OWNER = 4
@@ -127,7 +127,9 @@ class StampingPublisher:
         self.count = 0
         self._changed = asyncio.Event()
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         now = time.time()
         for push in pushes:
             # Only the owners' messages are counted: a job beside the run (``lag_run``'s

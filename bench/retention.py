@@ -44,7 +44,7 @@ from _common import (
 )
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.values.ids import new_id
 
 INSERT = (
     "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, message_id, seq)"

@@ -36,14 +36,14 @@ from _common import (
     seed_chats,
     write_json,
 )
-from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
+from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, create_pool
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.alerts import LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import PublishResult, Push
 
 
 class SlowPublisher:
@@ -53,7 +53,9 @@ class SlowPublisher:
         self.seconds = seconds
         self.slices: list[tuple[list[str], float]] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         await asyncio.sleep(self.seconds)
         self.slices.append(([str(p.payload["eventId"]) for p in pushes], time.time()))
         return [None] * len(pushes)

@@ -20,7 +20,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from realtime_dispatch.database import EmbeddedPostgres
+from realtime_dispatch.cli.embedded_postgres import EmbeddedPostgres
 from realtime_dispatch.messenger.schema import migrate
 
 _counter = itertools.count()

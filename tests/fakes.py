@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.push import PublishResult, Push
 
 
 class RecordingPublisher:
@@ -22,7 +22,9 @@ class RecordingPublisher:
         self.called = asyncio.Event()
         self.gate: asyncio.Event | None = None  # when set, publish waits on it
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         self.calls += 1
         self.called.set()
         if self.gate is not None:

@@ -216,7 +216,7 @@ async def negotiate(
 
 async def push(running: RunningHub, group: str, target: str, payload: dict[str, Any]) -> None:
     """Publish through the hub's own publisher (in-process or backplane)."""
-    from realtime_dispatch.push import Push
+    from realtime_dispatch.delivery.push import Push
 
     [result] = await running.hub.publisher().publish([Push(group, target, payload)])
     assert result is None, result

@@ -24,11 +24,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
-from realtime_dispatch.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.serving.forwarded import IPNetwork, parse_networks
-from realtime_dispatch.keys import KeyCodec, key_codec
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.api.send_rate import SendRate
@@ -46,6 +44,8 @@ from realtime_dispatch.messenger.jobs.options import (
     status_url_problem,
 )
 from realtime_dispatch.sync.service import SyncOptions, default_concurrency
+from realtime_dispatch.values.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX
+from realtime_dispatch.values.keys import KeyCodec, key_codec
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"

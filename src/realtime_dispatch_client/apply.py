@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.chats import ReadReceiptUpdated
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 from realtime_dispatch_client.timeline import Change, Timeline, TimelineMessage
 
 

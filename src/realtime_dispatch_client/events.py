@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
 from realtime_dispatch.contracts.signals import SIGNAL_MODELS
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch_client.exceptions import HubProtocolError
 
 E = TypeVar("E", bound=Contract)

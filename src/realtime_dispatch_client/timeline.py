@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 
 @dataclass(frozen=True, slots=True)

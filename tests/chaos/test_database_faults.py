@@ -14,7 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from realtime_dispatch.database import EmbeddedPostgres
+from realtime_dispatch.cli.embedded_postgres import EmbeddedPostgres
 from realtime_dispatch.messenger.schema import migrate
 from tests.chaos.harness import delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress, tolerant_status

@@ -35,9 +35,9 @@ from realtime_dispatch.client.connection import ConnectionOptions, HubClientConn
 from realtime_dispatch.client.protocol import EventRecord
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.contracts.messages import MessageReceived
-from realtime_dispatch.keys import key_codec
 from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.outbox.migrate import migration_script
+from realtime_dispatch.values.keys import key_codec
 from tests.conftest import free_port, scratch_database, wait_until
 from tests.e2e.processes import cli_env, running
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, TcpProxy

@@ -20,11 +20,11 @@ import orjson
 import pytest
 
 from realtime_dispatch.cli.workers import user_worker
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from realtime_dispatch.messenger.messages import send_message
-from realtime_dispatch.push import Push
 from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, run_cli, running
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token

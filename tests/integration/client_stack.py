@@ -17,13 +17,13 @@ from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
+from realtime_dispatch.delivery.push import HubPublisher
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub, hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
-from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncService

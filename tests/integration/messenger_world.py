@@ -16,12 +16,12 @@ import asyncpg
 from pydantic import SecretStr
 
 from realtime_dispatch.auth.media import MediaOptions
+from realtime_dispatch.delivery.push import HubPublisher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from realtime_dispatch.push import HubPublisher
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
     RawClient,

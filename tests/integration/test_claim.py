@@ -3,7 +3,7 @@
 import asyncpg
 import pytest
 
-from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, create_pool
+from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, create_pool
 from realtime_dispatch.outbox.backoff import JITTER, backoff_delay
 from realtime_dispatch.outbox.queries import QUERIES
 

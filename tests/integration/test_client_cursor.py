@@ -12,9 +12,9 @@ import asyncpg
 
 from realtime_dispatch.client import MessageReceived, MessengerClient
 from realtime_dispatch.client.events import AppEvent, ContactRequestReceived
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.messenger import contacts
-from realtime_dispatch.push import Push
 from tests.conftest import wait_until
 from tests.hub_fixtures import make_token
 from tests.integration.client_stack import QUICK_CLIENT, messenger_stack

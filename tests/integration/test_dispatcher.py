@@ -7,10 +7,10 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.errors import HubUnavailable, PushRejected
 from realtime_dispatch.messenger import commands, conferences
-from realtime_dispatch.push import Push
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_due, make_stack, new_chat, row, send
 
@@ -209,7 +209,7 @@ async def test_publisher_exception_is_contained(pool: asyncpg.Pool) -> None:
     sent = await send(pool, chat, sender)
 
     class Exploding(RecordingPublisher):
-        async def publish(self, pushes):  # type: ignore[no-untyped-def]
+        async def publish(self, pushes, **_):  # type: ignore[no-untyped-def]
             raise RuntimeError("bug")
 
     stack = make_stack(pool, publisher=Exploding())
@@ -240,7 +240,7 @@ async def test_after_a_batch_that_was_not_full_the_pass_lingers(
     publisher = RecordingPublisher()
     late: list[asyncio.Task[object]] = []
 
-    async def publish(pushes):  # type: ignore[no-untyped-def]
+    async def publish(pushes, **_):  # type: ignore[no-untyped-def]
         if not late:
             late.append(asyncio.create_task(later(send(pool, chat, sender, "second"))))
         return [None] * len(pushes)
@@ -263,7 +263,7 @@ async def test_max_run_duration_ends_the_pass(pool: asyncpg.Pool) -> None:
     slow = RecordingPublisher()
     stack = make_stack(pool, publisher=slow, batch_size=10, max_run_duration=0.05)
 
-    async def slow_publish(pushes):  # type: ignore[no-untyped-def]
+    async def slow_publish(pushes, **_):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.06)
         return [None] * len(pushes)
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PUSH_SLICE
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.push import PublishResult, Push
 from tests.integration.support import FAST, make_stack
 from tests.integration.test_pipelining import PIPELINED, backlog
 
@@ -30,7 +30,9 @@ class SlowPublisher:
         self.earlier: list[str] = []
         self.written_meanwhile: list[bool] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         if self.earlier:
             self.written_meanwhile.append(await self._earlier_done())
         self.earlier.extend(str(p.payload["eventId"]) for p in pushes)

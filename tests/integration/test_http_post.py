@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.http_post import PostTransport
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable
-from realtime_dispatch.push import Push
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -9,6 +9,7 @@ import uuid
 
 import httpx
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher, push_frames
 from realtime_dispatch.hub.backplane.subscriber import (
@@ -21,7 +22,6 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
-from realtime_dispatch.push import Push
 from tests.conftest import free_port
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 from contextlib import AsyncExitStack
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from realtime_dispatch.push import Push
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
     SlowPostgresProxy,

@@ -368,8 +368,8 @@ async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
 ):
     """Pushes from the backplane reach a MessagePack long poller like a WebSocket; the token
     negotiated on one replica gets a 404 on the other (no sticky session)."""
+    from realtime_dispatch.delivery.push import Push
     from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
-    from realtime_dispatch.push import Push
 
     user = uuid.uuid4()
     token = make_token(user)

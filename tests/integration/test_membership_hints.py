@@ -11,11 +11,11 @@ import uuid
 import asyncpg
 
 from realtime_dispatch.cli.serve import hub_options
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.manifest.check import require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
-from realtime_dispatch.push import Push
 from tests.hub_fixtures import (
     SlowPostgresProxy,
     hub_settings,

@@ -15,7 +15,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.delivery.marks import barrier_payload, new_token
+from realtime_dispatch.delivery.push import BATCH_PATH, PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
@@ -28,10 +30,8 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.backplane.subscriber import redis_client as backplane_client
 from realtime_dispatch.hub.connections.registry import chat_group
-from realtime_dispatch.membership_mark import barrier_payload, current_marks, new_token
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import BATCH_PATH, PublishResult, Push
 from tests.conftest import free_port, wait_until
 from tests.fakes import RecordingAlerts, RecordingPublisher
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
@@ -47,10 +47,11 @@ class MarkRecorder(RecordingPublisher):
         super().__init__()
         self.marks: list[tuple[Push, tuple[str, ...]]] = []
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        tokens = current_marks()
-        self.marks += [(push, tokens) for push in pushes]
-        return await super().publish(pushes)
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
+        self.marks += [(push, tuple(marks)) for push in pushes]
+        return await super().publish(pushes, deadline=deadline, marks=marks)
 
     def marks_of(self, chat: object, target: str) -> list[tuple[str, ...]]:
         return [

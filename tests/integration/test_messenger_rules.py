@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.media import MediaMinter
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import (
     blacklist,
@@ -38,7 +39,6 @@ from realtime_dispatch.messenger.reaper import (
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.model import ClaimedRow
-from realtime_dispatch.push import Push
 from tests.chaos.test_data_at_rest import table_texts
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.messenger_world import MEDIA

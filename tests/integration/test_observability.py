@@ -126,7 +126,7 @@ async def test_the_row_span_covers_build_and_push(
     await send(pool, chat, sender)
     slow = RecordingPublisher()
 
-    async def publish(pushes):  # type: ignore[no-untyped-def]
+    async def publish(pushes, **_):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.2)
         return [None] * len(pushes)
 

@@ -14,13 +14,13 @@ import orjson
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS, event_model
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.encoding import FAST, ModelEncoder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
-from realtime_dispatch.ids import new_id
 from realtime_dispatch.messenger import calls, conferences, messages
 from realtime_dispatch.messenger.messages import MessageContent, MessageKind
 from realtime_dispatch.outbox.model import ClaimedRow, RealtimeDispatchKind
-from realtime_dispatch.push import Push
+from realtime_dispatch.values.ids import new_id
 from tests.integration.messenger_scenario import STEPS, Ctx, last_id
 from tests.integration.messenger_world import MEDIA
 

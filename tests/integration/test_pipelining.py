@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PIPELINE_LANES
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.ids import new_id
-from realtime_dispatch.push import PublishResult, Push
+from realtime_dispatch.values.ids import new_id
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat
 
@@ -93,8 +93,14 @@ async def test_stop_releases_the_batch_claimed_ahead(pool: asyncpg.Pool) -> None
     await warm(pool, PIPELINE_LANES)
 
     class StopAfterThreeSlices(RecordingPublisher):
-        async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-            results = await super().publish(pushes)
+        async def publish(
+            self,
+            pushes: Sequence[Push],
+            *,
+            deadline: float | None = None,
+            marks: Sequence[str] = (),
+        ) -> Sequence[PublishResult]:
+            results = await super().publish(pushes, deadline=deadline, marks=marks)
             if self.calls == 3:
                 stack.dispatcher.request_stop()
             return results

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from realtime_dispatch.database import close_pool, create_pool
+from realtime_dispatch.database.connections import close_pool, create_pool
 
 
 async def test_a_connection_held_by_a_stuck_query_is_terminated(database_url: str) -> None:

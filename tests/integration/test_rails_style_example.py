@@ -14,11 +14,11 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
-from realtime_dispatch.keys import BIGINT_KEYS
 from realtime_dispatch.manifest.check import check_manifest
 from realtime_dispatch.manifest.manifest import load_manifest
 from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.outbox.queries import parse_queries
+from realtime_dispatch.values.keys import BIGINT_KEYS
 from tests.conftest import scratch_database
 from tests.integration.support import make_stack
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from realtime_dispatch.database import DISPATCHER_SERVER_SETTINGS, connect
+from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, connect
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.errors import PushRejected
-from realtime_dispatch.push import PublishResult, Push
 from tests.conftest import wait_until
 from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send
@@ -230,7 +230,7 @@ async def test_pending_gauge_and_last_pass_are_exported(
 @pytest.mark.slow
 async def test_database_restart_mid_run_recovers_without_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A private PostgreSQL is stopped and started under a running dispatcher."""
-    from realtime_dispatch.database import EmbeddedPostgres
+    from realtime_dispatch.cli.embedded_postgres import EmbeddedPostgres
     from realtime_dispatch.messenger.schema import migrate
 
     server = EmbeddedPostgres(tmp_path / "pg")
@@ -333,7 +333,9 @@ class HungPublisher(RecordingPublisher):
         super().__init__()
         self.let_go = asyncio.Event()
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self, pushes: Sequence[Push], *, deadline: float | None = None, marks: Sequence[str] = ()
+    ) -> Sequence[PublishResult]:
         self.calls += 1
         self.called.set()
         while not self.let_go.is_set():

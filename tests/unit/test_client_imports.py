@@ -12,8 +12,9 @@ CLIENT_PACKAGES = ("realtime_dispatch.client", "realtime_dispatch.contracts")
 GROUND = (
     "realtime_dispatch",
     "realtime_dispatch.errors",
-    "realtime_dispatch.push",
-    "realtime_dispatch.keys",  # the key types, pure
+    "realtime_dispatch.values",  # the key types and the JSON aliases, pure
+    "realtime_dispatch.values.keys",
+    "realtime_dispatch.values.json_types",
 )
 
 PROBE = """

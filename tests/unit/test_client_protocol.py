@@ -29,7 +29,7 @@ from realtime_dispatch.client.protocol import (
 from realtime_dispatch.client.seen import SeenEvents
 from realtime_dispatch.contracts.messages import MessageReceived
 from realtime_dispatch.contracts.signals import UserTyping
-from realtime_dispatch.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS
+from realtime_dispatch.values.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS
 
 
 def test_records_split_across_and_within_frames() -> None:

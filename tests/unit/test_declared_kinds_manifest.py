@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.keys import BIGINT_KEYS, UUID_KEYS
 from realtime_dispatch.manifest.kinds import camel, column_problem, typescript_module
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
+from realtime_dispatch.values.keys import BIGINT_KEYS, UUID_KEYS
 
 MEMBER_CHATS = (
     "-- name: member_chats\nSELECT user_id, chat_id FROM app.member WHERE user_id = ANY($1);\n"

@@ -21,8 +21,8 @@ from realtime_dispatch.hub.http_refusals import RefusalLog, RefusalReason
 from realtime_dispatch.hub.serving.forwarded import TrustedProxies, parse_networks
 from realtime_dispatch.hub.transports.http_connections import LongPollWriter
 from realtime_dispatch.hub.transports.negotiate import NegotiationStore
-from realtime_dispatch.observability import RedactSecrets, redact
 from realtime_dispatch.settings import load_settings
+from realtime_dispatch.telemetry.logs import RedactSecrets, redact
 
 
 def test_a_users_negotiations_push_out_their_oldest_and_the_total_is_bounded() -> None:

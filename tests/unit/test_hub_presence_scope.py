@@ -12,7 +12,7 @@ from realtime_dispatch.hub.connections.registry import GroupRegistry
 from realtime_dispatch.hub.signals.presence_online import presence_group
 from realtime_dispatch.hub.signals.presence_scope import WatchScope
 from realtime_dispatch.hub.signals.watch_rate import WatchRate
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 CHAT = "chat:x"
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.connections.session import CloseReason, InboundSession
 from realtime_dispatch.hub.wire.protocol import (
     RECORD_SEPARATOR as RS,
@@ -28,7 +29,6 @@ from realtime_dispatch.hub.wire.protocol import (
     parse_message,
     push_record,
 )
-from realtime_dispatch.push import Push
 
 HANDSHAKE = '{"protocol":"json","version":1}' + RS
 

@@ -15,13 +15,13 @@ from realtime_dispatch.auth.tokens import AuthError, TokenOptions, TokenVerifier
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.membership.tracker import parse_change as parse_membership
 from realtime_dispatch.hub.signals.typing_signal import chat_of
-from realtime_dispatch.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS, KeyCodec, key_codec
 from realtime_dispatch.manifest.check import compare
 from realtime_dispatch.manifest.contract import CONTRACT
 from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.outbox.model import RealtimeTargetKind, group_name
 from realtime_dispatch.settings import load_settings
+from realtime_dispatch.values.keys import BIGINT_KEYS, TEXT_KEYS, UUID_KEYS, KeyCodec, key_codec
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
 U = uuid.UUID("0190d6a8-7c3e-7b1a-9f00-0123456789ab")

@@ -49,7 +49,9 @@ def test_the_source_keeps_every_contract(tmp_path: Path) -> None:
     [
         ("hub/connections/registry.py", "import realtime_dispatch.messenger.chats", "Layers"),
         ("outbox/store.py", "import realtime_dispatch.dispatch.options", "Layers"),
-        ("contracts/base.py", "import realtime_dispatch.database", "wire format only"),
+        ("contracts/base.py", "import realtime_dispatch.database.connections", "wire format only"),
+        ("contracts/base.py", "import realtime_dispatch.delivery.push", "wire format only"),
+        ("values/keys.py", "import realtime_dispatch.delivery.push", "Layers"),
         ("../realtime_dispatch_client/timeline.py", "import asyncpg", "client SDK"),
         ("hub/runtime.py", "import realtime_dispatch.hub.serving.routes", "No import cycles"),
         (

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import time
 
+from realtime_dispatch.delivery.marks import (
+    MembershipMark,
+    barrier_payload,
+    new_token,
+    parse_barrier,
+)
 from realtime_dispatch.hub.backplane.subscriber import (
     MARK_GROUP,
     decode_batch,
     encode_batch,
     split_marks,
-)
-from realtime_dispatch.membership_mark import (
-    MembershipMark,
-    barrier_payload,
-    new_token,
-    parse_barrier,
 )
 
 CHANGE = '{"chatId":"00000000-0000-0000-0000-000000000001","userId":"x","active":true}'

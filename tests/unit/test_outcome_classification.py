@@ -9,6 +9,7 @@ from uuid import uuid4
 
 from prometheus_client import CollectorRegistry
 
+from realtime_dispatch.delivery.push import NotPushed, Push
 from realtime_dispatch.dispatch.alerts import RealtimeDispatchQuarantinedEvent
 from realtime_dispatch.dispatch.metrics import DispatchMetrics, observe_all
 from realtime_dispatch.dispatch.observer import DispatchObserver, PassReport
@@ -27,7 +28,6 @@ from realtime_dispatch.errors import (
 )
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.store import WrittenOutcomes
-from realtime_dispatch.push import NotPushed, Push
 
 MAX = 3
 

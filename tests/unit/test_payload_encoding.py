@@ -13,9 +13,9 @@ from realtime_dispatch.contracts.chats import ChatUpdated
 from realtime_dispatch.contracts.conferences import ConferenceStarted
 from realtime_dispatch.contracts.media import IceServer, MediaJoin
 from realtime_dispatch.contracts.messages import MessageReceived
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.encoding import FAST, ModelEncoder, stamp_event_id
 from realtime_dispatch.errors import PayloadBuildError
-from realtime_dispatch.push import Push
 
 REFERENCE = ModelEncoder()
 

@@ -4,12 +4,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from realtime_dispatch.database import lock_connection_settings
+from realtime_dispatch.database.connections import lock_connection_settings
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.ids import id_floor
 from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.settings import Settings, load_settings
+from realtime_dispatch.values.ids import id_floor
 
 
 def test_defaults_are_the_specs() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 
 @dataclass(frozen=True, slots=True)

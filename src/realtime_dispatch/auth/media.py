@@ -26,7 +26,7 @@ import jwt
 from pydantic import SecretStr
 
 from realtime_dispatch.contracts.media import IceServer, MediaJoin
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 JITSI_AUDIENCE = "jitsi"
 

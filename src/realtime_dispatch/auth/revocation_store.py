@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncpg
 
 from realtime_dispatch.auth.revocations import Revocation
-from realtime_dispatch.database import translate_errors
-from realtime_dispatch.keys import Key
+from realtime_dispatch.database.connections import translate_errors
 from realtime_dispatch.outbox.queries import load_queries
+from realtime_dispatch.values.keys import Key
 
 QUERIES = load_queries("realtime_dispatch.auth")
 

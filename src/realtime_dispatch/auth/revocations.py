@@ -16,7 +16,7 @@ from datetime import datetime
 import orjson
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from realtime_dispatch.auth.jwks import SIGNING_ALGORITHMS, JwksKeys
 from realtime_dispatch.auth.jwks import KeysUnavailable as KeysUnavailable  # noqa: PLC0414
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 5.0

@@ -10,12 +10,16 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-from realtime_dispatch.database import EmbeddedPostgres, default_data_dir, embedded_available
+from realtime_dispatch.cli.embedded_postgres import (
+    EmbeddedPostgres,
+    default_data_dir,
+    embedded_available,
+)
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.keys import UUID_KEYS, VARIABLE
 from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.outbox.migrate import Migration, require_key_type
 from realtime_dispatch.settings import Settings
+from realtime_dispatch.values.keys import UUID_KEYS, VARIABLE
 
 EMBEDDED_EXTRA = "realtime-dispatch[embedded]"
 

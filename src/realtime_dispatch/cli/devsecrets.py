@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 from pydantic import SecretStr
 
-from realtime_dispatch.database import default_data_dir
+from realtime_dispatch.cli.embedded_postgres import default_data_dir
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.settings import Settings
 

@@ -36,7 +36,8 @@ from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from realtime_dispatch.cli.serve import serve, serve_workers
 from realtime_dispatch.cli.worker_http import probe_server
 from realtime_dispatch.cli.workers import worker_role
-from realtime_dispatch.database import create_pool
+from realtime_dispatch.database.connections import create_pool
+from realtime_dispatch.delivery.push import HubPublisher
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.errors import ConfigurationError, DatabaseUnavailable, SchemaConflict
@@ -44,12 +45,11 @@ from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.manifest.kinds import KIND_NAME, MAX_KIND
 from realtime_dispatch.messenger.schema import selected_migrations
-from realtime_dispatch.observability import configure_logging
 from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import HubPublisher
 from realtime_dispatch.settings import Settings, load_settings, parse_workers
-from realtime_dispatch.tracing import configure_tracing
+from realtime_dispatch.telemetry.logs import configure_logging
+from realtime_dispatch.telemetry.tracing import configure_tracing
 
 _log = structlog.get_logger(__name__)
 

@@ -16,11 +16,11 @@ from rich.text import Text
 
 from realtime_dispatch.cli.database import database_url, transaction_pooled
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from realtime_dispatch.database import create_pool
-from realtime_dispatch.keys import Key
+from realtime_dispatch.database.connections import create_pool
 from realtime_dispatch.ops.service import LockHolder, OpsService, RecentLag
 from realtime_dispatch.outbox.store import OutboxStats
 from realtime_dispatch.settings import Settings
+from realtime_dispatch.values.keys import Key
 
 
 def _seconds(value: float | None) -> str:

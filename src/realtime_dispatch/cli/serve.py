@@ -39,7 +39,12 @@ from realtime_dispatch.cli.devsecrets import (
 from realtime_dispatch.cli.exit_codes import EXIT_FAILURE, EXIT_OK
 from realtime_dispatch.cli.projections import HUB, checked_manifest
 from realtime_dispatch.cli.workers import WorkerRole, run_workers, worker_socket
-from realtime_dispatch.database import close_pool, connect, create_pool, lock_connection_settings
+from realtime_dispatch.database.connections import (
+    close_pool,
+    connect,
+    create_pool,
+    lock_connection_settings,
+)
 from realtime_dispatch.demo import demo_routes
 from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder

@@ -15,8 +15,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationInfo, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonObject
+from realtime_dispatch.values.json_types import JsonObject
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 _CONTEXT_KEY = "realtime_keys"
 

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import structlog
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 _log = structlog.get_logger(__name__)
 

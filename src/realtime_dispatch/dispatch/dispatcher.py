@@ -7,8 +7,9 @@ The caller (:mod:`realtime_dispatch.dispatch.runner`) holds the single-runner lo
    backoff set) and commit;
 2. build every row's payload (one projection query per kind group);
 3. push outside any transaction, slice by slice, checking for a stop request and the end of
-   ``max_run_duration`` between slices; every push is bounded by the time left
-   (:data:`~realtime_dispatch.push.PUSH_DEADLINE`); rows never pushed because of a
+   ``max_run_duration`` between slices; every push is bounded by the time left (the
+   ``deadline`` handed to :meth:`~realtime_dispatch.delivery.push.HubPublisher.publish`, with
+   the membership marks of :attr:`Dispatcher.mark`); rows never pushed because of a
    stop or the end of the pass are released (due again at once, attempt not counted);
 4. write the outcomes in one transaction, each guarded by the row_version of the claim: once per
    batch, or sooner when pushing is slow: outcomes that have waited ``OUTCOME_DELAY`` are
@@ -41,7 +42,9 @@ from uuid import UUID, uuid4
 import structlog
 from opentelemetry import trace
 
-from realtime_dispatch.database import DbConnection, translate_errors
+from realtime_dispatch.database.connections import DbConnection, translate_errors
+from realtime_dispatch.delivery.marks import MembershipMark
+from realtime_dispatch.delivery.push import HubPublisher, PublishResult, Push
 from realtime_dispatch.dispatch.alerts import AlertSink
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.observer import DispatchObserver, PassReport
@@ -64,7 +67,6 @@ from realtime_dispatch.outbox.backoff import JITTER
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import PUSH_DEADLINE, HubPublisher, PublishResult, Push
 
 __all__ = ["Dispatcher", "PassReport"]
 
@@ -99,6 +101,10 @@ class Dispatcher:
         self._publisher = publisher
         self._options = options
         self._observer = observer or DispatchObserver(metrics, alerts)
+        self.mark: MembershipMark | None = None
+        """What the claims' connection heard on ``realtime_membership``, when it listens there
+        (set by the runner that keeps membership marks): each slice is published with its
+        tokens as they are then (at least as recent as the ones the slice's claim saw)."""
         self._stop = asyncio.Event()
         self._flight: InFlight | None = None  # the current pass's rows in flight
         # Pipelining keeps a batch in flight for about two batch cycles instead of one. A row in
@@ -374,15 +380,18 @@ class Dispatcher:
         self, part: Sequence[tuple[ClaimedRow, Push]], *, deadline: float
     ) -> Sequence[PublishResult]:
         """Push a slice within the pass's ``deadline`` (max_run_duration): the publisher is told
-        it (:data:`PUSH_DEADLINE`), and one that ignores it is cut :data:`PUSH_GRACE` later, its
-        pushes retried like a hub timeout (a cut push may have arrived: at least once)."""
+        it (with the membership marks of :attr:`mark`), and one that ignores it is cut
+        :data:`PUSH_GRACE` later, its pushes retried like a hub timeout (a cut push may have
+        arrived: at least once)."""
         if not part:
             return []
         timeout = asyncio.timeout_at(_loop_time(deadline + PUSH_GRACE))
-        token = PUSH_DEADLINE.set(deadline)
+        marks = () if self.mark is None else self.mark.tokens
         try:
             async with timeout:
-                results = await self._publisher.publish([push for _, push in part])
+                results = await self._publisher.publish(
+                    [push for _, push in part], deadline=deadline, marks=marks
+                )
         except Exception as exc:
             if timeout.expired():
                 error = TransientError("push ran past max_run_duration", code="PassTimeout")
@@ -392,8 +401,6 @@ class Dispatcher:
                 error = TransientError(type(exc).__name__, code="PublishFailed")
             self._observer.publish_failed(error, len(part))
             return [error] * len(part)
-        finally:
-            PUSH_DEADLINE.reset(token)
         if len(results) != len(part):
             error = TransientError("publisher returned a wrong result count", code="PublishFailed")
             return [error] * len(part)

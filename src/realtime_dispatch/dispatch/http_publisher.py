@@ -16,8 +16,9 @@ Anything else may come from a proxy, an ingress or a wrong URL in front of the h
 405 of a wrong path, an error page, 5xx), as may connection errors and timeouts: retried with
 backoff, quarantined only after ``max_attempts``. 401/403 are transient too (a wrong key is
 fixed by an operator, after which the backlog drains).
-Under the dispatcher's :data:`PUSH_DEADLINE` each request waits at most for the time left
-(:data:`MIN_PUSH_TIME` at least), and pushes not sent by then are answered :class:`NotPushed`.
+Under the dispatcher's ``deadline`` (an argument of :meth:`HttpHubPublisher.publish`) each
+request waits at most for the time left (:data:`MIN_PUSH_TIME` at least), and pushes not sent
+by then are answered :class:`NotPushed`. The batch body carries the ``marks`` it is given.
 """
 
 from __future__ import annotations
@@ -32,21 +33,19 @@ import httpx
 import orjson
 import structlog
 
-from realtime_dispatch.dispatch.http_post import PostTransport
-from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
-from realtime_dispatch.membership_mark import current_marks
-from realtime_dispatch.push import (
+from realtime_dispatch.delivery.push import (
     BATCH_PATH,
     MAX_BATCH_BYTES,
     MAX_BATCH_PUSHES,
     MIN_PUSH_TIME,
-    PUSH_DEADLINE,
     PUSH_PATH,
     NotPushed,
     PublishResult,
     Push,
     hub_problem_code,
 )
+from realtime_dispatch.dispatch.http_post import PostTransport
+from realtime_dispatch.errors import HubUnavailable, PushRejected, RealtimeDispatchError
 
 _log = structlog.get_logger(__name__)
 LEGACY_FOR = 60.0
@@ -84,14 +83,21 @@ class HttpHubPublisher:
         self._batch = batch
         self._legacy_until = 0.0
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]:
+        """One batch request (or a few, past the hub's limits) with ``marks`` in its body; one
+        request per push to an older hub. Nothing starts after ``deadline``."""
         if not pushes:
             return []
         if not self._batch or time.monotonic() < self._legacy_until:
-            return await self._publish_one_by_one(pushes)
-        deadline = PUSH_DEADLINE.get()
+            return await self._publish_one_by_one(pushes, deadline)
         results: list[PublishResult] = [None] * len(pushes)
-        for start, end, body in _batches(pushes, current_marks()):
+        for start, end, body in _batches(pushes, marks):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 results[start:] = [NotPushed("the pass ran out of time")] * (len(pushes) - start)
@@ -100,7 +106,7 @@ class HttpHubPublisher:
             if answered is None:  # an older hub: the rest goes one push at a time
                 self._legacy_until = time.monotonic() + LEGACY_FOR
                 _log.warning("hub_push_batch_unsupported", retry_in=LEGACY_FOR)
-                results[start:] = await self._publish_one_by_one(pushes[start:])
+                results[start:] = await self._publish_one_by_one(pushes[start:], deadline)
                 break
             results[start:end] = answered
         return results
@@ -131,13 +137,14 @@ class HttpHubPublisher:
         # The batch answer is the hub's own: a 4xx in it is the hub refusing that push.
         return [_outcome(s, code if isinstance(code, str) else f"Http{s}") for s, code in items]
 
-    async def _publish_one_by_one(self, pushes: Sequence[Push]) -> list[PublishResult]:
+    async def _publish_one_by_one(
+        self, pushes: Sequence[Push], deadline: float | None
+    ) -> list[PublishResult]:
         results: list[PublishResult] = [None] * len(pushes)
         by_group: dict[str, list[int]] = {}
         for index, push in enumerate(pushes):
             by_group.setdefault(push.group, []).append(index)
         gate = asyncio.Semaphore(self._concurrency)
-        deadline = PUSH_DEADLINE.get()
 
         async def send_group(indexes: list[int]) -> None:
             async with gate:
@@ -180,8 +187,8 @@ class HttpHubPublisher:
 def classify_answer(status: int, body: bytes) -> RealtimeDispatchError | None:
     """What an answer of a push endpoint means for its rows (docs/reference.md, "Push
     outcomes"): :func:`_outcome`, with the hub's refusal code read from ``body`` (a 4xx whose
-    body is not :func:`~realtime_dispatch.push.hub_problem`'s came from a proxy, an ingress or
-    a wrong path: transient)."""
+    body is not :func:`~realtime_dispatch.delivery.push.hub_problem`'s came from a proxy, an
+    ingress or a wrong path: transient)."""
     return _outcome(status, hub_problem_code(body) if 400 <= status < 500 else None)
 
 

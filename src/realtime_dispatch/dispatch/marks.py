@@ -1,9 +1,9 @@
-"""A runner's membership marks (:mod:`realtime_dispatch.membership_mark`): the listener on its
+"""A runner's membership marks (:mod:`realtime_dispatch.delivery.marks`): the listener on its
 own connection, where its claims run, and the sending of a new mark when it has none.
 
 A mark is sent through the pool (a ``pg_notify``, which a transaction pooler passes on), at
 most once per :data:`MIN_INTERVAL` while membership changes keep coming, and every
-:data:`~realtime_dispatch.membership_mark.REFRESH_EVERY` seconds otherwise. It counts once the
+:data:`~realtime_dispatch.delivery.marks.REFRESH_EVERY` seconds otherwise. It counts once the
 runner's own connection hears it; until then the batches carry none and the hubs run their
 barrier, so a mark that is lost or late costs round trips, never order.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import asyncpg
 import structlog
 
-from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.database import DB_ERRORS
-from realtime_dispatch.membership_mark import MembershipMark, barrier_payload, new_token
+from realtime_dispatch.database.connections import DB_ERRORS
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.delivery.marks import MembershipMark, barrier_payload, new_token
 
 _log = structlog.get_logger(__name__)
 

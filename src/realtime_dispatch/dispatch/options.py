@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from realtime_dispatch.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX, bound_text
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.outbox.backoff import Backoff
+from realtime_dispatch.values.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX, bound_text
 
 
 @dataclass(frozen=True, slots=True)

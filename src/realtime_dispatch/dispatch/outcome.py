@@ -13,6 +13,7 @@ from enum import Enum
 from typing import assert_never
 from uuid import UUID
 
+from realtime_dispatch.delivery.push import NotPushed, PublishResult, Push
 from realtime_dispatch.errors import (
     PayloadBuildError,
     PermanentError,
@@ -21,7 +22,6 @@ from realtime_dispatch.errors import (
 )
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.store import Outcomes
-from realtime_dispatch.push import NotPushed, PublishResult, Push
 
 
 class Verdict(Enum):

@@ -11,7 +11,7 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.outbox.model import ClaimedRow
 
 

@@ -17,7 +17,7 @@ first claim of a pass that finds work clears it. Under load the flag stays false
 
 Membership marks (``marks``, for a publisher that carries them): the same connection listens on
 ``realtime_membership`` too and runs the pass's claims, so what it heard before a claim returned
-vouches for the claimed rows (:mod:`realtime_dispatch.membership_mark`, :mod:`.marks`).
+vouches for the claimed rows (:mod:`realtime_dispatch.delivery.marks`, :mod:`.marks`).
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ from typing import Any
 
 import structlog
 
-from realtime_dispatch.channels import OUTBOX_CHANNEL
-from realtime_dispatch.database import is_unavailable, translate_errors
+from realtime_dispatch.database.connections import is_unavailable, translate_errors
+from realtime_dispatch.delivery.channels import OUTBOX_CHANNEL
 from realtime_dispatch.dispatch.availability import Outage, RunnerState, reconnect_cap
 from realtime_dispatch.dispatch.dispatcher import Dispatcher, PassReport
 from realtime_dispatch.dispatch.marks import MarkKeeper
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.retention import RetentionPolicy
-from realtime_dispatch.membership_mark import CURRENT_MARK
 
 _log = structlog.get_logger(__name__)
 
@@ -101,7 +100,7 @@ class DispatchRunner:
         _log.info("dispatcher_started", **_options_log(self._dispatcher))
         keeper: asyncio.Task[None] | None = None
         if self.marks is not None:
-            CURRENT_MARK.set(self.marks.mark)  # this task's context: the passes it runs
+            self._dispatcher.mark = self.marks.mark  # the passes it runs publish with its marks
             keeper = asyncio.create_task(self.marks.run(), name="realtime-membership-marks")
         try:
             while not self._stop.is_set():

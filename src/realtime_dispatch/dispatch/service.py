@@ -15,7 +15,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.media import MediaMinter, MediaOptions
-from realtime_dispatch.database import (
+from realtime_dispatch.database.connections import (
     DISPATCHER_SERVER_SETTINGS,
     close_pool,
     connect,
@@ -23,6 +23,7 @@ from realtime_dispatch.database import (
     lock_connection_settings,
     transaction_settings_sql,
 )
+from realtime_dispatch.delivery.push import HubPublisher
 from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
 from realtime_dispatch.dispatch.dispatcher import Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
@@ -34,11 +35,10 @@ from realtime_dispatch.dispatch.projections.registry import (
     media_invite_kinds,
 )
 from realtime_dispatch.dispatch.runner import DispatchRunner
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.outbox.partitions import partitions
 from realtime_dispatch.outbox.store import OutboxStore
-from realtime_dispatch.push import HubPublisher
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 
 _log = structlog.get_logger(__name__)
 
@@ -89,11 +89,12 @@ async def dispatch_service(
 
     ``session_dsn`` (default ``dsn``): where each runner's own connection goes (LISTEN and the
     advisory lock need a session, which a transaction pooler does not keep). ``pooled``: ``dsn``
-    goes through a transaction pooler (:func:`~realtime_dispatch.database.create_pool`); the
-    claim then sets the planner settings per transaction. ``manifest``: the projection SQL of
+    goes through a transaction pooler
+    (:func:`~realtime_dispatch.database.connections.create_pool`); the claim then sets the
+    planner settings per transaction. ``manifest``: the projection SQL of
     the default builder (the shipped one when ``None``). ``membership_marks``: the publisher
     hands on membership marks (the hub's in-process, Redis and HTTP publishers): each runner keeps
-    them, and claims on its own connection (:mod:`realtime_dispatch.membership_mark`). ``keys``:
+    them, and claims on its own connection (:mod:`realtime_dispatch.delivery.marks`). ``keys``:
     the owner's key type (``REALTIME_KEY_TYPE``), how the payloads write ids."""
     lock_dsn = session_dsn or dsn
     metrics = DispatchMetrics(registry or CollectorRegistry())

@@ -33,7 +33,8 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
-from realtime_dispatch.database import close_pool, create_pool
+from realtime_dispatch.database.connections import close_pool, create_pool
+from realtime_dispatch.delivery.push import HubPublisher, PublishResult
 from realtime_dispatch.hub.backplane import choice
 from realtime_dispatch.hub.backplane.publishers import FramePublisher
 from realtime_dispatch.hub.connections.caps import (
@@ -52,8 +53,7 @@ from realtime_dispatch.hub.metrics import HubMetrics
 from realtime_dispatch.hub.signals.hub_signals import wire_signals
 from realtime_dispatch.hub.transports.http_connections import HttpTransports
 from realtime_dispatch.hub.transports.negotiate import NegotiationStore, worker_prefix
-from realtime_dispatch.ids import new_id
-from realtime_dispatch.push import HubPublisher, PublishResult
+from realtime_dispatch.values.ids import new_id
 
 log = structlog.get_logger(__name__)
 
@@ -346,11 +346,10 @@ class Hub:
         return self._publisher
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         """Publish serialised records: locally, or through the backplane when it is on.
-        ``marks``: the membership marks they came with from another process (None: the
-        running pass's)."""
+        ``marks``: the membership marks they came with from another process (none: ``()``)."""
         if self._publisher is None:
             raise RuntimeError("the hub is not started")
         return await self._publisher.publish_frames(items, marks)

@@ -14,7 +14,6 @@ from typing import Any
 import asyncpg
 import structlog
 
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.contract import (
     CONTRACT,
     QueryContract,
@@ -24,6 +23,7 @@ from realtime_dispatch.manifest.contract import (
 )
 from realtime_dispatch.manifest.kinds import DeclaredKind, column_problem, remember_columns
 from realtime_dispatch.manifest.manifest import Manifest
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 
 _log = structlog.get_logger(__name__)
 

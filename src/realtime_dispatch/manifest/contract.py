@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from realtime_dispatch.keys import KeyCodec
+from realtime_dispatch.values.keys import KeyCodec
 
 # A type family: the PostgreSQL types a column may have (asyncpg's type names).
 TYPE_FAMILIES: MappingProxyType[str, frozenset[str]] = MappingProxyType(

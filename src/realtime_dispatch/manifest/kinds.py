@@ -31,8 +31,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from realtime_dispatch.keys import KeyCodec
 from realtime_dispatch.outbox.model import RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.values.keys import KeyCodec
 
 KIND_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")
 EVENT_NAME = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"

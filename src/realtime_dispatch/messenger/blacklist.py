@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import insert_unique
 from realtime_dispatch.messenger.refusals import InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.values.ids import new_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,13 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.contracts.rest import CallOut
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import refuse_to_reach
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden
 from realtime_dispatch.messenger.sessions import direct_intents, new_room_name, party_call
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.values.ids import new_id
 
 K = RealtimeDispatchKind
 

@@ -14,8 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     has_blocked,
     refuse_if_blocked_in_chat,
@@ -25,6 +24,7 @@ from realtime_dispatch.messenger.membership import notify_membership
 from realtime_dispatch.messenger.refusals import Forbidden, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind
+from realtime_dispatch.values.ids import new_id
 
 
 class ChatEventKind(StrEnum):

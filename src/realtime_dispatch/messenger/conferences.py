@@ -14,8 +14,7 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.contracts.rest import ConferenceOut, RosterOut
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     insert_unique,
     is_active_member,
@@ -27,6 +26,7 @@ from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 from realtime_dispatch.messenger.sessions import conference_intent, new_room_name
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.values.ids import new_id
 
 K = RealtimeDispatchKind
 

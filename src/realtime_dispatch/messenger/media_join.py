@@ -11,7 +11,7 @@ from uuid import UUID
 
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.media import MediaJoin
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     refuse_if_blocked,
     refuse_if_blocked_in_chat,

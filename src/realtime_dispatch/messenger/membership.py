@@ -9,8 +9,8 @@ from uuid import UUID
 
 import orjson
 
-from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
 
 
 async def notify_membership(

@@ -21,8 +21,7 @@ import asyncpg
 import orjson
 
 from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     BLOCKED_IN_CHAT_SQL,
     is_blocked_in_chat,
@@ -32,6 +31,7 @@ from realtime_dispatch.messenger.access import (
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.enqueue import enqueue, enqueue_select_sql
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, RealtimeTargetKind
+from realtime_dispatch.values.ids import new_id
 
 EDIT_WINDOW_SECONDS = 60
 PROCESS_FINGERPRINT_KEY = secrets.token_bytes(32)

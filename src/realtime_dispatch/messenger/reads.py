@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import is_blocked_in_chat, require_active_member
 from realtime_dispatch.messenger.refusals import InvalidInput
 from realtime_dispatch.outbox.enqueue import enqueue

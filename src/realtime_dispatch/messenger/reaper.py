@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.sessions import direct_intents
 from realtime_dispatch.outbox.enqueue import enqueue
 from realtime_dispatch.outbox.model import RealtimeDispatchKind

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.outbox import migrate as outbox_schema
 from realtime_dispatch.outbox.migrate import Migration
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 
 
 def messenger_migrations() -> list[Migration]:

@@ -10,8 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.ids import new_id
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     insert_unique,
     refuse_if_blocked,
@@ -26,6 +25,7 @@ from realtime_dispatch.outbox.model import (
     RealtimeTargetKind,
     SessionKind,
 )
+from realtime_dispatch.values.ids import new_id
 
 
 def new_room_name(prefix: str) -> str:

@@ -12,11 +12,11 @@ from pydantic.alias_generators import to_camel
 
 from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.revocations import Revocation
-from realtime_dispatch.database import translate_errors
-from realtime_dispatch.ids import id_floor
-from realtime_dispatch.keys import Key
+from realtime_dispatch.database.connections import translate_errors
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.outbox.store import OutboxStats, OutboxStore
+from realtime_dispatch.values.ids import id_floor
+from realtime_dispatch.values.keys import Key
 
 QUERIES = load_queries("realtime_dispatch.ops")
 

@@ -20,8 +20,8 @@ from typing import Protocol
 from uuid import UUID
 
 from realtime_dispatch.errors import IntentError
-from realtime_dispatch.ids import new_id
 from realtime_dispatch.outbox.model import OutboxIntent
+from realtime_dispatch.values.ids import new_id
 
 _COLUMNS = (
     "id",

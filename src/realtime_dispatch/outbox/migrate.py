@@ -13,7 +13,7 @@ it applied. A migration that meets an existing object of the same name raises
 :class:`~realtime_dispatch.errors.SchemaConflict` naming the migration and the object.
 
 The outbox's key columns take the owner's key type (``REALTIME_KEY_TYPE``,
-:mod:`realtime_dispatch.keys`): its migrations name it by a placeholder, replaced here. An
+:mod:`realtime_dispatch.values.keys`): its migrations name it by a placeholder, replaced here. An
 outbox created with another type is refused by :func:`require_key_type` (every command checks
 it before its work), since every query and group would then mismatch.
 """
@@ -28,8 +28,8 @@ from importlib import resources
 import asyncpg
 
 from realtime_dispatch.errors import ConfigurationError, SchemaConflict
-from realtime_dispatch.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
 from realtime_dispatch.outbox.catalogue import CATALOGUE
+from realtime_dispatch.values.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
 
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
 MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"

@@ -10,7 +10,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from realtime_dispatch.errors import IntentError
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 
 class RealtimeDispatchKind(StrEnum):

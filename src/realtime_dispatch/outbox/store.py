@@ -11,12 +11,12 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.database import DbConnection, translate_errors
-from realtime_dispatch.ids import id_floor
+from realtime_dispatch.database.connections import DbConnection, translate_errors
 from realtime_dispatch.outbox.backoff import JITTER, Backoff
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.partitions import WHOLE, Partition
 from realtime_dispatch.outbox.queries import QUERIES
+from realtime_dispatch.values.ids import id_floor
 
 
 @dataclass(frozen=True, slots=True)

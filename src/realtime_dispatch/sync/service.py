@@ -52,13 +52,13 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from realtime_dispatch.database import DbConnection, translate_errors
+from realtime_dispatch.database.connections import DbConnection, translate_errors
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow
-from realtime_dispatch.push import Push
 from realtime_dispatch.sync import store
 from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
+from realtime_dispatch.values.keys import Key
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -7,11 +7,11 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
-from realtime_dispatch.keys import Key
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.queries import load_queries
 from realtime_dispatch.sync.cursor import source_name
+from realtime_dispatch.values.keys import Key
 
 _SLOT = ":membership"
 _SPANS = ":member_spans"

@@ -28,7 +28,8 @@ from uuid import UUID
 import asyncpg
 import structlog
 
-from realtime_dispatch.database import DbConnection, is_unavailable
+from realtime_dispatch.database.connections import DbConnection, is_unavailable
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.encoding import stamp_event_id
 from realtime_dispatch.errors import (
     DatabaseUnavailable,
@@ -38,9 +39,8 @@ from realtime_dispatch.errors import (
     TargetGone,
     TransientError,
 )
-from realtime_dispatch.keys import Key
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
-from realtime_dispatch.push import Push
+from realtime_dispatch.values.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.dispatch.projections.declared import DeclaredKindBuilder

@@ -26,7 +26,7 @@ from realtime_dispatch.contracts.calls import (
     GroupCallInvited,
     _CallEvent,
 )
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, build_apart
 from realtime_dispatch.dispatch.projections.conferences import (
     ConferencePayloadBuilder,

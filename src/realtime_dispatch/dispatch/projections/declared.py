@@ -19,10 +19,10 @@ from uuid import UUID
 
 import orjson
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.builder import BuildResults
 from realtime_dispatch.errors import PayloadBuildError
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.kinds import (
     ID_FIELDS,
     JSON_ONLY,
@@ -31,7 +31,7 @@ from realtime_dispatch.manifest.kinds import (
     json_columns,
 )
 from realtime_dispatch.outbox.model import ClaimedRow, group_name
-from realtime_dispatch.push import Push
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 
 _OPTIONS = orjson.OPT_UTC_Z
 _KEY_COLUMNS = frozenset({"ref_id", "chat_id", "target_user_id"})

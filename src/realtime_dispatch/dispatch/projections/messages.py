@@ -16,13 +16,13 @@ import orjson
 import structlog
 
 from realtime_dispatch.contracts.messages import MessageDeleted, MessageEdited, MessageReceived
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from realtime_dispatch.push import Push
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 _KINDS = frozenset(
     {

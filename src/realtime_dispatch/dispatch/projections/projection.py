@@ -12,12 +12,12 @@ import asyncpg
 from pydantic import ValidationError
 
 from realtime_dispatch.contracts.base import Contract
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
-from realtime_dispatch.push import Push
 
 
 class RefProjectionBuilder:

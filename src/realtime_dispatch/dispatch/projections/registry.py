@@ -22,9 +22,9 @@ from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
-from realtime_dispatch.keys import UUID_KEYS, KeyCodec
 from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from realtime_dispatch.values.keys import UUID_KEYS, KeyCodec
 
 K = RealtimeDispatchKind
 

@@ -1,4 +1,4 @@
-"""The hub's two :class:`~realtime_dispatch.push.HubPublisher` implementations.
+"""The hub's two :class:`~realtime_dispatch.delivery.push.HubPublisher` implementations.
 
 * :class:`InProcessHubPublisher`: the hub runs in the caller's process; a push is delivered to
   this replica's connections before ``publish`` returns.
@@ -11,7 +11,7 @@
   rows are retried, never lost. A batch goes as one message (``PUBLISH``), or one per
   :data:`MAX_MESSAGE_PUSHES` pushes, while every replica reads that format.
 
-Both hand on the runner's membership marks (:mod:`realtime_dispatch.membership_mark`), which
+Both hand on the runner's membership marks (:mod:`realtime_dispatch.delivery.marks`), which
 spare the hub its membership barrier; over the backplane they travel in the message. A batch
 received from another process's worker (the HTTP batch endpoint) hands on the marks it carried
 instead (``publish_frames(items, marks)``).
@@ -28,6 +28,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.resp import CommandConnection
 from realtime_dispatch.hub.backplane.subscriber import (
@@ -40,8 +41,6 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.wire.protocol import push_record
-from realtime_dispatch.membership_mark import current_marks
-from realtime_dispatch.push import PublishResult, Push
 
 MAX_MESSAGE_PUSHES = MAX_BATCH
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -50,14 +49,20 @@ FORMAT_CHECK_EVERY = 1.0
 
 
 class FramePublisher(Protocol):
-    """A :class:`~realtime_dispatch.push.HubPublisher` that also takes records
+    """A :class:`~realtime_dispatch.delivery.push.HubPublisher` that also takes records
     serialised already (the HTTP push endpoint's case), with the membership marks they carry
-    (None: the running pass's, :func:`~realtime_dispatch.membership_mark.current_marks`)."""
+    (:mod:`realtime_dispatch.delivery.marks`; none is ``()``)."""
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]: ...
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]: ...
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]: ...
 
     async def aclose(self) -> None: ...
@@ -69,13 +74,22 @@ def push_frames(pushes: Sequence[Push]) -> list[tuple[str, bytes]]:
 
 class FramesPublisher:
     """A :class:`FramePublisher` whose ``publish`` is ``publish_frames`` of the pushes'
-    records: a publisher implements ``publish_frames`` (and ``aclose``)."""
+    records, with the same marks: a publisher implements ``publish_frames`` (and ``aclose``).
+    The ``deadline`` is not needed: the whole slice goes in one call that does not wait on a
+    hub (the dispatcher still cuts a call that outlives it)."""
 
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        return await self.publish_frames(push_frames(pushes))
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]:
+        del deadline
+        return await self.publish_frames(push_frames(pushes), marks)
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         raise NotImplementedError
 
@@ -89,11 +103,11 @@ class InProcessHubPublisher(FramesPublisher):
         self._deliver = deliver
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         if not items:
             return []
-        if await self._deliver(items, current_marks() if marks is None else marks):
+        if await self._deliver(items, marks):
             return [None] * len(items)
         error = HubUnavailable("hub membership feed unavailable", code="MembershipUnavailable")
         return [error] * len(items)
@@ -135,12 +149,12 @@ class RedisHubPublisher(FramesPublisher):
         return cls(redis_client(url), owns_client=True, channel=channel)
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         if not items:
             return []
         try:
-            messages = await self._messages(items, current_marks() if marks is None else marks)
+            messages = await self._messages(items, marks)
             receivers = await self._commands.pipeline(
                 [(b"PUBLISH", channel, message) for channel, message, _ in messages]
             )

@@ -20,8 +20,10 @@ import asyncpg
 import structlog
 from redis.asyncio.cluster import RedisCluster
 
-from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.database import DB_ERRORS, close_quietly
+from realtime_dispatch.database.connections import DB_ERRORS, close_quietly
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.delivery.marks import barrier_payload, parse_barrier
+from realtime_dispatch.delivery.push import PublishResult
 from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.publishers import FramesPublisher
 from realtime_dispatch.hub.backplane.sharded import (
@@ -34,8 +36,6 @@ from realtime_dispatch.hub.backplane.sharded import (
 )
 from realtime_dispatch.hub.connections.fanout import GroupFrames
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX
-from realtime_dispatch.membership_mark import barrier_payload, parse_barrier
-from realtime_dispatch.push import PublishResult
 
 log = structlog.get_logger(__name__)
 
@@ -141,7 +141,7 @@ class ShardedRedisHubPublisher(FramesPublisher):
         self._closed = False
 
     async def publish_frames(
-        self, items: GroupFrames, marks: Sequence[str] | None = None
+        self, items: GroupFrames, marks: Sequence[str] = ()
     ) -> list[PublishResult]:
         """``marks`` are not used: the replicas' acknowledgements of this publisher's own
         barrier order the pushes (:class:`MembershipBarrier`)."""

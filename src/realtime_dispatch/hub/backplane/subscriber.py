@@ -5,7 +5,7 @@ publisher and relayed byte for byte. Two message formats, each on its own channe
 * ``CHANNEL`` (format 1, one push per message): ``{group}\\n{frame}``;
 * ``CHANNEL:v2`` (format 2, a batch per message, in order): ``{group}\\n{length}\\n{frame}``
   repeated, ``length`` the frame's size in bytes as decimal digits. The first entry may be the
-  worker's membership marks (:mod:`realtime_dispatch.membership_mark`): group
+  worker's membership marks (:mod:`realtime_dispatch.delivery.marks`): group
   :data:`MARK_GROUP`, its "frame" the tokens joined by spaces. A replica that predates the marks
   reads it as a push to a group nobody is in, so a worker may send them before the hubs read
   them.

@@ -18,7 +18,7 @@ from prometheus_client import Counter
 
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.connections.registry import GroupRegistry
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 log = structlog.get_logger(__name__)
 

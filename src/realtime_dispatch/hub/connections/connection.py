@@ -35,7 +35,7 @@ from realtime_dispatch.hub.connections.session import (
 from realtime_dispatch.hub.wire.framing import RawSink, records_frame, ws_frame
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.hub.wire.protocols import HubProtocol, Transport
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
 """At the token's ``exp``: the client reconnects with a fresh token from its token factory."""

@@ -38,7 +38,7 @@ from realtime_dispatch.hub.connections.expiry import ExpiryTimer
 from realtime_dispatch.hub.connections.registry import GroupRegistry, user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.protocols import JSON
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 log = structlog.get_logger(__name__)
 

@@ -3,14 +3,14 @@ nothing about sockets, only connection ids, user ids and group names.
 
 Group names are ``user:{userId}`` and ``chat:{chatId}`` (:func:`user_group`, :func:`chat_group`),
 the key spelled as ``str`` spells it: a canonical UUID, ``17`` for a bigint key, a text key as it
-is (:mod:`realtime_dispatch.keys`).
+is (:mod:`realtime_dispatch.values.keys`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 CHAT_PREFIX = "chat:"
 USER_PREFIX = "user:"

@@ -14,7 +14,7 @@ session has been signalled before it reports the query done, and asyncpg runs th
 callbacks before the query's caller resumes, so once ``SELECT 1`` returns, every change committed
 before the push was produced has been applied (it goes as a simple query: one message, no
 prepared statement). A batch may instead carry a worker's membership marks
-(:mod:`realtime_dispatch.membership_mark`): once the feed has applied one of them
+(:mod:`realtime_dispatch.delivery.marks`): once the feed has applied one of them
 (:meth:`MembershipFeed.heard`), the batch needs no round trip.
 
 A notification without ``active`` is a hint (:mod:`.tracker`): the feed re-reads that user's
@@ -36,15 +36,15 @@ from typing import Any, Protocol
 import asyncpg
 import structlog
 
-from realtime_dispatch.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.database import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
-from realtime_dispatch.database import close_quietly
+from realtime_dispatch.database.connections import DB_ERRORS as DB_ERRORS  # noqa: PLC0414  (re-exported)
+from realtime_dispatch.database.connections import close_quietly
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.delivery.marks import parse_barrier
 from realtime_dispatch.hub.membership.hints import HintRereads
 from realtime_dispatch.hub.membership.loads import ConnectionLoads
 from realtime_dispatch.hub.membership.tracker import MembershipTracker, parse_change
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
 from realtime_dispatch.manifest.manifest import shipped_manifest
-from realtime_dispatch.membership_mark import parse_barrier
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 log = structlog.get_logger(__name__)
 

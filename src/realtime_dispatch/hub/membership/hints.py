@@ -19,7 +19,7 @@ import structlog
 
 from realtime_dispatch.hub.membership.loads import LOAD_BATCH
 from realtime_dispatch.hub.membership.tracker import MembershipTracker
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
 from realtime_dispatch.hub.membership.tracker import MembershipTracker
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 LOAD_BATCH = 1000
 """Users per ``member_chats`` query for connections opening together (or hints re-read)."""

@@ -13,8 +13,8 @@ import structlog
 
 from realtime_dispatch.auth.revocation_store import load_revocations
 from realtime_dispatch.auth.revocations import Revocations, parse_change
-from realtime_dispatch.channels import REVOCATION_CHANNEL
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.delivery.channels import REVOCATION_CHANNEL
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 log = structlog.get_logger(__name__)
 

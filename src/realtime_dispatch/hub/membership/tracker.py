@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistry, chat_group
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@
   ``"source": "realtime-dispatch-hub"`` at the top level of the body). The batch is
   decoded once and goes out as one publish (one membership barrier locally, one backplane
   message), in order; a push that is invalid fails alone. An optional ``"marks"`` (the
-  worker's membership marks, :func:`~realtime_dispatch.membership_mark.received_marks`) spares
+  worker's membership marks, :func:`~realtime_dispatch.delivery.marks.received_marks`) spares
   that barrier when this hub heard one of them; a mark it never heard costs only the barrier.
 """
 
@@ -29,17 +29,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.tokens import service_key_matches
-from realtime_dispatch.hub.connections.registry import is_valid_group
-from realtime_dispatch.hub.serving.direct_post import Answer
-from realtime_dispatch.hub.wire.protocol import invocation_frame
-from realtime_dispatch.membership_mark import MAX_RECEIVED, MAX_TOKEN_CHARS, received_marks
-from realtime_dispatch.push import (
+from realtime_dispatch.delivery.marks import MAX_RECEIVED, MAX_TOKEN_CHARS, received_marks
+from realtime_dispatch.delivery.push import (
     MAX_BATCH_BYTES,
     MAX_BATCH_PUSHES,
     MAX_PUSH_BYTES,
-    JsonValue,
     hub_problem,
 )
+from realtime_dispatch.hub.connections.registry import is_valid_group
+from realtime_dispatch.hub.serving.direct_post import Answer
+from realtime_dispatch.hub.wire.protocol import invocation_frame
+from realtime_dispatch.values.json_types import JsonValue
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

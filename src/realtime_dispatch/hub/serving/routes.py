@@ -13,13 +13,13 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from realtime_dispatch.auth.request_guard import BodyRule
+from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_BYTES
 from realtime_dispatch.hub.connections.caps import ConnectionRefused
 from realtime_dispatch.hub.serving.push_api import MAX_BODY_BYTES, BatchEndpoint, push_to_group
 from realtime_dispatch.hub.transports.common import Refused, identity_of
 from realtime_dispatch.hub.transports.endpoint import serve_websocket
 from realtime_dispatch.hub.transports.http import HttpTransportEndpoint
 from realtime_dispatch.hub.transports.negotiate import negotiate_body
-from realtime_dispatch.push import BATCH_PATH, MAX_BATCH_BYTES
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

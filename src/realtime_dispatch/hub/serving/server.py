@@ -22,6 +22,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 
 from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
+from realtime_dispatch.delivery.push import BATCH_PATH
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.serving.http_protocol import (
@@ -34,8 +35,7 @@ from realtime_dispatch.hub.serving.push_api import DirectBatch
 from realtime_dispatch.hub.serving.routes import HUB_PATH, hub_body_rules, hub_routes
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
 from realtime_dispatch.hub.wire.framing import RAW_TRANSPORT_EXTENSION
-from realtime_dispatch.observability import RedactSecrets
-from realtime_dispatch.push import BATCH_PATH
+from realtime_dispatch.telemetry.logs import RedactSecrets
 
 MAX_WS_FRAME_BYTES = 1 << 20
 """uvicorn's hard limit; the hub itself refuses inbound messages over 32 KB with a close message."""

@@ -23,8 +23,8 @@ from realtime_dispatch.hub.signals.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signals.typing_signal import TypingSignals
 from realtime_dispatch.hub.signals.wire_ids import parse_key
 from realtime_dispatch.hub.wire.signal_envelope import is_signal
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection

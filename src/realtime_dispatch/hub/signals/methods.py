@@ -11,7 +11,7 @@ from realtime_dispatch.hub.signals.typing_signal import ANSWERED_LATER, TypingSi
 from realtime_dispatch.hub.wire.invocations import void_completion_json, void_completion_messagepack
 from realtime_dispatch.hub.wire.protocol import Invocation
 from realtime_dispatch.hub.wire.protocols import JSON, MESSAGEPACK, HubProtocol
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection

@@ -41,8 +41,8 @@ from realtime_dispatch.hub.signals.presence_scope import (
 from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.hub.signals.wire_ids import parse_key
 from realtime_dispatch.hub.wire.protocol import Invocation
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection

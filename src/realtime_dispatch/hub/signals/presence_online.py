@@ -22,8 +22,8 @@ import structlog
 
 from realtime_dispatch.hub.signals.wire_ids import user_id_json
 from realtime_dispatch.hub.wire.protocol import invocation_frame
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,7 @@ import structlog
 from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistry, chat_group
 from realtime_dispatch.hub.signals.presence_online import PRESENCE_PREFIX, presence_group
 from realtime_dispatch.hub.signals.wire_ids import parse_key
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 log = structlog.get_logger(__name__)
 

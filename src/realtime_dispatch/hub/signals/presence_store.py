@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from realtime_dispatch.hub.signals.wire_ids import parse_key
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 SEEN_TTL = 30 * 24 * 3600
 CONCURRENT = 16

@@ -32,8 +32,8 @@ from realtime_dispatch.hub.connections.registry import CHAT_PREFIX, GroupRegistr
 from realtime_dispatch.hub.signals.wire_ids import parse_key, user_id_json
 from realtime_dispatch.hub.wire.protocol import invocation_frame
 from realtime_dispatch.hub.wire.signal_envelope import decode_signal, encode_signal, is_signal
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.connections.connection import HubConnection

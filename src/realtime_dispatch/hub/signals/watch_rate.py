@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 WATCH_RATE = 2.0
 WATCH_BURST = 10

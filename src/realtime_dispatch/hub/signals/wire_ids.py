@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from realtime_dispatch.keys import UUID_KEYS, Key, KeyCodec
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
+from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
 
 def user_id_json(user_id: Key, keys: KeyCodec = UUID_KEYS) -> JsonValue:

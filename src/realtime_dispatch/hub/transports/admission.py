@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.database import DB_ERRORS
+from realtime_dispatch.database.connections import DB_ERRORS
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.connections.caps import Reservation
 from realtime_dispatch.hub.connections.connection import HubConnection

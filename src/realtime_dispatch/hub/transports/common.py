@@ -24,7 +24,7 @@ from realtime_dispatch.auth.tokens import (
 from realtime_dispatch.hub.connections.connection import Attachment, Writer
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

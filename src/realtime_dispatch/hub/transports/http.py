@@ -43,7 +43,7 @@ from realtime_dispatch.hub.transports.longpolling import poll
 from realtime_dispatch.hub.transports.sse import serve_stream
 from realtime_dispatch.hub.wire.protocol import HANDSHAKE_OK, handshake_error
 from realtime_dispatch.hub.wire.protocols import Transport
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 if TYPE_CHECKING:
     from realtime_dispatch.hub.runtime import Hub

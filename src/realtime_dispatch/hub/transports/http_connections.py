@@ -21,7 +21,7 @@ from realtime_dispatch.hub.connections.caps import Reservation
 from realtime_dispatch.hub.connections.connection import HubConnection
 from realtime_dispatch.hub.connections.session import InboundSession
 from realtime_dispatch.hub.wire.protocols import Transport
-from realtime_dispatch.keys import Key
+from realtime_dispatch.values.keys import Key
 
 log = structlog.get_logger(__name__)
 

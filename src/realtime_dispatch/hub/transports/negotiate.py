@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from realtime_dispatch.hub.wire.protocols import Transport
-from realtime_dispatch.keys import Key
-from realtime_dispatch.push import JsonObject, JsonValue
+from realtime_dispatch.values.json_types import JsonObject, JsonValue
+from realtime_dispatch.values.keys import Key
 
 AVAILABLE_TRANSPORTS: list[JsonValue] = [
     {"transport": t.value, "transferFormats": list[JsonValue](t.transfer_formats)}

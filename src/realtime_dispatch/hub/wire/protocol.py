@@ -19,7 +19,7 @@ from typing import TypeAlias
 import orjson
 
 from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
 
 RECORD_SEPARATOR = "\x1e"
 _RS_BYTES = b"\x1e"

@@ -17,7 +17,7 @@ from enum import Enum
 
 from realtime_dispatch.hub.wire import messagepack, protocol
 from realtime_dispatch.hub.wire.protocol import ClientMessage
-from realtime_dispatch.push import JsonValue
+from realtime_dispatch.values.json_types import JsonValue
 
 
 class Transport(Enum):

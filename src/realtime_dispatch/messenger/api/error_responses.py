@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from realtime_dispatch.auth.tokens import AuthError, KeysUnavailable, www_authenticate
-from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.database.connections import is_unavailable
 from realtime_dispatch.messenger.api.send_rate import retry_after
 from realtime_dispatch.messenger.refusals import DomainError
 

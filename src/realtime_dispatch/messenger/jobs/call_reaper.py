@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.jobs.metrics import CALL_REAPER
 from realtime_dispatch.messenger.jobs.scheduled import BatchJob, JobRun
 from realtime_dispatch.messenger.reaper import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from uuid import UUID
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.conferences import close_ended
 from realtime_dispatch.messenger.jobs.metrics import CONFERENCE_REAPER
 from realtime_dispatch.messenger.jobs.options import ConferenceReaperOptions

@@ -24,7 +24,7 @@ from uuid import UUID
 import asyncpg
 import structlog
 
-from realtime_dispatch.database import DbConnection
+from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.jobs.finalize_policy import (
     FINALIZE_TIMEOUT_CODE,
     Answer,

@@ -23,7 +23,7 @@ import asyncpg
 import structlog
 from opentelemetry import trace
 
-from realtime_dispatch.database import is_unavailable
+from realtime_dispatch.database.connections import is_unavailable
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
 from realtime_dispatch.messenger.jobs.options import JOB_BATCH_SIZE, JobSchedule
 from realtime_dispatch.outbox.queries import load_queries

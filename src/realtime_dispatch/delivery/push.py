@@ -10,10 +10,10 @@ a :class:`~realtime_dispatch.errors.TransientError` keeps the row Pending for a 
 a single push; raising from :meth:`HubPublisher.publish` marks the whole slice as failed with
 that error.
 
-A publisher that pushes one by one honours :data:`PUSH_DEADLINE` (the end of the dispatcher's
-pass, in ``time.monotonic()`` seconds): no push starts after it, a push started before it waits
-at most for the time left (but :data:`MIN_PUSH_TIME` at least, so that one started just before
-the end is not failed for nothing), and a push it never started is answered with
+A publisher honours the ``deadline`` it is given (the end of the dispatcher's pass, in
+``time.monotonic()`` seconds; None: none): no push starts after it, a push started before it
+waits at most for the time left (but :data:`MIN_PUSH_TIME` at least, so that one started just
+before the end is not failed for nothing), and a push it never started is answered with
 :class:`NotPushed` (the dispatcher gives that row back, due at once, attempt not counted).
 
 Implementations: :class:`~realtime_dispatch.dispatch.http_publisher.HttpHubPublisher` (a hub in
@@ -23,15 +23,12 @@ another process), the hub's in-process and Redis backplane publishers, and test 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Protocol, TypeAlias
 
 import orjson
 
 from realtime_dispatch.errors import RealtimeDispatchError, TransientError
-
-JsonValue: TypeAlias = str | int | float | bool | list["JsonValue"] | dict[str, "JsonValue"] | None
-JsonObject: TypeAlias = dict[str, JsonValue]
+from realtime_dispatch.values.json_types import JsonObject
 
 
 class Push:
@@ -119,7 +116,6 @@ MAX_BATCH_PUSHES = 1000
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 
 MIN_PUSH_TIME = 0.5  # seconds
-PUSH_DEADLINE: ContextVar[float | None] = ContextVar("realtime_push_deadline", default=None)
 
 
 class NotPushed(TransientError):
@@ -129,8 +125,20 @@ class NotPushed(TransientError):
 
 
 class HubPublisher(Protocol):
-    async def publish(self, pushes: Sequence[Push]) -> Sequence[PublishResult]:
-        """Deliver ``pushes`` in order; return one result per push, in the same order."""
+    async def publish(
+        self,
+        pushes: Sequence[Push],
+        *,
+        deadline: float | None = None,
+        marks: Sequence[str] = (),
+    ) -> Sequence[PublishResult]:
+        """Deliver ``pushes`` in order; return one result per push, in the same order.
+
+        ``deadline``: the end of the dispatcher's pass (``time.monotonic()`` seconds), see the
+        module's docstring; None outside a pass. ``marks``: the membership marks the pushes'
+        claim can vouch for (:mod:`realtime_dispatch.delivery.marks`), read when the slice is
+        published; a publisher that hands marks on (the hub's in-process and Redis publishers,
+        the HTTP publisher's batch body) carries them, any other ignores them."""
         ...
 
     async def aclose(self) -> None:

@@ -13,10 +13,12 @@ The marks are barrier notifications, ``{"barrier": token}``, on that channel: th
 place in the one order in which every listener hears the channel. The worker's runner sends
 one when it has none, and every :data:`REFRESH_EVERY` seconds. :class:`MembershipMark` keeps
 the tokens its connection heard since the last membership change it heard; a batch published
-during a pass carries them (:data:`CURRENT_MARK`). A hub whose feed has applied one of them has
-applied every change notified before it, so every change the batch's rows can depend on: it
-skips its barrier. A hub that has not heard any of them (it just started, its feed lags) runs
-its barrier as before. A mark only ever saves a round trip; a missing or unknown one costs one.
+during a pass carries them (the dispatcher reads them when it publishes a slice and hands them
+to :meth:`~realtime_dispatch.delivery.push.HubPublisher.publish` as ``marks``). A hub whose
+feed has applied one of them has applied every change notified before it, so every change the
+batch's rows can depend on: it skips its barrier. A hub that has not heard any of them (it
+just started, its feed lags) runs its barrier as before. A mark only ever saves a round trip; a
+missing or unknown one costs one.
 In ``serve`` the in-process publisher hands the marks to the hub beside it the same way; a
 worker that pushes over HTTP sends them in its batch's body (``"marks"``, :func:`received_marks`).
 
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextvars import ContextVar
 
 import orjson
 
@@ -113,18 +114,3 @@ class MembershipMark:
         """Should a new token be sent? (None held, or the newest is older than the refresh.)"""
         now = time.monotonic() if now is None else now
         return not self._tokens or now - self._heard_at >= self.refresh_every
-
-
-CURRENT_MARK: ContextVar[MembershipMark | None] = ContextVar(
-    "realtime_membership_mark", default=None
-)
-"""Set by a runner whose claims run on a connection listening on ``realtime_membership``, for
-its passes: a publisher that hands marks on (the hub's in-process and Redis publishers) reads it
-at publish time (:func:`current_marks`). A mark read then is at least as recent as the one the
-batch's claim saw."""
-
-
-def current_marks() -> tuple[str, ...]:
-    """The tokens a batch published now carries: the running pass's, or none outside one."""
-    mark = CURRENT_MARK.get()
-    return () if mark is None else mark.tokens
