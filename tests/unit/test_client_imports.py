@@ -14,6 +14,7 @@ GROUND = (
     "realtime_dispatch.errors",
     "realtime_dispatch.push",
     "realtime_dispatch.keys",  # the key types, pure
+    "realtime_dispatch.catalogue",  # the kinds' table, pure data
 )
 
 PROBE = """

@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from realtime_dispatch.catalogue import CATALOGUE
 from realtime_dispatch.manifest.manifest import Manifest
-from realtime_dispatch.outbox.catalogue import CATALOGUE
 
 REGISTRY = "messenger.realtime_kinds"
 

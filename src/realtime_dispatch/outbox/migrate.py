@@ -27,9 +27,9 @@ from importlib import resources
 
 import asyncpg
 
+from realtime_dispatch.catalogue import CATALOGUE
 from realtime_dispatch.errors import ConfigurationError, SchemaConflict
 from realtime_dispatch.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
-from realtime_dispatch.outbox.catalogue import CATALOGUE
 
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"
 MIGRATION_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('realtime-dispatch:migrate', 0))"
