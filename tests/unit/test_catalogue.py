@@ -7,6 +7,8 @@ added to one place and not the others fails here, naming what is missing."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,16 @@ def _table_events(text: str) -> set[str]:
 def test_the_docs_event_table_has_every_event() -> None:
     documented = _table_events((ROOT / "docs/api.md").read_text())
     assert set(EVENTS) <= documented, set(EVENTS) - documented
+
+
+def test_the_docs_event_table_is_the_generated_one() -> None:
+    """docs/api.md's table is what ``scripts/gen_docs_events.py`` writes from the catalogue
+    and the payload models (a field renamed, a kind added: the check names the command)."""
+    done = subprocess.run(
+        [sys.executable, "scripts/gen_docs_events.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
