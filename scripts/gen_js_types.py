@@ -1,10 +1,11 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
 event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``, and the group shapes of
 ``call_invited`` / ``call_ended`` in ``GROUP_EVENT_MODELS``), the live signals
-(``realtime_dispatch.contracts.signals.SIGNAL_MODELS``) and every REST body
-(``realtime_dispatch.contracts.rest``). pydantic gives the JSON Schema (wire names,
-serialization mode); ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it
-into TypeScript.
+(``realtime_dispatch.contracts.signals.SIGNAL_MODELS``), every REST body
+(``realtime_dispatch.contracts.rest``) and ``EVENT_NAMES``, the SDK's list of the built-in
+events (from the kinds' catalogue, ``realtime_dispatch.values.catalogue``, as ``EVENT_MODELS``
+is). pydantic gives the JSON Schema (wire names, serialization mode);
+``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it into TypeScript.
 
     python scripts/gen_js_types.py          # rewrite the file
     python scripts/gen_js_types.py --check  # exit 1 if the committed file differs
@@ -127,7 +128,16 @@ def render() -> str:
         check=True,
         cwd=ROOT,
     )
-    return out.stdout
+    return out.stdout + "\n" + event_names()
+
+
+def event_names() -> str:
+    """The SDK's list of the built-in events (it listens to each), in the catalogue's order."""
+    names = "".join(f'  "{name}",\n' for name in EVENT_MODELS)
+    return (
+        "/** The built-in hub events, in the order of the kinds' catalogue. */\n"
+        f"export const EVENT_NAMES: readonly (keyof HubEvents)[] = [\n{names}];\n"
+    )
 
 
 def main() -> int:

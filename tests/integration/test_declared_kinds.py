@@ -18,7 +18,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.manifest.registry import register_kinds
-from realtime_dispatch.outbox.catalogue import CATALOGUE
+from realtime_dispatch.values.catalogue import CATALOGUE
 from tests.integration.support import make_stack, new_chat, row, send
 
 SOURCE = "/etc/realtime/projections.sql"

@@ -1,4 +1,4 @@
-"""The built-in kinds' one table (``realtime_dispatch.outbox.catalogue``) and everything that
+"""The built-in kinds' one table (``realtime_dispatch.values.catalogue``) and everything that
 names the kinds elsewhere: the enum, the outbox model's routing rules, the contracts' event map,
 the manifest contract's ``serves`` lists, the registry's migration rows, the TypeScript SDK's
 event list and generated types, the Python SDK's events, and docs/api.md's event table. A kind
@@ -7,15 +7,18 @@ added to one place and not the others fails here, naming what is missing."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from realtime_dispatch.client.events import BY_EVENT_NAME
 from realtime_dispatch.contracts.events import EVENT_MODELS
+from realtime_dispatch.dispatch.projections.builder import CompositePayloadBuilder
+from realtime_dispatch.dispatch.projections.registry import default_builders
 from realtime_dispatch.errors import IntentError
 from realtime_dispatch.manifest.contract import CONTRACT
-from realtime_dispatch.outbox.catalogue import CATALOGUE
 from realtime_dispatch.outbox.migrate import builtin_kinds_sql
 from realtime_dispatch.outbox.model import (
     OutboxIntent,
@@ -23,6 +26,7 @@ from realtime_dispatch.outbox.model import (
     RealtimeTargetKind,
     SessionKind,
 )
+from realtime_dispatch.values.catalogue import CATALOGUE, _rows
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = [entry.event for entry in CATALOGUE]
@@ -57,12 +61,49 @@ def test_each_kind_goes_where_its_row_says() -> None:
 def test_each_contract_is_the_event_map_s_model() -> None:
     assert list(EVENT_MODELS) == EVENTS
     for entry in CATALOGUE:
-        assert EVENT_MODELS[entry.event].__name__ == entry.contract, entry.kind
+        model = EVENT_MODELS[entry.event]
+        module = model.__module__.removeprefix("realtime_dispatch.contracts.")
+        assert f"{module}.{model.__name__}" == entry.contract, entry.kind
     assert dict(BY_EVENT_NAME) == dict(EVENT_MODELS)  # the Python SDK's events
+
+
+def test_a_row_s_options_and_its_mistakes() -> None:
+    """``event=`` overrides the snake_case name, ``contract=`` the class's name; a row with
+    an unknown target, ids or option stops the import."""
+    (entry,) = _rows("PinAdded  chat  ref  chats  ids  event=pin  contract=ChatPin")
+    assert (entry.event, entry.contract, entry.query, entry.target_kind) == (
+        "pin",
+        "chats.ChatPin",
+        None,
+        "ChatGroup",
+    )
+    (plain,) = _rows("PinAdded  user  ref  chats  pins")
+    assert (plain.event, plain.contract, plain.query) == ("pin_added", "chats.PinAdded", "pins")
+    for bad in (
+        "PinAdded  group  ref  chats  pins",
+        "PinAdded  chat  id  chats  pins",
+        "PinAdded  chat  ref  chats  pins  evnt=pin",
+    ):
+        with pytest.raises(ValueError, match="catalogue row PinAdded"):
+            _rows(bad)
+
+
+def test_each_kind_is_built_by_the_builder_its_row_names() -> None:
+    """Every kind has exactly one shipped builder, the one reading its row's query (``ids``:
+    the ids builder); the composite refuses two builders for a kind."""
+    built: dict[str, str] = {}
+    for builder in default_builders():
+        for kind in builder.kinds:
+            assert kind.value not in built, kind
+            built[kind.value] = str(builder.query)  # type: ignore[attr-defined]
+    CompositePayloadBuilder(default_builders())
+    assert built == {entry.kind: entry.builder for entry in CATALOGUE}
 
 
 def test_each_kind_is_served_by_its_manifest_query() -> None:
     for entry in CATALOGUE:
+        if entry.query is None:  # ids only: no query
+            continue
         contract = CONTRACT[entry.query]
         assert contract.role == "payload", entry.kind
         assert re.search(rf"\b{entry.kind}\b", contract.serves), (entry.kind, entry.query)
@@ -73,7 +114,7 @@ def test_each_kind_is_served_by_its_manifest_query() -> None:
         for kind in re.findall(r"\b[A-Z][A-Za-z]+\b", contract.serves)
         if kind not in ("Direct", "Conference")
     }
-    assert served == {entry.kind for entry in CATALOGUE}
+    assert served == {entry.kind for entry in CATALOGUE if entry.query is not None}
 
 
 def test_the_registry_migration_lists_every_kind() -> None:
@@ -84,11 +125,16 @@ def test_the_registry_migration_lists_every_kind() -> None:
 
 
 def test_the_typescript_sdk_names_every_event() -> None:
-    client = (ROOT / "clients/js/src/client.ts").read_text()
-    listed = re.search(r"EVENT_NAMES: readonly EventName\[\] = \[(.*?)\];", client, re.S)
+    """Both generated (scripts/gen_js_types.py; tests/e2e/test_js_sdk.py fails on a stale
+    file): the SDK's event list and its typed events."""
+    contracts = (ROOT / "clients/js/src/contracts.ts").read_text()
+    listed = re.search(
+        r"EVENT_NAMES: readonly \(keyof HubEvents\)\[\] = \[(.*?)\];", contracts, re.S
+    )
     assert listed is not None
     assert re.findall(r'"([a-z_]+)"', listed[1]) == EVENTS
-    contracts = (ROOT / "clients/js/src/contracts.ts").read_text()
+    client = (ROOT / "clients/js/src/client.ts").read_text()
+    assert "export { EVENT_NAMES };" in client
     hub_events = re.search(r"export interface HubEvents \{(.*?)\}", contracts, re.S)
     assert hub_events is not None
     assert sorted(re.findall(r"^\s*([a-z_]+):", hub_events[1], re.M)) == sorted(EVENTS)
@@ -115,3 +161,16 @@ def _table_events(text: str) -> set[str]:
 def test_the_docs_event_table_has_every_event() -> None:
     documented = _table_events((ROOT / "docs/api.md").read_text())
     assert set(EVENTS) <= documented, set(EVENTS) - documented
+
+
+def test_the_docs_event_table_is_the_generated_one() -> None:
+    """docs/api.md's table is what ``scripts/gen_docs_events.py`` writes from the catalogue
+    and the payload models (a field renamed, a kind added: the check names the command)."""
+    done = subprocess.run(
+        [sys.executable, "scripts/gen_docs_events.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -15,6 +15,7 @@ GROUND = (
     "realtime_dispatch.values",  # the key types and the JSON aliases, pure
     "realtime_dispatch.values.keys",
     "realtime_dispatch.values.json_types",
+    "realtime_dispatch.values.catalogue",  # the kinds' table, pure data
 )
 
 PROBE = """

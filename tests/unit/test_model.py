@@ -16,13 +16,46 @@ K = RealtimeDispatchKind
 T = RealtimeTargetKind
 
 
+SPEC_KINDS = [
+    "MessageReceived",
+    "MessageEdited",
+    "MessageDeleted",
+    "ReadReceiptUpdated",
+    "ChatUpdated",
+    "ContactRequestReceived",
+    "ContactRequestAccepted",
+    "ContactRemoved",
+    "CallInvited",
+    "CallAnswered",
+    "CallDeclined",
+    "CallMissed",
+    "CallCancelled",
+    "CallEnded",
+    "ConferenceInvited",
+    "ConferenceStarted",
+    "ConferenceEnded",
+    "ConferenceParticipantJoined",
+    "ConferenceParticipantLeft",
+    "RecordingStarted",
+    "RecordingStopped",
+    "RecordingAvailable",
+    "RecordingFailed",
+    "ScreenShareStarted",
+    "ScreenShareStopped",
+    "BlacklistChanged",
+]
+
+
 def test_there_are_the_specs_26_kinds_with_snake_case_events() -> None:
-    assert len(K) == 26
+    """The spec's 26 are built in (a kind added to the catalogue beside them is not an error
+    here: the catalogue's own test checks it)."""
+    assert len(set(SPEC_KINDS)) == 26
+    assert set(SPEC_KINDS) <= {k.value for k in K}
     assert K.MESSAGE_RECEIVED.event_name == "message_received"
     assert K.READ_RECEIPT_UPDATED.event_name == "read_receipt_updated"
     assert K.CALL_INVITED.event_name == "call_invited"
     assert K.CONFERENCE_PARTICIPANT_JOINED.event_name == "conference_participant_joined"
-    assert len({k.event_name for k in K}) == 26
+    assert len({k.event_name for k in K}) == len(K)
 
 
 def test_message_kinds_need_chat_message_and_seq() -> None:

@@ -32,22 +32,18 @@ import {
   HttpTransportType,
   LogLevel,
 } from "@microsoft/signalr";
-import type {
-  HubEvents, HubSignals, Key, MessageReceived, PresenceChanged, SyncPageOut,
+import {
+  EVENT_NAMES,
+  type HubEvents, type HubSignals, type Key, type MessageReceived, type PresenceChanged,
+  type SyncPageOut,
 } from "./contracts.js";
 import { type ChatSummary, MessengerRest, RestError, SYNC_LIMIT, type SendOptions } from "./rest.js";
 import { type Change, Timeline, type TimelineMessage } from "./timeline.js";
 
 export const HUB_PATH = "/hubs/messenger";
 export type EventName = keyof HubEvents;
-export const EVENT_NAMES: readonly EventName[] = [
-  "message_received", "message_edited", "message_deleted", "read_receipt_updated", "chat_updated",
-  "contact_request_received", "contact_request_accepted", "contact_removed", "call_invited",
-  "call_answered", "call_declined", "call_missed", "call_cancelled", "call_ended",
-  "conference_invited", "conference_started", "conference_ended", "conference_participant_joined",
-  "conference_participant_left", "recording_started", "recording_stopped", "recording_available",
-  "recording_failed", "screen_share_started", "screen_share_stopped", "blacklist_changed",
-];
+// The built-in events, generated from the kinds' catalogue (scripts/gen_js_types.py).
+export { EVENT_NAMES };
 
 /** Why the SDK asks the application for its own full resync (ClientOptions.resync);
  *  "new_chat": seed the chat of the second argument (only a hook declared with two

@@ -630,3 +630,33 @@ export interface SyncPageOut {
 export interface UserRef {
   userId: string;
 }
+
+/** The built-in hub events, in the order of the kinds' catalogue. */
+export const EVENT_NAMES: readonly (keyof HubEvents)[] = [
+  "message_received",
+  "message_edited",
+  "message_deleted",
+  "read_receipt_updated",
+  "chat_updated",
+  "contact_request_received",
+  "contact_request_accepted",
+  "contact_removed",
+  "call_invited",
+  "call_answered",
+  "call_declined",
+  "call_missed",
+  "call_cancelled",
+  "call_ended",
+  "conference_invited",
+  "conference_started",
+  "conference_ended",
+  "conference_participant_joined",
+  "conference_participant_left",
+  "recording_started",
+  "recording_stopped",
+  "recording_available",
+  "recording_failed",
+  "screen_share_started",
+  "screen_share_stopped",
+  "blacklist_changed",
+];

@@ -1,7 +1,8 @@
 """The published map from hub event name to its payload model: what a client parses an
 invocation with, and what the dispatcher's projections must produce.
 
-Event names are the outbox kinds in snake_case (``MessageReceived`` → ``message_received``).
+Event names are the outbox kinds in snake_case (``MessageReceived`` → ``message_received``),
+each with the model its row of :mod:`realtime_dispatch.values.catalogue` names.
 ``call_invited`` and ``call_ended`` have a second, group shape (a conference call pushed to
 ``chat:{chatId}``), told apart by its ``conferenceId`` field.
 """
@@ -9,47 +10,27 @@ Event names are the outbox kinds in snake_case (``MessageReceived`` → ``messag
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 
-from realtime_dispatch.contracts import (
-    calls,
-    chats,
-    conferences,
-    contacts,
-    messages,
-    recordings,
-    screenshare,
-)
+from realtime_dispatch.contracts import calls
 from realtime_dispatch.contracts.base import Contract
+from realtime_dispatch.values.catalogue import CATALOGUE
+
+
+def _contract(path: str) -> type[Contract]:
+    """``recordings.RecordingStarted`` → that model of :mod:`realtime_dispatch.contracts`."""
+    module, name = path.rsplit(".", 1)
+    model = getattr(import_module(f"{__package__}.{module}"), name, None)
+    if not (isinstance(model, type) and issubclass(model, Contract)):
+        raise TypeError(f"the catalogue's contract {path} is not a model of {__package__}")
+    return model
+
 
 EVENT_MODELS: Mapping[str, type[Contract]] = {
-    "message_received": messages.MessageReceived,
-    "message_edited": messages.MessageEdited,
-    "message_deleted": messages.MessageDeleted,
-    "read_receipt_updated": chats.ReadReceiptUpdated,
-    "chat_updated": chats.ChatUpdated,
-    "contact_request_received": contacts.ContactRequestReceived,
-    "contact_request_accepted": contacts.ContactRequestAccepted,
-    "contact_removed": contacts.ContactRemoved,
-    "call_invited": calls.CallInvited,
-    "call_answered": calls.CallAnswered,
-    "call_declined": calls.CallDeclined,
-    "call_missed": calls.CallMissed,
-    "call_cancelled": calls.CallCancelled,
-    "call_ended": calls.CallEnded,
-    "conference_invited": conferences.ConferenceInvited,
-    "conference_started": conferences.ConferenceStarted,
-    "conference_ended": conferences.ConferenceEnded,
-    "conference_participant_joined": conferences.ConferenceParticipantJoined,
-    "conference_participant_left": conferences.ConferenceParticipantLeft,
-    "recording_started": recordings.RecordingStarted,
-    "recording_stopped": recordings.RecordingStopped,
-    "recording_available": recordings.RecordingAvailable,
-    "recording_failed": recordings.RecordingFailed,
-    "screen_share_started": screenshare.ScreenShareStarted,
-    "screen_share_stopped": screenshare.ScreenShareStopped,
-    "blacklist_changed": contacts.BlacklistChanged,
+    entry.event: _contract(entry.contract) for entry in CATALOGUE
 }
-"""Event name → the payload model of its 1:1 (or only) shape."""
+"""Event name → the payload model of its 1:1 (or only) shape, from the kinds' catalogue (the
+row's event and contract), in its order."""
 
 GROUP_EVENT_MODELS: Mapping[str, type[Contract]] = {
     "call_invited": calls.GroupCallInvited,

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from realtime_dispatch.manifest.manifest import Manifest
-from realtime_dispatch.outbox.catalogue import CATALOGUE
+from realtime_dispatch.values.catalogue import CATALOGUE
 
 REGISTRY = "messenger.realtime_kinds"
 

@@ -28,7 +28,7 @@ from importlib import resources
 import asyncpg
 
 from realtime_dispatch.errors import ConfigurationError, SchemaConflict
-from realtime_dispatch.outbox.catalogue import CATALOGUE
+from realtime_dispatch.values.catalogue import CATALOGUE
 from realtime_dispatch.values.keys import PLACEHOLDER, UUID_KEYS, VARIABLE, KeyCodec
 
 MIGRATION_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('realtime-dispatch:migrate', 0))"

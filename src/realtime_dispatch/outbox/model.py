@@ -1,58 +1,19 @@
 """Typed values of ``messenger.realtime_outbox``: enums stored as the spec's names, and the rule
-of which reference ids each kind needs (pure; shared by ``enqueue`` and the dispatcher)."""
+of which reference ids each kind needs, read from the kinds' catalogue (pure; shared by
+``enqueue`` and the dispatcher). :class:`RealtimeDispatchKind` is defined beside the catalogue's
+rows (:mod:`realtime_dispatch.values.catalogue`) and imported from here as before."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
 from realtime_dispatch.errors import IntentError
+from realtime_dispatch.values.catalogue import CATALOGUE
+from realtime_dispatch.values.catalogue import RealtimeDispatchKind as RealtimeDispatchKind  # noqa: PLC0414
 from realtime_dispatch.values.keys import Key
-
-
-class RealtimeDispatchKind(StrEnum):
-    MESSAGE_RECEIVED = "MessageReceived"
-    MESSAGE_EDITED = "MessageEdited"
-    MESSAGE_DELETED = "MessageDeleted"
-    READ_RECEIPT_UPDATED = "ReadReceiptUpdated"
-    CHAT_UPDATED = "ChatUpdated"
-    CONTACT_REQUEST_RECEIVED = "ContactRequestReceived"
-    CONTACT_REQUEST_ACCEPTED = "ContactRequestAccepted"
-    CONTACT_REMOVED = "ContactRemoved"
-    CALL_INVITED = "CallInvited"
-    CALL_ANSWERED = "CallAnswered"
-    CALL_DECLINED = "CallDeclined"
-    CALL_MISSED = "CallMissed"
-    CALL_CANCELLED = "CallCancelled"
-    CALL_ENDED = "CallEnded"
-    CONFERENCE_INVITED = "ConferenceInvited"
-    CONFERENCE_STARTED = "ConferenceStarted"
-    CONFERENCE_ENDED = "ConferenceEnded"
-    CONFERENCE_PARTICIPANT_JOINED = "ConferenceParticipantJoined"
-    CONFERENCE_PARTICIPANT_LEFT = "ConferenceParticipantLeft"
-    RECORDING_STARTED = "RecordingStarted"
-    RECORDING_STOPPED = "RecordingStopped"
-    RECORDING_AVAILABLE = "RecordingAvailable"
-    RECORDING_FAILED = "RecordingFailed"
-    SCREEN_SHARE_STARTED = "ScreenShareStarted"
-    SCREEN_SHARE_STOPPED = "ScreenShareStopped"
-    BLACKLIST_CHANGED = "BlacklistChanged"
-
-    @property
-    def event_name(self) -> str:
-        """The hub event: the kind in snake_case (``MessageReceived`` → ``message_received``)."""
-        return _snake(self.value)
-
-    @property
-    def is_message(self) -> bool:
-        return self in _MESSAGE_KINDS
-
-    @property
-    def is_media(self) -> bool:
-        return self in _MEDIA_KINDS
 
 
 class RealtimeTargetKind(StrEnum):
@@ -71,22 +32,20 @@ class SessionKind(StrEnum):
     CONFERENCE = "Conference"
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+def _kinds(target: str, ids: str | None = None) -> frozenset[RealtimeDispatchKind]:
+    """The kinds whose catalogue rows have ``target`` (and ``ids``)."""
+    return frozenset(
+        RealtimeDispatchKind(entry.kind)
+        for entry in CATALOGUE
+        if entry.target == target and ids in (None, entry.ids)
+    )
 
 
-K = RealtimeDispatchKind
-_MESSAGE_KINDS = frozenset({K.MESSAGE_RECEIVED, K.MESSAGE_EDITED, K.MESSAGE_DELETED})
-_CHAT_KINDS = frozenset({K.READ_RECEIPT_UPDATED, K.CHAT_UPDATED})
-_USER_KINDS = frozenset(
-    {
-        K.CONTACT_REQUEST_RECEIVED,
-        K.CONTACT_REQUEST_ACCEPTED,
-        K.CONTACT_REMOVED,
-        K.BLACKLIST_CHANGED,
-    }
-)
-_MEDIA_KINDS = frozenset(set(K) - _MESSAGE_KINDS - _CHAT_KINDS - _USER_KINDS)
+# The routing rule, read from the catalogue's rows.
+_MESSAGE_KINDS = _kinds("chat", "message")
+_CHAT_KINDS = _kinds("chat", "ref")
+_USER_KINDS = _kinds("user")
+_MEDIA_KINDS = _kinds("session")
 
 
 def group_name(target: RealtimeTargetKind, chat_id: Key | None, user_id: Key | None) -> str:

@@ -1,6 +1,8 @@
 """The payload builders shipped with the package, one per group of kinds: together they cover
 all 26 kinds, each with one projection query per batch, its SQL taken from the projection
-manifest (the shipped reference manifest unless one is given)."""
+manifest (the shipped reference manifest unless one is given). A kind's catalogue row names
+the query its builder reads (``tests/unit/test_catalogue.py`` checks the builders agree); a row
+whose builder is ``ids`` is built by :class:`IdsPayloadBuilder`, with no query."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from realtime_dispatch.dispatch.projections.contacts import (
 )
 from realtime_dispatch.dispatch.projections.declared import DeclaredKindBuilder
 from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
+from realtime_dispatch.dispatch.projections.ids import IdsPayloadBuilder
 from realtime_dispatch.dispatch.projections.messages import MessagePayloadBuilder
 from realtime_dispatch.dispatch.projections.recordings import RecordingPayloadBuilder
 from realtime_dispatch.dispatch.projections.screenshare import ScreenSharePayloadBuilder
@@ -75,6 +78,7 @@ def default_builders(
         RosterPayloadBuilder(minter, sql=q("conference_participants"), encoder=e),
         RecordingPayloadBuilder(sql=q("recordings"), encoder=e),
         ScreenSharePayloadBuilder(sql=q("screen_shares"), encoder=e),
+        IdsPayloadBuilder(encoder=e),
     ]
 
 
