@@ -39,6 +39,7 @@ SMOKES: dict[str, list[str]] = {
     "owner_cost": [],
     "partitions": [],
     "perf_split": [],
+    "pipeline_flood": [],
     "retention": [],
     "slow_push": [],
     "storm": [],
