@@ -147,10 +147,14 @@ def guarded_http_protocol(
     direct: Mapping[str, DirectUpgrade] | None = None,
     posts: Mapping[str, DirectPost] | None = None,
     refusals: HttpRefusals | None = None,
+    *,
+    ended: Callable[[], None] | None = None,
 ) -> type[HttpToolsProtocol]:
     """A subclass of uvicorn's httptools protocol bound to ``limits``, one shared
     :class:`ClientConnections`, the ``direct`` WebSocket paths, the ``posts`` it answers
-    itself and where its refusals are counted (give it to ``uvicorn.Config(http=...)``)."""
+    itself and where its refusals are counted (give it to ``uvicorn.Config(http=...)``).
+    ``ended`` is called when a connection ends (a WebSocket's when it closes, with the hub's
+    WebSocket protocols): :class:`~.gc_sweep.GarbageSweep`'s."""
     counter = clients if clients is not None else ClientConnections(limits.max_per_client)
     direct_paths = dict(direct or {})
     direct_posts = {path.encode("latin-1"): endpoint for path, endpoint in (posts or {}).items()}
@@ -159,6 +163,7 @@ def guarded_http_protocol(
     max_head = limits.max_header_bytes
     max_fields = limits.max_header_fields
     max_pipelined = limits.max_pipelined
+    on_end = ended if ended is not None else _nothing
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         timer: ConnectionTimer
@@ -210,6 +215,7 @@ def guarded_http_protocol(
             self._release()
             self._cut()
             super().connection_lost(exc)
+            on_end()
             self.cycle = None  # type: ignore[assignment]
             self.scope = None  # type: ignore[assignment]
             self.headers = None  # type: ignore[assignment]
@@ -467,12 +473,14 @@ def guarded_http_protocol(
                 self.ws_protocol_class = _upgraded_by(factory)  # type: ignore[assignment]
             super().handle_websocket_upgrade()
             protocol: Any = self.transport.get_protocol()
-            address, self._address = self._address, None
-            if address is None:
+            if protocol is self:
                 return
+            self.parser = None  # type: ignore[assignment]  # its callbacks: a cycle with this
+            self.timer.disarm()
+            address, self._address = self._address, None
             if hasattr(protocol, "on_connection_lost"):  # the hub's: keeps the place till closed
-                protocol.on_connection_lost = lambda: counter.release(address)
-            else:  # a WebSocket protocol that cannot tell when it closes: not counted
+                protocol.on_connection_lost = _on_close(address)
+            elif address is not None:  # a WebSocket protocol that cannot tell when it closes
                 counter.release(address)
 
         def _release(self) -> None:
@@ -510,4 +518,18 @@ def guarded_http_protocol(
                 refused(RefusalReason.BODY_TIMEOUT, self._client_address())
                 self.transport.close()
 
+    def _on_close(address: str | None) -> Callable[[], None]:
+        """What an upgraded connection does when it closes: its place freed, its end told."""
+
+        def closed() -> None:
+            if address is not None:
+                counter.release(address)
+            on_end()
+
+        return closed
+
     return GuardedHttpProtocol
+
+
+def _nothing() -> None:
+    return None

@@ -24,6 +24,7 @@ from websockets.http11 import Request
 from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.hub.serving.gc_sweep import GC_SWEEP_DELAY, GarbageSweep
 from realtime_dispatch.hub.serving.http_protocol import (
     DirectPost,
     DirectUpgrade,
@@ -127,12 +128,14 @@ def uvicorn_config(
     log_level: str,
     http_limits: HttpLimits | None = None,
     hub: Hub | None = None,
+    ended: Callable[[], None] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
     header and body timeouts, the head cap, the per-address connection cap and the trusted
     proxies (``http_limits``). With the ``hub``, its refusals count on its ``/metrics``, and its
     WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
-    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``."""
+    (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``. ``ended`` is
+    told of every connection's end (:class:`~.gc_sweep.GarbageSweep`)."""
     direct: dict[str, DirectUpgrade] = {}
     posts: dict[str, DirectPost] = {}
     refusals = None
@@ -141,7 +144,7 @@ def uvicorn_config(
         posts[BATCH_PATH] = DirectBatch(hub)
         refusals = hub.http_refusals
     protocol = guarded_http_protocol(
-        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals
+        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals, ended=ended
     )
     config = uvicorn.Config(
         app,
@@ -179,11 +182,15 @@ async def run_hub(
     extra_rules: Sequence[BodyRule] = (),
     http_limits: HttpLimits | None = None,
     install_signal_handlers: bool = True,
+    gc_sweep_delay: float = GC_SWEEP_DELAY,
 ) -> None:
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
-    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
+    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies. A full
+    collection runs ``gc_sweep_delay`` seconds after connections end (:mod:`.gc_sweep`; 0:
+    none)."""
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
         app = Starlette(routes=[*hub_routes(hub), *extra_routes])
+        sweep = GarbageSweep(gc_sweep_delay) if gc_sweep_delay > 0 else None
         config = uvicorn_config(
             guarded(app, hub, extra_rules),
             host=host,
@@ -191,6 +198,7 @@ async def run_hub(
             log_level=log_level.lower(),
             http_limits=http_limits,
             hub=hub,
+            ended=sweep.ended if sweep is not None else None,
         )
         server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
 
@@ -198,12 +206,16 @@ async def run_hub(
             await hub.failed.wait()
             server.should_exit = True
 
-        watcher = asyncio.create_task(stop_on_failure(), name="hub:failure-watch")
+        watchers = [asyncio.create_task(stop_on_failure(), name="hub:failure-watch")]
+        if sweep is not None:
+            watchers.append(asyncio.create_task(sweep.run(), name="hub:gc-sweep"))
         try:
             await server.serve()
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for watcher in watchers:
+                watcher.cancel()
+            for watcher in watchers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         if hub.failed.is_set():
             raise RealtimeDispatchError("a hub background task failed", code="HubTaskFailed")
