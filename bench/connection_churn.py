@@ -13,11 +13,15 @@ by an abort (a reset, no goodbye), a quarter each of:
 * long polling: negotiated, opened, handshake posted, a poll waiting, then cut;
 * plain HTTP: fifty ``GET /healthz`` pipelined in one write, then cut with answers in flight.
 
-Meanwhile ``--pushes`` pushes a second go to the churning users' groups. The hub's RSS is
-sampled every ``--every`` connects and once more after ``--settle`` seconds idle. Prints the
+Meanwhile ``--pushes`` pushes a second go to the churning users' groups, and ``--held``
+WebSockets stay open throughout (a live heap for the GC's full collections to walk). The hub's
+RSS is sampled every ``--every`` connects and once more after ``--settle`` seconds idle. Prints the
 samples, RSS at the start (after the first ``--every`` connects: allocator arenas and caches
 warmed), at the end and after the settle, the connects per second, the failures by kind and
-the tracebacks in the hub's log. ``--src``: a source tree first on ``PYTHONPATH``.
+the tracebacks in the hub's log, the hub's CPU seconds per 1,000 connects, and, with
+``--hub-log-level debug``, the full collections the hub ran after connection ends (``gc_sweep``:
+how many, their pause median and max, their share of the run's time). ``--src``: a source tree
+first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import itertools
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +46,15 @@ from websockets.asyncio.client import connect
 
 from _common import parse_with_smoke
 from header_flood import memory_kib
-from hub_fanout import SECRET, SERVICE_KEY, drop_database, free_port, prepare_database, wait_http
+from hub_fanout import (
+    SECRET,
+    SERVICE_KEY,
+    cpu_seconds,
+    drop_database,
+    free_port,
+    prepare_database,
+    wait_http,
+)
 
 HUB = "/hubs/messenger"
 HANDSHAKE = b'{"protocol":"json","version":1}\x1e'
@@ -166,9 +179,52 @@ class Churn:
                 await asyncio.wait_for(stop.wait(), 1 / rate)
 
 
+async def hold(port: int, tokens: list[str], count: int, ready: asyncio.Event) -> None:
+    """``count`` WebSockets open (handshake answered) until cancelled."""
+    async with contextlib.AsyncExitStack() as stack:
+        for n in range(count):
+            url = f"ws://127.0.0.1:{port}{HUB}?access_token={tokens[n % len(tokens)]}"
+            ws = await stack.enter_async_context(connect(url, open_timeout=60, ping_interval=None))
+            await ws.send(HANDSHAKE.decode())
+            await ws.recv()
+        ready.set()
+        await asyncio.Event().wait()
+
+
+def sweeps(log: str, seconds: float) -> dict[str, Any]:
+    """The hub's ``gc_sweep`` lines (JSON, at debug): how many, their pauses, their CPU."""
+    records = []
+    for line in log.splitlines():
+        if '"gc_sweep"' in line:
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+    if not records:
+        return {"count": 0}
+    pauses = [float(r["ms"]) for r in records]
+    cpu = [float(r["cpu_ms"]) for r in records]
+    return {
+        "count": len(records),
+        "ms_median": round(statistics.median(pauses), 1),
+        "ms_max": round(max(pauses), 1),
+        "cpu_ms_median": round(statistics.median(cpu), 1),
+        "cpu_ms_max": round(max(cpu), 1),
+        "cpu_share_of_run": round(sum(cpu) / 1000 / seconds, 4),
+    }
+
+
 async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
     churn = Churn(port, args.users)
+    held_tokens = [
+        jwt.encode({"sub": str(uuid.uuid4()), "exp": int(time.time()) + 86400}, SECRET)
+        for _ in range(max(1, args.held // 40))
+    ]
+    ready = asyncio.Event()
+    holder = asyncio.ensure_future(hold(port, held_tokens, args.held, ready))
+    await asyncio.wait([holder, asyncio.ensure_future(ready.wait())], return_when="FIRST_COMPLETED")
+    if holder.done():
+        holder.result()
     samples: list[dict[str, float]] = []
+    cpu_before = cpu_seconds(pid)
     started = time.monotonic()
     stop = asyncio.Event()
     pusher = asyncio.ensure_future(churn.pushes(args.pushes, stop))
@@ -193,14 +249,21 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
         await pusher
         await churn.http.aclose()
     elapsed = time.monotonic() - started
+    cpu = cpu_seconds(pid) - cpu_before
     end = memory_kib(pid)["VmRSS"]
     await asyncio.sleep(args.settle)
     settled = memory_kib(pid)["VmRSS"]
+    holder.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await holder
     samples.sort(key=lambda s: s["connects"])
     start = samples[0]["rss_mb"] if samples else round(end / 1024, 1)
     return {
         "connects": args.connects,
         "connects_per_s": round(args.connects / elapsed, 1),
+        "held_websockets": args.held,
+        "seconds": round(elapsed, 1),
+        "hub_cpu_s_per_1000_connects": round(cpu / args.connects * 1000, 2),
         "rss_mb_start": start,
         "rss_mb_end": round(end / 1024, 1),
         f"rss_mb_after_{args.settle:g}s_idle": round(settled / 1024, 1),
@@ -221,7 +284,7 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
         REALTIME_DATABASE_URL=bench_dsn,
         REALTIME_HUB_JWT_SECRET=SECRET,
         REALTIME_HUB_SERVICE_KEY=SERVICE_KEY,
-        REALTIME_LOG_LEVEL="warning",
+        REALTIME_LOG_LEVEL=args.hub_log_level,
     )
     if args.src:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.src, env.get("PYTHONPATH")]))
@@ -238,7 +301,9 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
                 hub.terminate()
                 await hub.wait()
             log.seek(0)
-            result["hub_tracebacks"] = log.read().decode("utf-8", "replace").count("Traceback")
+            text = log.read().decode("utf-8", "replace")
+            result["hub_tracebacks"] = text.count("Traceback")
+            result["gc_sweeps"] = sweeps(text, result["seconds"] + args.settle)
     finally:
         await drop_database(dsn, bench_dsn)
     return {"src": args.src or "this checkout", **result}
@@ -253,6 +318,8 @@ def main() -> None:
     parser.add_argument("--pushes", type=float, default=50, help="pushes a second")
     parser.add_argument("--every", type=int, default=1000, help="connects between RSS samples")
     parser.add_argument("--settle", type=float, default=10)
+    parser.add_argument("--held", type=int, default=0, help="WebSockets open throughout")
+    parser.add_argument("--hub-log-level", default="warning")
     parser.add_argument("--src", help="a source tree first on PYTHONPATH (another version)")
     args = parse_with_smoke(
         parser, {"connects": 200, "concurrency": 8, "users": 20, "every": 50, "settle": 1.0}

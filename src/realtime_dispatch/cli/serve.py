@@ -41,6 +41,7 @@ from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
+from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest
@@ -278,6 +279,7 @@ async def serve(
                     settings, pool, sync_pool, hub, demo_secret, manifest, host=host, port=port
                 )
                 rules = [*API_BODY_RULES, *OPS_BODY_RULES, *DEMO_BODY_RULES]
+                sweep = GarbageSweep()  # a closed connection's memory back within seconds
                 config = uvicorn_config(
                     guarded(app, hub, rules),
                     host=host,
@@ -285,8 +287,9 @@ async def serve(
                     log_level=settings.log_level,
                     http_limits=http_limits(settings),
                     hub=hub,
+                    ended=sweep.ended,
                 )
-                server = HubServer(config, hub)
+                server = HubServer(config, hub, sweep=sweep)
 
                 def stop_on_reaper_failure() -> None:
                     nonlocal reaper_failed

@@ -51,9 +51,16 @@ class GarbageSweep:
             await asyncio.sleep(self.delay)
             self._due.clear()
             ends, self.ends = self.ends, 0
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             freed = gc.collect()
             took = time.perf_counter() - started
+            cpu = time.process_time() - cpu
             self.sweeps += 1
             self.seconds += took
-            log.debug("gc_sweep", ended=ends, freed=freed, ms=round(took * 1000, 1))
+            log.debug(
+                "gc_sweep",
+                ended=ends,
+                freed=freed,
+                ms=round(took * 1000, 1),
+                cpu_ms=round(cpu * 1000, 1),
+            )

@@ -81,12 +81,33 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
 
 
 class HubServer(uvicorn.Server):
+    """uvicorn's server for a hub: its connections told before the sockets close, and, with a
+    ``sweep`` (whose ``ended`` the config's HTTP protocol calls), the sweep run while serving."""
+
     def __init__(
-        self, config: uvicorn.Config, hub: Hub, *, install_signal_handlers: bool = True
+        self,
+        config: uvicorn.Config,
+        hub: Hub,
+        *,
+        install_signal_handlers: bool = True,
+        sweep: GarbageSweep | None = None,
     ) -> None:
         super().__init__(config)
         self._hub = hub
         self._install_signal_handlers = install_signal_handlers
+        self._sweep = sweep
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._sweep is None:
+            await super().serve(sockets)
+            return
+        sweeping = asyncio.create_task(self._sweep.run(), name="hub:gc-sweep")
+        try:
+            await super().serve(sockets)
+        finally:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -200,22 +221,20 @@ async def run_hub(
             hub=hub,
             ended=sweep.ended if sweep is not None else None,
         )
-        server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
+        server = HubServer(
+            config, hub, install_signal_handlers=install_signal_handlers, sweep=sweep
+        )
 
         async def stop_on_failure() -> None:
             await hub.failed.wait()
             server.should_exit = True
 
-        watchers = [asyncio.create_task(stop_on_failure(), name="hub:failure-watch")]
-        if sweep is not None:
-            watchers.append(asyncio.create_task(sweep.run(), name="hub:gc-sweep"))
+        watcher = asyncio.create_task(stop_on_failure(), name="hub:failure-watch")
         try:
             await server.serve()
         finally:
-            for watcher in watchers:
-                watcher.cancel()
-            for watcher in watchers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if hub.failed.is_set():
             raise RealtimeDispatchError("a hub background task failed", code="HubTaskFailed")
