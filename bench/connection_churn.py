@@ -285,6 +285,7 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
         REALTIME_HUB_JWT_SECRET=SECRET,
         REALTIME_HUB_SERVICE_KEY=SERVICE_KEY,
         REALTIME_LOG_LEVEL=args.hub_log_level,
+        REALTIME_HTTP_MAX_CONNECTIONS_PER_CLIENT="0",  # every client is 127.0.0.1
     )
     if args.src:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.src, env.get("PYTHONPATH")]))
