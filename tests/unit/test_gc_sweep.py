@@ -6,7 +6,7 @@ import gc
 import weakref
 from collections.abc import AsyncIterator
 
-from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
+from realtime_dispatch.hub.serving.gc_sweep import MAX_CPU_SHARE, GarbageSweep, rest_after
 from tests.conftest import wait_until
 
 
@@ -53,3 +53,10 @@ async def test_no_end_no_collection() -> None:
         await asyncio.sleep(0.1)
         assert sweep.sweeps == 0
         assert cycle() is not None
+
+
+def test_costly_collections_are_spaced_to_their_share() -> None:
+    assert MAX_CPU_SHARE == 0.01
+    assert rest_after(0.008, 5.0) == 0.0  # 8 ms: every 5 s is under 1 %
+    assert rest_after(0.06, 5.0) == 1.0  # 60 ms: every 6 s
+    assert rest_after(0.3, 5.0) == 25.0  # 300 ms: every 30 s

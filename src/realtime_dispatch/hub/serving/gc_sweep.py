@@ -9,9 +9,10 @@ a dead flood's 1.9 million objects until something else made it collect.
 
 The HTTP protocol breaks its own cycles when a connection ends or is upgraded
 (:mod:`.http_protocol`); what the transports leave is swept here: one full collection
-``delay`` seconds after a connection ended, at most one per ``delay``, none while no connection
-ends. A collection costs in proportion to the objects alive (not frozen): docs/BENCHMARKS.md
-("Connection churn") gives its pause with thousands of connections open.
+``delay`` seconds after a connection ended, none while no connection ends, and never more than
+:data:`MAX_CPU_SHARE` of the time: a collection costs in proportion to the objects alive (not
+frozen), about 30 µs of CPU per open WebSocket (58 ms with 2,000 open, docs/BENCHMARKS.md, last
+section), so a replica holding many connections sweeps less often (every 29 s at 10,000).
 """
 
 from __future__ import annotations
@@ -26,11 +27,20 @@ log = structlog.get_logger(__name__)
 
 GC_SWEEP_DELAY = 5.0
 """Seconds from a connection's end to the full collection that frees what it left."""
+MAX_CPU_SHARE = 0.01
+"""The sweeps' CPU, at most, as a share of the time."""
+
+
+def rest_after(cpu_seconds: float, delay: float) -> float:
+    """Seconds to wait after a sweep that took ``cpu_seconds`` before the next may be due (its
+    own ``delay`` comes on top), so that sweeps take at most :data:`MAX_CPU_SHARE`."""
+    return max(0.0, cpu_seconds / MAX_CPU_SHARE - delay)
 
 
 class GarbageSweep:
     """Counts connection ends (:meth:`ended`, given to the HTTP protocol) and runs a full
-    collection ``delay`` seconds after the first end since the last one (:meth:`run`)."""
+    collection ``delay`` seconds after the first end since the last one (:meth:`run`), spaced
+    further when collections are costly (:func:`rest_after`)."""
 
     def __init__(self, delay: float = GC_SWEEP_DELAY) -> None:
         self.delay = delay
@@ -64,3 +74,6 @@ class GarbageSweep:
                 ms=round(took * 1000, 1),
                 cpu_ms=round(cpu * 1000, 1),
             )
+            rest = rest_after(cpu, self.delay)
+            if rest:
+                await asyncio.sleep(rest)
