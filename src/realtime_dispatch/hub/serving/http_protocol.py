@@ -309,8 +309,8 @@ def guarded_http_protocol(
             if self._head == max_head:  # still in that head: refused, the rest never parsed
                 if self._lingering < 0 and self.transport.get_protocol() is self:
                     self._head_too_large()
-            elif room < len(data):  # the head ended within the cap: go on with the rest
-                self._read(data[room:])
+            elif room < len(data) and self.transport.get_protocol() is self:
+                self._read(data[room:])  # the head ended within the cap: go on with the rest
 
         def _feed(self, data: bytes) -> None:
             """uvicorn's ``data_received``, with the refusal of a head over the field cap."""
