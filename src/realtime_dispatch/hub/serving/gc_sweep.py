@@ -11,8 +11,8 @@ The HTTP protocol breaks its own cycles when a connection ends or is upgraded
 (:mod:`.http_protocol`); what the transports leave is swept here: one full collection
 ``delay`` seconds after a connection ended, none while no connection ends, and never more than
 :data:`MAX_CPU_SHARE` of the time: a collection costs in proportion to the objects alive (not
-frozen), about 30 µs of CPU per open WebSocket (58 ms with 2,000 open, docs/BENCHMARKS.md, last
-section), so a replica holding many connections sweeps less often (every 29 s at 10,000).
+frozen) and the garbage waiting (60–90 ms of CPU in the churn benchmark, docs/BENCHMARKS.md,
+last section), so a costly collection puts the next one off (:func:`rest_after`).
 """
 
 from __future__ import annotations
