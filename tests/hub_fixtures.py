@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -88,6 +88,7 @@ async def running_hub(
     plain_asgi: bool = False,
     direct: bool = True,
     http_limits: HttpLimits | None = None,
+    ended: Callable[[], None] | None = None,
 ) -> AsyncIterator[RunningHub]:
     """A started :class:`Hub` served by uvicorn on a free port (in this event loop), its
     WebSockets and batch endpoint served directly as ``realtime-dispatch hub`` serves them;
@@ -105,6 +106,7 @@ async def running_hub(
             log_level="warning",
             http_limits=http_limits,
             hub=hub if direct and not plain_asgi else None,
+            ended=ended,
         )
         if plain_asgi:
             config.ws = "websockets-sansio"

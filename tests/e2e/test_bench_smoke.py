@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # Every bench/*.py (helpers start with "_"), with its own smoke arguments past --smoke.
 SMOKES: dict[str, list[str]] = {
     "backplane_engines": [],
+    "connection_churn": [],
     "drain": [],
     "e2e": [],
     "header_flood": [],
@@ -39,6 +40,7 @@ SMOKES: dict[str, list[str]] = {
     "owner_cost": [],
     "partitions": [],
     "perf_split": [],
+    "pipeline_flood": [],
     "presence_flood": [],
     "resume_cost": [],
     "retention": [],

@@ -51,6 +51,7 @@ from realtime_dispatch.dispatch.projections.registry import default_payload_buil
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.serving.forward import forwarding
+from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import HUB_PATH
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
@@ -335,6 +336,7 @@ async def serve(
                         lambda index: worker_socket(directory, index),
                         HUB_PATH,
                     )
+                sweep = GarbageSweep()  # a closed connection's memory back within seconds
                 config = uvicorn_config(
                     served,
                     host=host,
@@ -343,9 +345,13 @@ async def serve(
                     http_limits=http_limits(settings),
                     hub=hub,
                     uds=worker.socket_path if worker is not None else None,
+                    ended=sweep.ended,
                 )
                 server = HubServer(
-                    config, hub, handoff=worker.channel if worker is not None else None
+                    config,
+                    hub,
+                    handoff=worker.channel if worker is not None else None,
+                    sweep=sweep,
                 )
 
                 def stop_on_reaper_failure() -> None:

@@ -125,7 +125,7 @@ class DirectRequest:
     """A request to a :class:`DirectPost` on its way: its body so far, whether it is all read
     and whether it has been answered (a refusal may come before the body is read)."""
 
-    __slots__ = ("_host", "answered", "endpoint", "keep_alive", "parts", "read", "size")
+    __slots__ = ("_host", "answered", "cut", "endpoint", "keep_alive", "parts", "read", "size")
 
     def __init__(self, host: DirectHost, endpoint: DirectPost) -> None:
         self._host = host
@@ -136,6 +136,8 @@ class DirectRequest:
         self.size = 0
         self.read = False
         self.answered = False
+        self.cut = False
+        """The connection ended (or refused a request after it) before it was answered."""
 
     def begin(self) -> None:
         """The headers are complete: refused now (its body unread), or its body is read."""
@@ -186,8 +188,9 @@ class DirectRequest:
         except Exception:
             log.exception("http_direct_failed")
             answer = self.endpoint.failure
-        if self._host.transport.is_closing():  # the client is gone: nobody to answer
-            self._host.direct = None
+        if self.cut or self._host.transport.is_closing():  # the client is gone: nobody to answer
+            if self._host.direct is self:
+                self._host.direct = None
             return
         self.answer(answer)
 

@@ -17,6 +17,11 @@ REFUSAL_LINGER_BYTES = 64 * 1024
 """After a refused head (431, or 503 behind a proxy): enough for what a client has in flight
 to let it read the answer, not a budget a flood can spend the server's reads on."""
 MAX_HEADER_FIELDS = 100
+MAX_PIPELINED = 8
+"""Requests of one connection parsed and not yet answered (:mod:`.pipelining`). Answers go out
+in order, one at a time, so a request parsed further ahead only waits: eight keep a pipelining
+client's answers going back to back (the next is parsed while one is answered) and bound what a
+connection holds to eight request heads (at most 8 × ``max_header_bytes``) and one unparsed read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,8 @@ class HttpLimits:
     max_header_bytes: int = 16 * 1024
     """The request line and headers of one request, in bytes."""
     max_header_fields: int = MAX_HEADER_FIELDS
+    max_pipelined: int = MAX_PIPELINED
+    """Requests of one connection parsed ahead of their answers; past it reading is paused."""
     trusted_proxies: tuple[IPNetwork, ...] = ()
     """Peers whose ``Forwarded`` / ``X-Forwarded-For`` give the client address."""
 

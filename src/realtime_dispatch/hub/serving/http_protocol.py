@@ -40,6 +40,14 @@ protocol with what it lacks.
   parsing linear in what is accepted. Bytes are counted per read: a request pipelined behind
   another in the same read is counted from the next read on, so a head is bounded by the cap
   plus one read.
+* **Pipelining bounded.** At most ``max_pipelined`` requests of a connection are parsed ahead
+  of their answers; what it sends past them is held unparsed, reading paused, and parsed as
+  answers go out (:mod:`.pipelining`). A connection holds a few request heads and one read,
+  whatever it sends and whether or not it reads its answers.
+* **A cut connection cuts its requests.** When the connection closes, or ends after a refusal,
+  every request of it still being answered or queued is told so (uvicorn only tells the last
+  one parsed, and the others would write to a closed transport), the queued ones are dropped and
+  the parser let go: nothing of the connection is left for the cyclic GC to find.
 * **Connections per client address.** A connection past ``max_per_client`` open ones from the
   same address gets 503 and is closed before anything is read; a connection upgraded to a
   WebSocket keeps its place until the WebSocket closes. 0 turns the cap off. From a peer in
@@ -83,6 +91,7 @@ from realtime_dispatch.hub.serving.http_limits import (
     expects_body,
 )
 from realtime_dispatch.hub.serving.http_timer import ConnectionTimer, peer_closed
+from realtime_dispatch.hub.serving.pipelining import GatedFlow, last_bytes, parseable
 
 log = structlog.get_logger(__name__)
 
@@ -138,10 +147,14 @@ def guarded_http_protocol(
     direct: Mapping[str, DirectUpgrade] | None = None,
     posts: Mapping[str, DirectPost] | None = None,
     refusals: HttpRefusals | None = None,
+    *,
+    ended: Callable[[], None] | None = None,
 ) -> type[HttpToolsProtocol]:
     """A subclass of uvicorn's httptools protocol bound to ``limits``, one shared
     :class:`ClientConnections`, the ``direct`` WebSocket paths, the ``posts`` it answers
-    itself and where its refusals are counted (give it to ``uvicorn.Config(http=...)``)."""
+    itself and where its refusals are counted (give it to ``uvicorn.Config(http=...)``).
+    ``ended`` is called when a connection ends (a WebSocket's when it closes, with the hub's
+    WebSocket protocols): :class:`~.gc_sweep.GarbageSweep`'s."""
     counter = clients if clients is not None else ClientConnections(limits.max_per_client)
     direct_paths = dict(direct or {})
     direct_posts = {path.encode("latin-1"): endpoint for path, endpoint in (posts or {}).items()}
@@ -149,6 +162,8 @@ def guarded_http_protocol(
     proxies = TrustedProxies(limits.trusted_proxies)
     max_head = limits.max_header_bytes
     max_fields = limits.max_header_fields
+    max_pipelined = limits.max_pipelined
+    on_end = ended if ended is not None else _nothing
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         timer: ConnectionTimer
@@ -168,9 +183,20 @@ def guarded_http_protocol(
         """Bytes of the current request head fed to the parser; -1 past the head (body)."""
         direct: DirectRequest | None = None
         """The request to a direct POST being read or answered."""
+        flow: GatedFlow
+        _held: bytes | None = None
+        """A read not parsed yet (past ``_held_at``): the connection is at ``max_pipelined``."""
+        _held_at = 0
+        _tail = b""
+        """The last bytes parsed (a request head's end may straddle two reads)."""
+        _feeding = False
+        """The parser is being fed (a response ended in its callbacks must not feed it)."""
+        _answering: RequestResponseCycle | None = None
+        """The request cycle whose ASGI task was started last (uvicorn keeps no handle on it)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self.flow = GatedFlow(transport)
             self.timer = ConnectionTimer(self.loop, transport, self.flow)
             address = self.client[0] if self.client else None
             if address is not None and proxies and proxies.trusts(address):
@@ -187,7 +213,37 @@ def guarded_http_protocol(
         def connection_lost(self, exc: Exception | None) -> None:
             self.timer.disarm()
             self._release()
+            self._cut()
             super().connection_lost(exc)
+            on_end()
+            self.cycle = None  # type: ignore[assignment]
+            self.scope = None  # type: ignore[assignment]
+            self.headers = None  # type: ignore[assignment]
+
+        def _cut(self) -> None:
+            """The connection ends: every request of it still answered or queued is told so,
+            the queued ones are dropped, what was held is discarded."""
+            self._held = None
+            self.flow.held = False
+            for cycle in (self._answering, self.cycle, *(c for c, _ in self.pipeline)):
+                if cycle is not None and not cycle.response_complete:
+                    cycle.disconnected = True
+                    cycle.message_event.set()
+            self.pipeline.clear()
+            self._answering = None
+            if self.direct is not None:
+                self.direct.cut = True
+                self.direct = None
+
+        def _unanswered(self) -> int:
+            """Requests parsed and not answered yet: queued, being answered (or read)."""
+            queued = len(self.pipeline)
+            if self.direct is not None and not self.direct.answered:
+                return queued + 1
+            cycle = self.cycle
+            return queued + (
+                1 if queued or (cycle is not None and not cycle.response_complete) else 0
+            )
 
         def data_received(self, data: bytes) -> None:
             if self._lingering >= 0:
@@ -195,6 +251,52 @@ def guarded_http_protocol(
                 if self._lingering > self._linger_bytes:
                     self.transport.close()
                 return
+            held = self._held
+            if held is not None:  # read while held (reading is paused): kept in order
+                self._held = held[self._held_at :] + data
+                self._held_at = 0
+                self.flow.pause_reading()
+                return
+            self._take(data, 0)
+
+        def _take(self, data: bytes, start: int) -> None:
+            """Parse ``data`` from ``start`` as far as ``max_pipelined`` allows; hold the rest
+            (reading paused) until answers make room."""
+            self._feeding = True
+            try:
+                end = len(data)
+                while start < end:
+                    cut = parseable(data, start, self._tail, max_pipelined - self._unanswered())
+                    if cut == start:
+                        self._held, self._held_at = data, start
+                        self.flow.held = True
+                        self.flow.pause_reading()
+                        return
+                    self._tail = last_bytes(self._tail, data, start, cut)
+                    self._read(data if start == 0 and cut == end else data[start:cut])
+                    start = cut
+                    if (
+                        self._lingering >= 0
+                        or self.transport.is_closing()
+                        or self.transport.get_protocol() is not self
+                    ):
+                        return  # ending or upgraded: the rest is not this parser's
+            finally:
+                self._feeding = False
+
+        def _take_held(self) -> None:
+            """Answers made room: parse what was held, then read again if it all went."""
+            data = self._held
+            if data is None or self._feeding:
+                return
+            self._held = None
+            self.flow.held = False
+            self._take(data, self._held_at)
+            if self._held is None and self._lingering < 0 and not self.transport.is_closing():
+                self.flow.resume_reading()
+
+        def _read(self, data: bytes) -> None:
+            """Feed the parser ``data``, refusing a request head over ``max_header_bytes``."""
             head = self._head
             if head < 0 or head + len(data) <= max_head:  # a body, or a head within its cap
                 if head >= 0:
@@ -207,8 +309,8 @@ def guarded_http_protocol(
             if self._head == max_head:  # still in that head: refused, the rest never parsed
                 if self._lingering < 0 and self.transport.get_protocol() is self:
                     self._head_too_large()
-            elif room < len(data):  # the head ended within the cap: go on with the rest
-                self.data_received(data[room:])
+            elif room < len(data) and self.transport.get_protocol() is self:
+                self._read(data[room:])  # the head ended within the cap: go on with the rest
 
         def _feed(self, data: bytes) -> None:
             """uvicorn's ``data_received``, with the refusal of a head over the field cap."""
@@ -245,7 +347,9 @@ def guarded_http_protocol(
             self._refuse(HEAD_TOO_LARGE_RESPONSE)
 
         def _refuse(self, response: bytes) -> None:
-            """Answer ``response`` and end the connection, reading nothing more of it."""
+            """Answer ``response`` and end the connection, reading nothing more of it (the
+            requests pipelined before it are cut: their answers would come after it)."""
+            self._cut()
             self.transport.write(response)
             self._linger_bytes = REFUSAL_LINGER_BYTES  # a flood is not read for long
             self._linger()
@@ -254,6 +358,9 @@ def guarded_http_protocol(
             """Half-close (FIN), then discard what the client still sends, then close."""
             self._unset_keepalive_if_required()
             self._lingering = 0
+            self._held = None  # discarded unparsed, as what comes next
+            self.flow.held = False
+            self.flow.resume_reading()
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self.timer.arm(LINGER_SECONDS, self.transport.close)
@@ -314,6 +421,9 @@ def guarded_http_protocol(
             if body_unread:  # answered before the body was read: linger, then close
                 self._linger()
                 return
+            self._take_held()
+            if self.transport.is_closing() or self._lingering >= 0:
+                return
             if self.cycle is None or self.cycle.response_complete:  # no pipelined request
                 self.timer.arm(limits.header_timeout, self._headers_late)  # the next request's
 
@@ -322,7 +432,12 @@ def guarded_http_protocol(
                 self.flow.pause_reading()
                 self.pipeline.appendleft((cycle, app))
                 return
+            self._answering = cycle
             super()._start_asgi_task(cycle, app)
+
+        def send_400_response(self, msg: str) -> None:
+            self._cut()  # the requests before the bad one would write to a closed transport
+            super().send_400_response(msg)
 
         def shutdown(self) -> None:
             if self.direct is not None and not self.direct.answered:
@@ -358,12 +473,14 @@ def guarded_http_protocol(
                 self.ws_protocol_class = _upgraded_by(factory)  # type: ignore[assignment]
             super().handle_websocket_upgrade()
             protocol: Any = self.transport.get_protocol()
-            address, self._address = self._address, None
-            if address is None:
+            if protocol is self:
                 return
+            self.parser = None  # type: ignore[assignment]  # its callbacks: a cycle with this
+            self.timer.disarm()
+            address, self._address = self._address, None
             if hasattr(protocol, "on_connection_lost"):  # the hub's: keeps the place till closed
-                protocol.on_connection_lost = lambda: counter.release(address)
-            else:  # a WebSocket protocol that cannot tell when it closes: not counted
+                protocol.on_connection_lost = _on_close(address)
+            elif address is not None:  # a WebSocket protocol that cannot tell when it closes
                 counter.release(address)
 
         def _release(self) -> None:
@@ -401,4 +518,18 @@ def guarded_http_protocol(
                 refused(RefusalReason.BODY_TIMEOUT, self._client_address())
                 self.transport.close()
 
+    def _on_close(address: str | None) -> Callable[[], None]:
+        """What an upgraded connection does when it closes: its place freed, its end told."""
+
+        def closed() -> None:
+            if address is not None:
+                counter.release(address)
+            on_end()
+
+        return closed
+
     return GuardedHttpProtocol
+
+
+def _nothing() -> None:
+    return None

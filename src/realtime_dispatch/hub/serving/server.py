@@ -25,6 +25,7 @@ from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.delivery.push import BATCH_PATH
 from realtime_dispatch.errors import RealtimeDispatchError
 from realtime_dispatch.hub.runtime import Hub, HubOptions
+from realtime_dispatch.hub.serving.gc_sweep import GC_SWEEP_DELAY, GarbageSweep
 from realtime_dispatch.hub.serving.http_protocol import (
     DirectPost,
     DirectUpgrade,
@@ -80,7 +81,9 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
 
 
 class HubServer(uvicorn.Server):
-    """``handoff``: a worker's end of its parent's channel (``hub --workers N``,
+    """uvicorn's server for a hub: its connections told before the sockets close, and, with a
+    ``sweep`` (whose ``ended`` the config's HTTP protocol calls), the sweep run while serving.
+    ``handoff``: a worker's end of its parent's channel (``hub --workers N``,
     :mod:`realtime_dispatch.cli.workers`): the connections the parent accepted arrive on it as
     file descriptors and are served as if this server had accepted them; the parent closing
     the channel stops the server."""
@@ -92,12 +95,26 @@ class HubServer(uvicorn.Server):
         *,
         install_signal_handlers: bool = True,
         handoff: socket.socket | None = None,
+        sweep: GarbageSweep | None = None,
     ) -> None:
         super().__init__(config)
         self._hub = hub
         self._install_signal_handlers = install_signal_handlers
         self._handoff = handoff
+        self._sweep = sweep
         self._handed: set[asyncio.Task[object]] = set()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._sweep is None:
+            await super().serve(sockets)
+            return
+        sweeping = asyncio.create_task(self._sweep.run(), name="hub:gc-sweep")
+        try:
+            await super().serve(sockets)
+        finally:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -184,13 +201,15 @@ def uvicorn_config(
     http_limits: HttpLimits | None = None,
     hub: Hub | None = None,
     uds: str | None = None,
+    ended: Callable[[], None] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the hub: its WebSocket protocol, and the HTTP protocol with
     header and body timeouts, the head cap, the per-address connection cap and the trusted
     proxies (``http_limits``). With the ``hub``, its refusals count on its ``/metrics``, and its
     WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
     (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``. ``uds``: listen
-    on that Unix socket instead of ``host:port`` (a worker of ``--workers N``)."""
+    on that Unix socket instead of ``host:port`` (a worker of ``--workers N``). ``ended`` is
+    told of every connection's end (:class:`~.gc_sweep.GarbageSweep`)."""
     direct: dict[str, DirectUpgrade] = {}
     posts: dict[str, DirectPost] = {}
     refusals = None
@@ -199,7 +218,7 @@ def uvicorn_config(
         posts[BATCH_PATH] = DirectBatch(hub)
         refusals = hub.http_refusals
     protocol = guarded_http_protocol(
-        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals
+        http_limits or HttpLimits(), direct=direct, posts=posts, refusals=refusals, ended=ended
     )
     config = uvicorn.Config(
         app,
@@ -238,11 +257,15 @@ async def run_hub(
     extra_rules: Sequence[BodyRule] = (),
     http_limits: HttpLimits | None = None,
     install_signal_handlers: bool = True,
+    gc_sweep_delay: float = GC_SWEEP_DELAY,
 ) -> None:
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
-    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies."""
+    ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies. A full
+    collection runs ``gc_sweep_delay`` seconds after connections end (:mod:`.gc_sweep`; 0:
+    none)."""
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
         app = Starlette(routes=[*hub_routes(hub), *extra_routes])
+        sweep = GarbageSweep(gc_sweep_delay) if gc_sweep_delay > 0 else None
         config = uvicorn_config(
             guarded(app, hub, extra_rules),
             host=host,
@@ -250,8 +273,11 @@ async def run_hub(
             log_level=log_level.lower(),
             http_limits=http_limits,
             hub=hub,
+            ended=sweep.ended if sweep is not None else None,
         )
-        server = HubServer(config, hub, install_signal_handlers=install_signal_handlers)
+        server = HubServer(
+            config, hub, install_signal_handlers=install_signal_handlers, sweep=sweep
+        )
 
         async def stop_on_failure() -> None:
             await hub.failed.wait()
