@@ -186,7 +186,7 @@ async def test_long_polling_messagepack(hub):
         await push(hub, user_group(user), "t", {"n": 1, "s": "é"})
         polled = await client.get()
         assert polled.headers["content-type"] == "application/octet-stream"
-        assert _msgpack(polled.content) == [[1, {}, None, "t", [{"n": 1, "s": "é"}]]]
+        assert _msgpack(polled.content) == [[1, {}, None, "t", [{"n": 1, "s": "é"}], []]]
         # The client's MessagePack ping and an invocation, in one POST.
         body = length_prefixed(ormsgpack.packb([6])) + length_prefixed(
             ormsgpack.packb([1, {}, "9", "Nope", [], []])
@@ -352,12 +352,12 @@ async def test_group_of_json_and_messagepack_members_is_encoded_once_per_protoco
             frame = await ws.recv()
             if msgpack:
                 assert isinstance(frame, bytes)
-                assert _msgpack(frame) == [[1, {}, None, "message_received", [payload]]]
+                assert _msgpack(frame) == [[1, {}, None, "message_received", [payload], []]]
             else:
                 assert isinstance(frame, str)
                 assert _records(frame.encode())[0]["arguments"] == [payload]
         polled = _msgpack((await poller.get()).content)
-        assert polled == [[1, {}, None, "message_received", [payload]]]
+        assert polled == [[1, {}, None, "message_received", [payload], []]]
         assert encodings == [("messagepack", 1)]
         assert {c.protocol.name for c in hub.hub.connections.values()} == {"json", "messagepack"}
         assert (await poller.delete()).status_code == 202
@@ -392,7 +392,7 @@ async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
             assert result is None
         finally:
             await worker.aclose()
-        assert _msgpack((await client.get()).content) == [[1, {}, None, "t", [{"n": 1}]]]
+        assert _msgpack((await client.get()).content) == [[1, {}, None, "t", [{"n": 1}], []]]
         assert (await client.delete()).status_code == 202
 
 
