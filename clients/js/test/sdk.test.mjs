@@ -181,6 +181,10 @@ test("typing and presence", async () => {
   a.on("presence_changed", (p) => presence.push(p));
   await a.start();
   const { chatId } = await a.rest.createChat("signals", [bob]);
+  // Presence shows through a chat its user took part in (created, read in, sent to): Bob, not
+  // connected yet, answers over REST first. Before that, Alice's watch is refused.
+  assert.deepEqual(await a.watchPresence([bob]), []);
+  await b.rest.sendMessage(chatId, "here");
   const states = await a.watchPresence([bob, randomUUID()]);
   assert.deepEqual(states.map((s) => [s.userId, s.online]), [[bob, false]]);
   await b.start();
