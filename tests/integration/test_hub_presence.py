@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import asyncpg
 import orjson
 
 from realtime_dispatch.hub.signals.watch_rate import WatchRate
@@ -298,3 +299,73 @@ async def test_presence_shows_only_through_a_chat_the_watched_user_took_part_in(
     ):
         await a.send_record(_watch("3", [other]))
         assert [e["userId"] for e in (await a.next_of([3]))["result"]] == [str(other)]
+
+
+async def test_a_first_read_or_send_is_hinted_so_a_kept_watch_scope_learns_it(database_url, pool):
+    """Issue 47, point 4: Carol watches Bob and Dave through a chat they took part in, so this
+    replica keeps their chats. Alice makes a chat with them: her watch is refused (they have not
+    taken part there). Bob (connected here) sends there and Dave (not connected) reads there:
+    each first take-part hints the hubs, which read the two again, and Alice's next watch
+    answers both without anyone reconnecting."""
+    alice, bob, carol, dave = (uuid.uuid4() for _ in range(4))
+    async with pool.acquire() as conn:
+        await create_shared_chat(conn, creator=carol, title="c", members=[bob, dave])
+        chat = await create_chat(conn, creator=alice, title="a", members=[bob, dave])
+        await send_message(conn, chat_id=chat, sender=alice, body="lunch?")
+    settings = hub_settings()
+    options = options_for(settings, presence_grace=0.05)
+    async with (
+        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        raw_client(hub, make_token(carol)) as c,
+        raw_client(hub, make_token(bob)),
+        raw_client(hub, make_token(alice)) as a,
+    ):
+        await c.send_record(_watch("1", [bob, dave]))
+        assert {e["userId"] for e in (await c.next_of([3]))["result"]} == {str(bob), str(dave)}
+        await a.send_record(_watch("2", [bob, dave]))
+        assert (await a.next_of([3]))["result"] == []
+        queries = _member_chats_calls(hub)
+        async with pool.acquire() as conn:
+            await send_message(conn, chat_id=chat, sender=bob, body="yes")
+            await mark_read(conn, chat_id=chat, user_id=dave, seq=1)
+            await send_message(conn, chat_id=chat, sender=bob, body="noon")  # no hint again
+            await mark_read(conn, chat_id=chat, user_id=dave, seq=2)
+        scope = hub.hub.signals.presence.scope
+        await wait_until(
+            lambda: (
+                all(len(scope._chats.get(u, ())) == 2 for u in (bob, dave))
+                and scope._rereader is None
+            )
+        )
+        assert _member_chats_calls(hub) - queries <= 2  # the two first take-parts, no more
+        await a.send_record(_watch("3", [bob, dave]))
+        answer = (await a.next_of([3]))["result"]
+        assert {e["userId"] for e in answer} == {str(bob), str(dave)}
+
+
+async def test_only_a_first_take_part_is_hinted(database_url, pool):
+    """The hint costs one notification per member and chat: a member's first send or first
+    read mark; not the creator's, not later sends or reads."""
+    alice, bob, dave = (uuid.uuid4() for _ in range(3))
+    heard: list[dict[str, object]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(
+        "realtime_membership", lambda *args: heard.append(orjson.loads(args[3]))
+    )
+    try:
+        async with pool.acquire() as conn:
+            chat = await create_chat(conn, creator=alice, title="a", members=[bob, dave])
+            await asyncio.sleep(0.2)
+            heard.clear()  # the joins of the creation
+            for body in ("one", "two"):
+                await send_message(conn, chat_id=chat, sender=alice, body=body)
+                await send_message(conn, chat_id=chat, sender=bob, body=body)
+            for seq in (1, 2):
+                await mark_read(conn, chat_id=chat, user_id=dave, seq=seq)
+                await mark_read(conn, chat_id=chat, user_id=bob, seq=seq)
+        hints = [{"chatId": str(chat), "userId": str(u)} for u in (bob, dave)]
+        await wait_until(lambda: len(heard) >= 2)
+        await asyncio.sleep(0.2)
+        assert heard == hints
+    finally:
+        await listener.close()

@@ -181,6 +181,10 @@ test("typing and presence", async () => {
   a.on("presence_changed", (p) => presence.push(p));
   await a.start();
   const { chatId } = await a.rest.createChat("signals", [bob]);
+  // Presence shows through a chat its user took part in (created, read in, sent to): Bob, not
+  // connected yet, answers over REST first. Before that, Alice's watch is refused.
+  assert.deepEqual(await a.watchPresence([bob]), []);
+  await b.rest.sendMessage(chatId, "here");
   const states = await a.watchPresence([bob, randomUUID()]);
   assert.deepEqual(states.map((s) => [s.userId, s.online]), [[bob, false]]);
   await b.start();
@@ -253,12 +257,17 @@ test("100 live pushes into chats first seen live cost no sync call; the hook see
   const bob = randomUUID();
   const senders = Array.from({ length: 10 }, () => client(randomUUID()));
   const chats = [];
+  let delivered = 0; // each sender's own "before" back live: the chats' rows are pushed
   for (const sender of senders) {
+    sender.on("message_received", (m) => { if (m.body === "before") delivered += 1; });
     await sender.start();
     const { chatId } = await sender.rest.createChat("unseen", [bob]);
     await sender.send(chatId, "before");
     chats.push(chatId);
   }
+  // Bob starts once the creations and the "before" messages were pushed, so that none of them
+  // comes live after his start (a late push into a chat he never saw asks the hook too).
+  await until(() => delivered === senders.length, "the senders' own pushes", 30_000);
   const asked = [];
   const b = client(bob, {
     cursorIdleMs: null,

@@ -22,6 +22,7 @@ import orjson
 
 from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.messenger.access import (
     BLOCKED_IN_CHAT_SQL,
     is_blocked_in_chat,
@@ -119,6 +120,19 @@ _SEND_OUTBOX_SQL = enqueue_select_sql(
     },
     "msg",
 )
+# Presence consent (manifest query ``presence_chats``): a sender who had not taken part in the
+# chat (not its creator, no read mark, no message before this one) takes part now, so the hubs
+# are hinted to read the sender's chats again (a membership hint: no ``active``), in the same
+# statement, so at most once per member and chat rather than once per message.
+_TOOK_PART_SQL = f"""
+    SELECT pg_notify('{MEMBERSHIP_CHANNEL}',
+                     json_build_object('chatId', $1::uuid, 'userId', $2::uuid)::text) IS NULL
+    FROM msg, messenger.participants p JOIN messenger.chats c ON c.id = p.chat_id
+    WHERE p.chat_id = $1 AND p.user_id = $2 AND p.last_read_seq = 0
+      AND c.created_by IS DISTINCT FROM $2
+      AND NOT EXISTS (SELECT 1 FROM messenger.messages m
+                      WHERE m.chat_id = $1 AND m.sender_user_id = $2)
+"""
 _SEND_SQL = f"""
 WITH sender AS ({_SENDER_SQL}),
 allowed AS (SELECT 1 FROM sender WHERE active AND NOT blocked),
@@ -143,10 +157,11 @@ msg AS (
     SELECT $4::uuid, $1, last_seq, $2, $7::varchar, $3::text, $8::jsonb, $9::text FROM bump
     RETURNING seq, sent_at
 ),
-outbox AS ({_SEND_OUTBOX_SQL} RETURNING id)
+outbox AS ({_SEND_OUTBOX_SQL} RETURNING id),
+took_part AS ({_TOOK_PART_SQL})
 SELECT s.active, s.blocked, m.seq, m.sent_at, o.id AS outbox_id,
        EXISTS (SELECT 1 FROM claim) AS claimed
-FROM sender s LEFT JOIN msg m ON true LEFT JOIN outbox o ON true
+FROM sender s LEFT JOIN msg m ON true LEFT JOIN outbox o ON true LEFT JOIN took_part ON true
 """
 _FIRST_SEND_SQL = """
 SELECT d.fingerprint, m.id, m.seq, m.sent_at

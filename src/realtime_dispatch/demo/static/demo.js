@@ -28,7 +28,7 @@ const state = {
   chats: new Map(), current: null, gaps: new Set(), reconnected: false,
   counts: { events: 0, dupes: 0, refetch: 0 },
   loseNext: false, lastPush: null, readSent: new Map(), shown: new Set(),
-  presence: new Map(), typing: new Map(), typingSent: 0,
+  presence: new Map(), typing: new Map(), typingSent: 0, askedAgain: new Set(),
 };
 
 const userById = (id) => state.users.find((u) => u.userId === id);
@@ -127,6 +127,7 @@ function onEvent(target, payload) {
   switch (target) {
     case "message_received":
       log("event", `${target}: message seq ${payload.seq}`);
+      tookPart(payload.senderUserId);
       if (payload.chatId !== state.current) chat.unread += 1;
       break;
     case "message_edited":
@@ -138,6 +139,7 @@ function onEvent(target, payload) {
       if (person) person.lastReadSeq = Math.max(person.lastReadSeq ?? 0, payload.lastReadSeq);
       else chat.participants.push({ userId: payload.userId, active: true, lastReadSeq: payload.lastReadSeq });
       log("event", `${target}: ${nameOf(payload.userId)} read up to seq ${payload.lastReadSeq}`);
+      tookPart(payload.userId);
       break;
     }
     case "chat_updated":
@@ -193,6 +195,15 @@ async function watchPresence() {
     for (const entry of await state.client.watchPresence(others)) state.presence.set(entry.userId, entry.online);
     render();
   } catch (error) { log("error", `presence: ${error.message}`); }
+}
+
+// A user's presence shows only through a chat they took part in (created, read in, sent to):
+// one the hub withheld shows once they read or send here, so ask again then (once per user).
+function tookPart(userId) {
+  if (!userId || userId === state.me?.userId || state.presence.has(userId)) return;
+  if (state.askedAgain.has(userId)) return;
+  state.askedAgain.add(userId);
+  watchPresence();
 }
 
 function onPresence(entry) {

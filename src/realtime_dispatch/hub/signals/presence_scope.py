@@ -12,7 +12,8 @@
 * **Live**: a membership change (:meth:`WatchScope.membership_changed`) ends the watches whose
   two users no longer share a chat. A membership hint ("read this user again") for a watched
   user with no connection here is read here (:meth:`WatchScope.hinted`; the feed reads only
-  connected users). A block made after a watch started (:meth:`WatchScope.blocked`) ends the
+  connected users), and with ``consent`` a connected one too (the messenger hints a user's first
+  read or send in a chat). A block made after a watch started (:meth:`WatchScope.blocked`) ends the
   blocked user's watches on the blocker.
 """
 
@@ -207,8 +208,10 @@ class WatchScope:
 
     def hinted(self, user_id: Key) -> None:
         """A membership hint for ``user_id`` (its chats changed, read them again). The feed
-        reads the users connected here; a watched user who is not is read here."""
-        if self.registry.connection_count(user_id):
+        reads the users connected here; a watched user who is not is read here. With
+        ``consent`` a watched user is read here either way: the feed's chats are all their
+        memberships, and the hint may say they took part in one (a first read or send)."""
+        if self.registry.connection_count(user_id) and not self.consent:
             return
         if user_id not in self._chats and not self._loads:
             return  # nobody here watches them, nor is about to
