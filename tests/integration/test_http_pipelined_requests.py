@@ -90,7 +90,7 @@ def only_connection(server: uvicorn.Server) -> Any:
 
 def holding(protocol: Any) -> bool:
     """The connection holds bytes it read and may not parse yet."""
-    return protocol._held is not None
+    return protocol.gate.held is not None
 
 
 async def test_a_pipelining_connection_is_parsed_only_so_far_ahead(
@@ -106,7 +106,7 @@ async def test_a_pipelining_connection_is_parsed_only_so_far_ahead(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"".join(request(n) for n in range(2000)))
         protocol = only_connection(server)
-        await wait_until(lambda: protocol._held is not None)
+        await wait_until(lambda: protocol.gate.held is not None)
         assert isinstance(protocol.flow, GatedFlow)
         assert protocol.flow.read_paused
         assert protocol._unanswered() == 8
@@ -121,7 +121,7 @@ async def test_a_pipelining_connection_is_parsed_only_so_far_ahead(
             length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
             bodies.append(await reader.readexactly(length))
         assert b"".join(bodies) == expected
-        assert protocol._held is None
+        assert protocol.gate.held is None
         assert not protocol.flow.read_paused
         writer.close()
 
@@ -147,7 +147,7 @@ async def test_a_client_that_never_reads_is_held_to_its_depth(
         assert protocol.flow.read_paused
         assert protocol._unanswered() <= 8
         assert deepest <= 8
-        assert len(protocol._held or b"") <= 1 << 20
+        assert len(protocol.gate.held or b"") <= 1 << 20
         writer.transport.abort()
         await wait_until(lambda: not server.server_state.connections)
 
@@ -167,7 +167,7 @@ async def test_a_cut_connection_frees_its_requests_without_the_cyclic_gc(
             writer.write(b"".join(request(n) for n in range(500)))
             protocol = only_connection(server)
             await wait_until(functools.partial(holding, protocol))
-            answering = weakref.ref(protocol._answering)
+            answering = weakref.ref(protocol.gate.answering)
             queued = [weakref.ref(cycle) for cycle, _ in protocol.pipeline]
             gone = weakref.ref(protocol)
             del protocol

@@ -4,15 +4,16 @@ A :class:`DirectPost` (the hub's batch endpoint, :class:`~.push_api.DirectBatch`
 the parser's callbacks, without a request cycle, a task or the ASGI app; only the endpoint's own
 wait (the publish) runs in a task. :class:`DirectRequest` is one such request on its way: its
 body read (bounded by the endpoint's ``max_body_bytes``), its refusal before the body or its
-answer after it, and the response written. The protocol decides which requests are direct and
-keeps the connection's state (its timer, a pipelined request waiting, the lingering close).
+answer after it, and the response written. :func:`direct_endpoint` tells which requests are
+direct; the protocol keeps the connection's state (its timer, a pipelined request waiting, the
+lingering close).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 import httptools
@@ -73,6 +74,22 @@ class DirectPost(Protocol):
 
     def answer(self, body: bytes) -> Answer | Coroutine[Any, Any, Answer]:
         """The answer to the whole body, or the coroutine that gives it."""
+
+
+def direct_endpoint(
+    posts: Mapping[bytes, DirectPost],
+    parser: httptools.HttpRequestParser,
+    url: bytes,
+    *,
+    queued: bool,
+) -> DirectPost | None:
+    """The endpoint of ``posts`` to answer a request (its headers just parsed by ``parser``)
+    directly, or None to hand it to uvicorn: not a ``POST`` to one of their paths, an upgrade,
+    or ``queued`` (another request is being answered and uvicorn queues this one, or the
+    request is uvicorn's to answer: ``Expect: 100-continue``, a concurrency limit)."""
+    if not posts or queued or parser.get_method() != b"POST" or parser.should_upgrade():
+        return None
+    return posts.get(url.partition(b"?")[0])
 
 
 class DirectHost(Protocol):

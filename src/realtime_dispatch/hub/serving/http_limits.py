@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realtime_dispatch.hub.serving.forwarded import IPNetwork
+from realtime_dispatch.hub.serving.forwarded import IPNetwork, TrustedProxies
 
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
@@ -42,6 +42,32 @@ class HeadTooLarge(Exception):
     """Raised in a parser callback past the field cap (httptools then stops parsing)."""
 
 
+class HeadCap:
+    """The bytes of a connection's current request head fed to its parser, against
+    ``max_header_bytes``: ``fed`` is -1 past the head (its body), 0 at the next head."""
+
+    __slots__ = ("fed", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.fed = 0
+
+    def room(self, size: int) -> int:
+        """How much of a read of ``size`` bytes may be fed: all of it in a body or while the
+        head stays within the cap, else up to the cap (then :attr:`full` until the head ends)."""
+        fed = self.fed
+        if fed < 0 or fed + size <= self.limit:
+            if fed >= 0:
+                self.fed = fed + size
+            return size
+        self.fed = self.limit
+        return self.limit - fed
+
+    @property
+    def full(self) -> bool:
+        return self.fed == self.limit
+
+
 class ClientConnections:
     """Open connections per client address, in this process."""
 
@@ -67,6 +93,56 @@ class ClientConnections:
 
     def open_from(self, address: str) -> int:
         return self._open.get(address, 0)
+
+
+class ClientPlace:
+    """The place one connection holds under its client's address in :class:`ClientConnections`:
+    the peer's, taken when the connection opens; from a peer in ``proxies``, each request's
+    forwarded address instead, taken when its headers are in (:meth:`forwarded`)."""
+
+    __slots__ = ("address", "counter", "peer", "proxied", "proxies")
+
+    def __init__(self, counter: ClientConnections, proxies: TrustedProxies, peer: str | None):
+        self.counter = counter
+        self.proxies = proxies
+        self.peer = peer
+        self.proxied = peer is not None and bool(proxies) and proxies.trusts(peer)
+        """The peer is a trusted proxy: places are held per request, by forwarded address."""
+        self.address: str | None = None
+        """The client address whose place is held."""
+
+    def open(self) -> bool:
+        """The connection opens: a place for its peer (unless proxied). False: over the cap."""
+        if self.proxied or self.peer is None:
+            return True
+        if not self.counter.acquire(self.peer):
+            return False
+        self.address = self.peer
+        return True
+
+    def forwarded(self, headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
+        """A request through the proxy: its client's address, and whether it got a place (the
+        place of a request before it on the connection is freed first)."""
+        address = self.proxies.client(self.peer or "", headers)
+        self.release()
+        if not self.counter.acquire(address):
+            return address, False
+        self.address = address
+        return address, True
+
+    def release(self) -> None:
+        if self.address is not None:
+            self.counter.release(self.address)
+            self.address = None
+
+    def hand_over(self) -> str | None:
+        """The address whose place an upgraded connection now holds (None: no place)."""
+        address, self.address = self.address, None
+        return address
+
+    def client(self) -> str | None:
+        """The address refusals are counted under: the place's, else the peer's."""
+        return self.address if self.address is not None else self.peer
 
 
 def _plain_answer(status: bytes, text: bytes) -> bytes:

@@ -76,22 +76,27 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from realtime_dispatch.hub.http_refusals import HttpRefusals, RefusalReason
-from realtime_dispatch.hub.serving.direct_post import Answer, DirectPost, DirectRequest
+from realtime_dispatch.hub.serving.direct_post import (
+    Answer,
+    DirectPost,
+    DirectRequest,
+    direct_endpoint,
+)
 from realtime_dispatch.hub.serving.forwarded import TrustedProxies
 from realtime_dispatch.hub.serving.http_limits import (
     HEAD_TOO_LARGE_RESPONSE,
-    LINGER_BYTES,
-    LINGER_SECONDS,
     REFUSAL_LINGER_BYTES,
     REQUEST_TIMEOUT_RESPONSE,
     TOO_MANY_RESPONSE,
     ClientConnections,
+    ClientPlace,
+    HeadCap,
     HeadTooLarge,
     HttpLimits,
     expects_body,
 )
-from realtime_dispatch.hub.serving.http_timer import ConnectionTimer, peer_closed
-from realtime_dispatch.hub.serving.pipelining import GatedFlow, last_bytes, parseable
+from realtime_dispatch.hub.serving.http_timer import ConnectionTimer, LingeringClose, peer_closed
+from realtime_dispatch.hub.serving.pipelining import GatedFlow, PipelineGate
 
 log = structlog.get_logger(__name__)
 
@@ -168,51 +173,38 @@ def guarded_http_protocol(
     class GuardedHttpProtocol(HttpToolsProtocol):
         timer: ConnectionTimer
         """The connection's one timer (its head, its body, its lingering close)."""
-        _address: str | None = None
-        """The client address whose place this connection (or its request) holds."""
-        _proxied = False
-        """The peer is a trusted proxy: places are held per request, by forwarded address."""
+        place: ClientPlace
+        """The place this connection (or its request) holds under its client's address."""
         body_pending = ending = False
         """A request's body is expected and not read yet; ``ending``: a response said
         ``connection: close`` before it was (see :func:`_close_if_answered_early`)."""
-        _lingering = -1
-        """Bytes discarded since the half-close; -1 while not lingering."""
-        _linger_bytes = LINGER_BYTES
-        """Discarded past the half-close before the connection is closed."""
-        _head = 0
-        """Bytes of the current request head fed to the parser; -1 past the head (body)."""
+        linger: LingeringClose
+        head: HeadCap
+        """Bytes of the current request head fed to the parser (-1 past the head)."""
         direct: DirectRequest | None = None
         """The request to a direct POST being read or answered."""
         flow: GatedFlow
-        _held: bytes | None = None
-        """A read not parsed yet (past ``_held_at``): the connection is at ``max_pipelined``."""
-        _held_at = 0
-        _tail = b""
-        """The last bytes parsed (a request head's end may straddle two reads)."""
-        _feeding = False
-        """The parser is being fed (a response ended in its callbacks must not feed it)."""
-        _answering: RequestResponseCycle | None = None
-        """The request cycle whose ASGI task was started last (uvicorn keeps no handle on it)."""
+        gate: PipelineGate
+        """How far requests are parsed ahead of their answers (:mod:`.pipelining`)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self.flow = GatedFlow(transport)
+            self.gate = PipelineGate(self.flow, self.pipeline, max_pipelined)
+            self.head = HeadCap(max_head)
+            self.linger = LingeringClose()
             self.timer = ConnectionTimer(self.loop, transport, self.flow)
-            address = self.client[0] if self.client else None
-            if address is not None and proxies and proxies.trusts(address):
-                self._proxied = True
-            elif address is not None:
-                if not counter.acquire(address):
-                    refused(RefusalReason.CLIENT_CAP, address)
-                    transport.write(TOO_MANY_RESPONSE)
-                    transport.close()
-                    return
-                self._address = address
+            self.place = ClientPlace(counter, proxies, self.client[0] if self.client else None)
+            if not self.place.open():
+                refused(RefusalReason.CLIENT_CAP, self.place.peer)
+                transport.write(TOO_MANY_RESPONSE)
+                transport.close()
+                return
             self.timer.arm(limits.header_timeout, self._headers_late)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.timer.disarm()
-            self._release()
+            self.place.release()
             self._cut()
             super().connection_lost(exc)
             on_end()
@@ -221,96 +213,34 @@ def guarded_http_protocol(
             self.headers = None  # type: ignore[assignment]
 
         def _cut(self) -> None:
-            """The connection ends: every request of it still answered or queued is told so,
-            the queued ones are dropped, what was held is discarded."""
-            self._held = None
-            self.flow.held = False
-            for cycle in (self._answering, self.cycle, *(c for c, _ in self.pipeline)):
-                if cycle is not None and not cycle.response_complete:
-                    cycle.disconnected = True
-                    cycle.message_event.set()
-            self.pipeline.clear()
-            self._answering = None
+            """The connection ends: its requests are cut (:meth:`.PipelineGate.cut`)."""
+            self.gate.cut(self.cycle)
             if self.direct is not None:
                 self.direct.cut = True
                 self.direct = None
 
         def _unanswered(self) -> int:
-            """Requests parsed and not answered yet: queued, being answered (or read)."""
-            queued = len(self.pipeline)
-            if self.direct is not None and not self.direct.answered:
-                return queued + 1
-            cycle = self.cycle
-            return queued + (
-                1 if queued or (cycle is not None and not cycle.response_complete) else 0
-            )
+            direct = self.direct
+            return self.gate.unanswered(self.cycle, direct is not None and not direct.answered)
 
         def data_received(self, data: bytes) -> None:
-            if self._lingering >= 0:
-                self._lingering += len(data)
-                if self._lingering > self._linger_bytes:
-                    self.transport.close()
-                return
-            held = self._held
-            if held is not None:  # read while held (reading is paused): kept in order
-                self._held = held[self._held_at :] + data
-                self._held_at = 0
-                self.flow.pause_reading()
-                return
-            self._take(data, 0)
+            if self.linger.on:
+                self.linger.discard(len(data), self.transport)
+            else:
+                self.gate.received(data, self._read, self._unanswered)
 
-        def _take(self, data: bytes, start: int) -> None:
-            """Parse ``data`` from ``start`` as far as ``max_pipelined`` allows; hold the rest
-            (reading paused) until answers make room."""
-            self._feeding = True
-            try:
-                end = len(data)
-                while start < end:
-                    cut = parseable(data, start, self._tail, max_pipelined - self._unanswered())
-                    if cut == start:
-                        self._held, self._held_at = data, start
-                        self.flow.held = True
-                        self.flow.pause_reading()
-                        return
-                    self._tail = last_bytes(self._tail, data, start, cut)
-                    self._read(data if start == 0 and cut == end else data[start:cut])
-                    start = cut
-                    if (
-                        self._lingering >= 0
-                        or self.transport.is_closing()
-                        or self.transport.get_protocol() is not self
-                    ):
-                        return  # ending or upgraded: the rest is not this parser's
-            finally:
-                self._feeding = False
-
-        def _take_held(self) -> None:
-            """Answers made room: parse what was held, then read again if it all went."""
-            data = self._held
-            if data is None or self._feeding:
-                return
-            self._held = None
-            self.flow.held = False
-            self._take(data, self._held_at)
-            if self._held is None and self._lingering < 0 and not self.transport.is_closing():
-                self.flow.resume_reading()
-
-        def _read(self, data: bytes) -> None:
-            """Feed the parser ``data``, refusing a request head over ``max_header_bytes``."""
-            head = self._head
-            if head < 0 or head + len(data) <= max_head:  # a body, or a head within its cap
-                if head >= 0:
-                    self._head = head + len(data)
-                self._feed(data)
-                return
-            room = max_head - head  # the cap is reached in this read
-            self._head = max_head
-            self._feed(data[:room])
-            if self._head == max_head:  # still in that head: refused, the rest never parsed
-                if self._lingering < 0 and self.transport.get_protocol() is self:
+        def _read(self, data: bytes) -> bool:
+            """Feed the parser ``data``, refusing a request head over ``max_header_bytes``;
+            False once the rest is not this parser's (ending, or upgraded)."""
+            room = self.head.room(len(data))
+            self._feed(data if room == len(data) else data[:room])
+            if room < len(data) and self.head.full:  # over the cap, still in that head: refused
+                if not self.linger.on and self.transport.get_protocol() is self:
                     self._head_too_large()
             elif room < len(data) and self.transport.get_protocol() is self:
                 self._read(data[room:])  # the head ended within the cap: go on with the rest
+            ending = self.linger.on or self.transport.is_closing()
+            return not ending and self.transport.get_protocol() is self
 
         def _feed(self, data: bytes) -> None:
             """uvicorn's ``data_received``, with the refusal of a head over the field cap."""
@@ -318,7 +248,7 @@ def guarded_http_protocol(
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserUpgrade:
-                if self._lingering < 0 and not self.transport.is_closing():
+                if not self.linger.on and not self.transport.is_closing():
                     if self._should_upgrade():
                         self.handle_websocket_upgrade()
                     else:
@@ -326,7 +256,7 @@ def guarded_http_protocol(
             except httptools.HttpParserError as exc:
                 if isinstance(exc.__context__, HeadTooLarge):
                     self._head_too_large()
-                elif self._lingering < 0 and not self.transport.is_closing():
+                elif not self.linger.on and not self.transport.is_closing():
                     msg = "Invalid HTTP request received."
                     self.logger.warning(msg)
                     self.send_400_response(msg)
@@ -343,7 +273,7 @@ def guarded_http_protocol(
 
         def _head_too_large(self) -> None:
             self.timer.disarm()
-            refused(RefusalReason.HEADERS_TOO_LARGE, self._client_address())
+            refused(RefusalReason.HEADERS_TOO_LARGE, self.place.client())
             self._refuse(HEAD_TOO_LARGE_RESPONSE)
 
         def _refuse(self, response: bytes) -> None:
@@ -351,32 +281,31 @@ def guarded_http_protocol(
             requests pipelined before it are cut: their answers would come after it)."""
             self._cut()
             self.transport.write(response)
-            self._linger_bytes = REFUSAL_LINGER_BYTES  # a flood is not read for long
+            self.linger.limit = REFUSAL_LINGER_BYTES  # a flood is not read for long
             self._linger()
 
         def _linger(self) -> None:
             """Half-close (FIN), then discard what the client still sends, then close."""
             self._unset_keepalive_if_required()
-            self._lingering = 0
-            self._held = None  # discarded unparsed, as what comes next
-            self.flow.held = False
+            self.gate.drop()  # discarded unparsed, as what comes next
             self.flow.resume_reading()
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.timer.arm(LINGER_SECONDS, self.transport.close)
-
-        def _client_address(self) -> str | None:
-            client = self.client[0] if self.client else None
-            return self._address if self._address is not None else client
+            self.linger.begin(self.transport, self.timer)
 
         def on_headers_complete(self) -> None:
             self.timer.disarm()
-            self._head = -1
-            if self._lingering >= 0:  # ending: what is left of this read is dropped
+            self.head.fed = -1
+            if self.linger.on:  # ending: what is left of this read is dropped
                 return
-            if self._proxied and not self._hold_forwarded():
+            if self.place.proxied and not self._hold_forwarded():
                 return
-            endpoint = self._direct_post()
+            uvicorns = self.expect_100_continue or self.limit_concurrency is not None
+            busy = self.cycle is not None and not self.cycle.response_complete
+            endpoint = direct_endpoint(
+                direct_posts,
+                self.parser,
+                self.url,
+                queued=uvicorns or busy or self.direct is not None,
+            )
             if endpoint is None:
                 super().on_headers_complete()
             if self.transport.get_protocol() is self and expects_body(self.headers):
@@ -389,7 +318,7 @@ def guarded_http_protocol(
                 request.begin()
 
         def on_body(self, body: bytes) -> None:
-            if self._lingering >= 0:
+            if self.linger.on:
                 return
             request = self.direct
             if request is None or request.read:
@@ -398,8 +327,8 @@ def guarded_http_protocol(
                 request.body(body)
 
         def on_message_complete(self) -> None:
-            self._head = 0  # what follows is the next request's head
-            if self._lingering >= 0:
+            self.head.fed = 0  # what follows is the next request's head
+            if self.linger.on:
                 return
             request = self.direct
             if request is not None and not request.read:
@@ -413,17 +342,19 @@ def guarded_http_protocol(
             self.end_response(body_unread=self.body_pending or self.ending)
 
         def end_response(self, *, body_unread: bool) -> None:
-            if self._proxied:
-                self._release()  # the request's place under its client's address
+            if self.place.proxied:
+                self.place.release()  # the request's place under its client's address
             super().on_response_complete()
             if self.transport.is_closing():
                 return
             if body_unread:  # answered before the body was read: linger, then close
                 self._linger()
                 return
-            self._take_held()
-            if self.transport.is_closing() or self._lingering >= 0:
+            emptied = self.gate.take_held(self._read, self._unanswered)
+            if self.transport.is_closing() or self.linger.on:
                 return
+            if emptied:  # all of what was held went: read again
+                self.flow.resume_reading()
             if self.cycle is None or self.cycle.response_complete:  # no pipelined request
                 self.timer.arm(limits.header_timeout, self._headers_late)  # the next request's
 
@@ -432,7 +363,7 @@ def guarded_http_protocol(
                 self.flow.pause_reading()
                 self.pipeline.appendleft((cycle, app))
                 return
-            self._answering = cycle
+            self.gate.answering = cycle
             super()._start_asgi_task(cycle, app)
 
         def send_400_response(self, msg: str) -> None:
@@ -445,27 +376,12 @@ def guarded_http_protocol(
                 return
             super().shutdown()
 
-        def _direct_post(self) -> DirectPost | None:
-            """The endpoint to answer this request directly, or None to hand it to uvicorn."""
-            if not direct_posts or self.expect_100_continue or self.limit_concurrency is not None:
-                return None
-            if self.direct is not None or (
-                self.cycle is not None and not self.cycle.response_complete
-            ):
-                return None  # another request is being answered: uvicorn queues this one
-            if self.parser.get_method() != b"POST" or self.parser.should_upgrade():
-                return None
-            return direct_posts.get(self.url.partition(b"?")[0])
-
         def handle_websocket_upgrade(self) -> None:
             self.timer.disarm()
             if peer_closed(self.transport):
-                # The client closed before its upgrade was read: it gave up while the request
-                # waited in this server's backlog, and nothing can become a WebSocket on it.
-                # Opening it would verify its token and run an opening only for the handshake
-                # to fail, work a replica behind a storm cannot spare for the clients still
-                # waiting.
-                log.debug("http_upgrade_abandoned", client=self._client_address())
+                # The client gave up while its upgrade waited in this server's backlog: opening
+                # it would be work a replica behind a storm cannot spare (see the module's doc).
+                log.debug("http_upgrade_abandoned", client=self.place.client())
                 self.transport.close()
                 return
             factory = direct_paths.get(self.url.partition(b"?")[0].decode("latin-1"))
@@ -477,46 +393,41 @@ def guarded_http_protocol(
                 return
             self.parser = None  # type: ignore[assignment]  # its callbacks: a cycle with this
             self.timer.disarm()
-            address, self._address = self._address, None
-            if hasattr(protocol, "on_connection_lost"):  # the hub's: keeps the place till closed
-                protocol.on_connection_lost = _on_close(address)
-            elif address is not None:  # a WebSocket protocol that cannot tell when it closes
-                counter.release(address)
-
-        def _release(self) -> None:
-            if self._address is not None:
-                counter.release(self._address)
-                self._address = None
+            _handed_over(protocol, self.place.hand_over())
 
         def _hold_forwarded(self) -> bool:
             """A request through a trusted proxy: its client's address, from the forwarding
             headers, goes in the scope and holds a place (False: refused, 503)."""
-            peer = self.client[0] if self.client else ""
-            address = proxies.client(peer, self.headers)
-            self._release()  # a request pipelined behind another: one place per connection
+            address, placed = self.place.forwarded(self.headers)  # one place per connection
             self.scope["client"] = (address, 0)
-            if not counter.acquire(address):
+            if not placed:
                 refused(RefusalReason.CLIENT_CAP, address)
                 self._refuse(TOO_MANY_RESPONSE)
-                return False
-            self._address = address
-            return True
+            return placed
 
         def _headers_late(self) -> None:
             self.timer.fired()
             behind = self.timer.server_behind(limits.header_timeout, self._headers_late)
             if not behind and not self.transport.is_closing():
-                refused(RefusalReason.HEADER_TIMEOUT, self._client_address())
+                refused(RefusalReason.HEADER_TIMEOUT, self.place.client())
                 self.transport.write(REQUEST_TIMEOUT_RESPONSE)
                 self.transport.close()
 
         def _body_late(self) -> None:
             self.timer.fired()
-            if self._lingering >= 0 or self.transport.is_closing():
+            if self.linger.on or self.transport.is_closing():
                 return
             if not self.timer.server_behind(limits.body_timeout, self._body_late):
-                refused(RefusalReason.BODY_TIMEOUT, self._client_address())
+                refused(RefusalReason.BODY_TIMEOUT, self.place.client())
                 self.transport.close()
+
+    def _handed_over(protocol: Any, address: str | None) -> None:
+        """The place ``address`` of a connection upgraded to ``protocol``: the hub's protocols
+        keep it until they close; one that cannot tell when it closes frees it now."""
+        if hasattr(protocol, "on_connection_lost"):
+            protocol.on_connection_lost = _on_close(address)
+        elif address is not None:
+            counter.release(address)
 
     def _on_close(address: str | None) -> Callable[[], None]:
         """What an upgraded connection does when it closes: its place freed, its end told."""

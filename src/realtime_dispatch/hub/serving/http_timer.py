@@ -6,6 +6,7 @@ the client's bytes wait unread in this server's own socket buffer, or while read
 the server's own flow control, the server is behind, not the client: the deadline is pushed
 ``BACKLOG_GRACE`` further, up to the timeout once over (:meth:`ConnectionTimer.server_behind`).
 :func:`peer_closed` tells the opposite case: a client that gave up while its request waited.
+:class:`LingeringClose` is the end of a connection answered before it was read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable
 
 import structlog
 from uvicorn.protocols.http.flow_control import FlowControl
+
+from realtime_dispatch.hub.serving.http_limits import LINGER_BYTES, LINGER_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -114,3 +117,30 @@ class ConnectionTimer:
         self._handle = self._loop.call_later(BACKLOG_GRACE, callback)
         log.debug("http_timeout_deferred", deferred_s=self._deferred)
         return True
+
+
+class LingeringClose:
+    """A connection's lingering close: half-closed (FIN), what the client still sends discarded
+    unparsed, then closed after ``LINGER_SECONDS`` or past ``limit`` bytes discarded."""
+
+    __slots__ = ("discarded", "limit")
+
+    def __init__(self) -> None:
+        self.discarded = -1
+        """Bytes discarded since the half-close; -1 while not lingering."""
+        self.limit = LINGER_BYTES
+
+    @property
+    def on(self) -> bool:
+        return self.discarded >= 0
+
+    def begin(self, transport: asyncio.Transport, timer: ConnectionTimer) -> None:
+        self.discarded = 0
+        if transport.can_write_eof():
+            transport.write_eof()
+        timer.arm(LINGER_SECONDS, transport.close)
+
+    def discard(self, size: int, transport: asyncio.Transport) -> None:
+        self.discarded += size
+        if self.discarded > self.limit:
+            transport.close()

@@ -1,5 +1,5 @@
 """How far a connection's requests are parsed ahead of their answers (:mod:`.http_protocol`):
-:func:`parseable` and :class:`GatedFlow`.
+:func:`parseable`, :class:`GatedFlow` and :class:`PipelineGate`.
 
 HTTP/1.1 lets a client send requests without waiting for their answers (pipelining), the
 answers going back in order. uvicorn's protocol parses whatever it reads: every request in a
@@ -12,18 +12,25 @@ unparsed, reading is paused, and they are parsed as answers go out.
 Where to stop needs no parse: llhttp (as the protocol configures it) accepts a request head only
 when it ends with an empty line, ``CR LF CR LF`` (a bare ``LF`` line end is refused), so a run
 of bytes holding ``k`` of them completes at most ``k`` requests. Bytes of a body may hold some
-too: that only makes a cut earlier than it had to be. Pure.
+too: that only makes a cut earlier than it had to be. Pure: the gate's only I/O is the flow's
+pause and resume, and the parser it feeds is passed to each call.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.flow_control import FlowControl
 
 HEAD_END = b"\r\n\r\n"
 TAIL = len(HEAD_END) - 1
 """Bytes kept of what was parsed last: a head end may straddle two reads."""
+
+Feed = Callable[[bytes], bool]
+"""Feeds the parser a piece of a read; False once the rest is not its own (ending, upgraded)."""
 
 
 def parseable(data: bytes, start: int, tail: bytes, room: int) -> int:
@@ -70,3 +77,103 @@ class GatedFlow(FlowControl):
     def resume_reading(self) -> None:
         if not self.held:
             super().resume_reading()
+
+
+class Cycle(Protocol):
+    """What the gate reads and sets of a request cycle (uvicorn's ``RequestResponseCycle``)."""
+
+    response_complete: bool
+    disconnected: bool
+    message_event: asyncio.Event
+
+
+class PipelineGate:
+    """A connection's flow control for pipelined requests: how many are parsed and not answered
+    (:meth:`unanswered`), a read fed to the parser only up to ``depth`` of them (:meth:`take`),
+    the rest held with reading paused and fed as answers make room (:meth:`received`,
+    :meth:`take_held`), and every request of it cut when the connection ends (:meth:`cut`).
+
+    ``queue``: the protocol's own queue of parsed requests waiting for the one being answered
+    (uvicorn's ``pipeline``). The gate keeps nothing of the protocol: what it feeds and counts
+    is passed to each call, so a closed connection leaves no reference cycle behind."""
+
+    def __init__(self, flow: GatedFlow, queue: deque[tuple[Any, Any]], depth: int) -> None:
+        self.flow = flow
+        self.queue = queue
+        self.depth = depth
+        self.held: bytes | None = None
+        """A read not parsed yet (past ``held_at``): the connection is at ``depth``."""
+        self.held_at = 0
+        self.tail = b""
+        """The last bytes parsed (a request head's end may straddle two reads)."""
+        self.feeding = False
+        """The parser is being fed (a response ended in its callbacks must not feed it)."""
+        self.answering: Any = None
+        """The request cycle whose ASGI task was started last (uvicorn keeps no handle on it)."""
+
+    def unanswered(self, current: Cycle | None, direct_open: bool) -> int:
+        """Requests parsed and not answered yet: queued, being answered (or read). ``current``:
+        the cycle parsed last; ``direct_open``: a direct request is being read or answered."""
+        queued = len(self.queue)
+        if direct_open:
+            return queued + 1
+        busy = current is not None and not current.response_complete
+        return queued + (1 if queued or busy else 0)
+
+    def received(self, data: bytes, feed: Feed, unanswered: Callable[[], int]) -> None:
+        """A read: appended to what is held (reading stays paused), else taken from its start."""
+        held = self.held
+        if held is None:
+            self.take(data, 0, feed, unanswered)
+            return
+        self.held = held[self.held_at :] + data
+        self.held_at = 0
+        self.flow.pause_reading()
+
+    def take(self, data: bytes, start: int, feed: Feed, unanswered: Callable[[], int]) -> None:
+        """Feed ``data`` from ``start`` as far as ``depth`` allows (``feed`` returns False once
+        the rest is not the parser's: ending or upgraded); hold the rest, reading paused."""
+        self.feeding = True
+        try:
+            end = len(data)
+            while start < end:
+                cut = parseable(data, start, self.tail, self.depth - unanswered())
+                if cut == start:
+                    self.held, self.held_at = data, start
+                    self.flow.held = True
+                    self.flow.pause_reading()
+                    return
+                self.tail = last_bytes(self.tail, data, start, cut)
+                going = feed(data if start == 0 and cut == end else data[start:cut])
+                start = cut
+                if not going:
+                    return
+        finally:
+            self.feeding = False
+
+    def take_held(self, feed: Feed, unanswered: Callable[[], int]) -> bool:
+        """Answers made room: feed what was held. True when nothing is held any more (the
+        protocol then resumes reading, unless the connection is ending)."""
+        data = self.held
+        if data is None or self.feeding:
+            return False
+        self.drop()
+        self.take(data, self.held_at, feed, unanswered)
+        return self.held is None
+
+    def drop(self) -> None:
+        """What is held is discarded unparsed (the connection ends); reading may resume."""
+        self.held = None
+        self.flow.held = False
+
+    def cut(self, current: Cycle | None) -> None:
+        """The connection ends: every request of it still answered or queued is told so, the
+        queued ones are dropped, what was held is discarded."""
+        self.drop()
+        queued = [cycle for cycle, _ in self.queue]
+        for cycle in (self.answering, current, *queued):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self.queue.clear()
+        self.answering = None
