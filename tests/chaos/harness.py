@@ -274,11 +274,32 @@ async def resync(
     return Timeline(len(mine), len(mine) - len(have), len(recovered), merged)
 
 
-async def outbox_status(pool: asyncpg.Pool) -> dict[str, int]:
+async def outbox_status(pool: asyncpg.Pool, kind: str | None = None) -> dict[str, int]:
+    """The outbox rows by status: all of them, or those of ``kind``."""
     rows = await pool.fetch(
-        "SELECT status, count(*) AS n FROM messenger.realtime_outbox GROUP BY status"
+        "SELECT status, count(*) AS n FROM messenger.realtime_outbox"
+        " WHERE $1::text IS NULL OR kind = $1 GROUP BY status",
+        kind,
     )
     return {r["status"]: int(r["n"]) for r in rows}
+
+
+async def message_rows_status(pool: asyncpg.Pool, chats: list[tuple[UUID, UUID]]) -> dict[str, int]:
+    """The status of the message rows (``MessageReceived``), once the rest of the outbox is
+    accounted for: it must hold nothing but one creation push per chat of ``chats`` (the
+    ``ChatUpdated`` row with ``eventKind: ChatCreated`` that :func:`make_chats`' ``create_chat``
+    writes), each Done. So a scenario counts its messages' rows exactly, and a creation push
+    that was lost, repeated or left behind fails it as well."""
+    rows = await pool.fetch(
+        "SELECT o.kind, o.chat_id, o.status, e.event_kind, count(*) AS n"
+        " FROM messenger.realtime_outbox AS o"
+        " LEFT JOIN messenger.chat_events AS e ON o.kind = 'ChatUpdated' AND e.id = o.ref_id"
+        " WHERE o.kind <> 'MessageReceived' GROUP BY 1, 2, 3, 4"
+    )
+    others = {(r["kind"], r["chat_id"], r["status"], r["event_kind"]): int(r["n"]) for r in rows}
+    expected = {("ChatUpdated", chat, "Done", "ChatCreated"): 1 for chat, _sender in chats}
+    assert others == expected, others
+    return await outbox_status(pool, kind="MessageReceived")
 
 
 async def wait_drained(pool: asyncpg.Pool, within: float = 120) -> dict[str, int]:
@@ -292,7 +313,9 @@ async def wait_drained(pool: asyncpg.Pool, within: float = 120) -> dict[str, int
 async def make_chats(
     pool: asyncpg.Pool, count: int, listeners: list[UUID]
 ) -> list[tuple[UUID, UUID]]:
-    """``count`` chats, each with a fresh sender and every listener as a member."""
+    """``count`` chats, each with a fresh sender and every listener as a member. Each creation
+    writes its push (one ``ChatUpdated`` row, ``eventKind: ChatCreated``); a scenario that
+    counts rows takes them apart with :func:`message_rows_status`."""
     chats = []
     async with pool.acquire() as conn:
         for _ in range(count):

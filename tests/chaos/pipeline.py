@@ -22,6 +22,7 @@ from tests.chaos.harness import (
     check_timelines,
     hub_proc,
     make_chats,
+    message_rows_status,
     outbox_status,
     processes,
     wait_drained,
@@ -75,8 +76,9 @@ async def run_pipeline(
     backplane_redis: str | None = None,
     drain_within: float = 180,
 ) -> tuple[Pipeline, Any, dict[str, int], dict[str, int]]:
-    """Returns the pipeline, what ``inject`` returned, the outbox status at the end and the
-    client totals (live pushes, repeated pushes, recovered by resync)."""
+    """Returns the pipeline, what ``inject`` returned, the status of the message rows at the
+    end (the chats' creation pushes checked apart: each Done, once) and the client totals (live
+    pushes, repeated pushes, recovered by resync)."""
     env = base_env(database_url, **(env_extra or {}))
     if backplane_redis:
         env.update(REALTIME_BACKPLANE_ENABLED="true", REALTIME_REDIS_URL=backplane_redis)
@@ -116,13 +118,14 @@ async def run_pipeline(
             finally:
                 if not writing.done():
                     writing.cancel()
-            status = await wait_drained(pool, within=drain_within)
+            await wait_drained(pool, within=drain_within)
             quarantined = await pool.fetch(
                 "SELECT kind, attempts, last_error, count(*) AS n"
                 " FROM messenger.realtime_outbox WHERE status = 'Quarantined'"
                 " GROUP BY 1, 2, 3"
             )
             assert not quarantined, [dict(r) for r in quarantined]
+            status = await message_rows_status(pool, chats)
             for listener in listeners:
                 await asyncio.wait_for(listener.connected.wait(), 60)
             alive_hub = next(hub for hub in hub_procs if hub.alive)

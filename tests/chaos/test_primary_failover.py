@@ -25,6 +25,7 @@ from tests.chaos.harness import (
     base_env,
     hub_proc,
     make_chats,
+    message_rows_status,
     processes,
     report,
     worker_proc,
@@ -101,7 +102,10 @@ async def test_primary_failover_resumes_by_itself(tmp_path: Path) -> None:
                 await asyncio.wait_for(listener.connected.wait(), 30)
                 writing = asyncio.create_task(owner(url, chats, committed, stop))
                 await asyncio.sleep(BEFORE)
-                await wait_until(lambda: len(listener.events) > 0, within=30)
+                await wait_until(
+                    lambda: any(e["target"] == "message_received" for e in listener.events),
+                    within=30,
+                )
                 failover_at = time.monotonic()
                 await asyncio.to_thread(cluster.promote_standby)
                 await asyncio.to_thread(cluster.stop, cluster.primary)
@@ -129,12 +133,7 @@ async def test_primary_failover_resumes_by_itself(tmp_path: Path) -> None:
                         for r in await new.fetch("SELECT id, seq FROM messenger.messages")
                     }
                     await invariants(new)  # every message has its row, every row its message
-                    statuses = {
-                        r["status"]: r["n"]
-                        for r in await new.fetch(
-                            "SELECT status, count(*) AS n FROM messenger.realtime_outbox GROUP BY 1"
-                        )
-                    }
+                    statuses = await message_rows_status(new, chats)
                 finally:
                     await new.close()
 
