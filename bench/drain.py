@@ -92,6 +92,14 @@ CHATS = 50
 MEMBERS = 5
 
 
+RUN_FIGURES = ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median and spread of each figure over a scenario's runs."""
+    return {key: median_spread([r[key] for r in runs]) for key in RUN_FIGURES}
+
+
 async def drain_dispatcher(
     url: str,
     options: RealtimeDispatchOptions,
@@ -246,10 +254,7 @@ async def run_scenario(
         await admin.close()
     summary: dict[str, Any] = {"scenario": name, **spec, "done_rows": args.done * spec["done"]}
     for mode, runs in results.items():
-        summary[mode] = {
-            key: median_spread([r[key] for r in runs])
-            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
-        }
+        summary[mode] = medians(runs)
     return summary
 
 
@@ -303,13 +308,7 @@ async def run_keyed(args: argparse.Namespace) -> dict[str, Any]:
                         f" client cpu {record['client_cpu_s']:.2f} s)",
                         flush=True,
                     )
-    return {
-        label: {
-            key: median_spread([r[key] for r in runs])
-            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
-        }
-        for label, runs in results.items()
-    }
+    return {label: medians(runs) for label, runs in results.items()}
 
 
 async def main_keyed(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:
@@ -367,13 +366,7 @@ async def run_declared(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
     finally:
         await admin.close()
-    return {
-        side: {
-            key: median_spread([r[key] for r in runs])
-            for key in ("rows_per_s", "seconds", "client_cpu_s", "server_cpu_s", "machine_busy")
-        }
-        for side, runs in results.items()
-    }
+    return {side: medians(runs) for side, runs in results.items()}
 
 
 async def main_declared(args: argparse.Namespace, facts: dict[str, Any], started: float) -> None:

@@ -208,6 +208,21 @@ async def _owner(
     return out
 
 
+async def _insert_message(
+    conn: asyncpg.Connection, message_id: UUID, *, chat: UUID, sender: UUID, seq: int, n: int
+) -> None:
+    """The message row both owner shapes write (the per-chat seq kept by its only writer)."""
+    await conn.execute(
+        "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        message_id,
+        chat,
+        seq,
+        sender,
+        f"lag {n}",
+    )
+
+
 async def _insert_and_enqueue(
     conn: asyncpg.Connection, chat: UUID, sender: UUID, seq: int, n: int
 ) -> tuple[UUID, UUID]:
@@ -215,15 +230,7 @@ async def _insert_and_enqueue(
     its push intent through ``enqueue``; 4 round trips instead of ``send_message``'s 6."""
     message_id = new_id()
     async with conn.transaction():
-        await conn.execute(
-            "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
-            " VALUES ($1, $2, $3, $4, $5)",
-            message_id,
-            chat,
-            seq,
-            sender,
-            f"lag {n}",
-        )
+        await _insert_message(conn, message_id, chat=chat, sender=sender, seq=seq, n=n)
         [outbox_id] = await enqueue(
             conn,
             OutboxIntent(
@@ -244,15 +251,7 @@ async def _insert_kind(
     too, which a declared kind's query reads): the same statements whatever the kind."""
     message_id = new_id()
     async with conn.transaction():
-        await conn.execute(
-            "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
-            " VALUES ($1, $2, $3, $4, $5)",
-            message_id,
-            chat,
-            seq,
-            sender,
-            f"lag {n}",
-        )
+        await _insert_message(conn, message_id, chat=chat, sender=sender, seq=seq, n=n)
         outbox_id = await conn.fetchval(
             "INSERT INTO messenger.realtime_outbox"
             " (kind, target_kind, chat_id, message_id, ref_id, seq)"
