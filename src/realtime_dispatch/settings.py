@@ -7,8 +7,11 @@ the component it configures, and holds the defaults. Tests build those objects d
 
 A setting that configures a field of an options class is declared with :func:`option`: its
 default is that field's default, read from the class (each default is written once, beside the
-component), and the options are built from those settings (:meth:`Settings.values_for`). The
+component), and the options are built from those settings (:meth:`Settings.build`). The
 other settings are the process's own (the database, the ports, the backplane, the workers).
+Each rule is checked in one place: by the options class where it checks its own values (the
+variable is named from the setting that configures the field), else by the field's constraints
+here (the bounds of bounds.py, and the options that check nothing themselves).
 
 An invalid value raises :class:`~realtime_dispatch.errors.ConfigurationError` naming the variable;
 the CLI turns that into one line on stderr and exit code 2.
@@ -22,7 +25,7 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
@@ -44,11 +47,12 @@ from realtime_dispatch.messenger.jobs.options import (
     ConferenceReaperOptions,
     JobSchedule,
     RecordingFinalizeOptions,
-    status_url_problem,
 )
 from realtime_dispatch.sync.service import SyncOptions
 from realtime_dispatch.values.bounds import PG_MILLISECONDS_MAX, TIMESTAMP_SPAN_MAX
 from realtime_dispatch.values.keys import KeyCodec, key_codec
+
+T = TypeVar("T")
 
 ENV_PREFIX = "REALTIME_"
 FINGERPRINT_KEY_LABEL = b"realtime-dispatch message fingerprint key v1"
@@ -71,7 +75,7 @@ class OptionField:
 def option(options: type[Any], name: str, **constraints: Any) -> Any:
     """A setting for the field ``name`` of the dataclass ``options``: its default is the
     field's own (a value or a factory), and the field is recorded on the setting, so that
-    :meth:`Settings.values_for` builds the options from it. ``constraints`` are pydantic's
+    :meth:`Settings.build` builds the options from it. ``constraints`` are pydantic's
     (``gt``, ``le``, …)."""
     target = OptionField(options, name)
     field = target.field()
@@ -125,15 +129,18 @@ class Settings(BaseSettings):
     """Development mode with ``REALTIME_DATABASE_URL``: generated secrets and demo tokens when
     ``REALTIME_HUB_JWT_SECRET`` is unset (the embedded default is development mode anyway)."""
 
-    # The dispatcher (RealtimeDispatchOptions validates them, naming the variable).
+    # The dispatcher (RealtimeDispatchOptions checks them, naming the variable).
     dispatch_polling_interval: float = option(RealtimeDispatchOptions, "polling_interval")
     dispatch_batch_size: int = option(RealtimeDispatchOptions, "batch_size")
     dispatch_max_run_duration: float = option(RealtimeDispatchOptions, "max_run_duration")
+    """Also the length of one run of a media lifecycle job (:meth:`job_schedule`)."""
     dispatch_max_attempts: int = option(RealtimeDispatchOptions, "max_attempts")
     dispatch_backoff_base: float = option(RealtimeDispatchOptions, "backoff_base")
     dispatch_backoff_factor: float = option(RealtimeDispatchOptions, "backoff_factor")
     dispatch_backoff_cap: float = option(RealtimeDispatchOptions, "backoff_cap")
+    """The backoff's three are also the recording-finalize retry's, between its asks."""
     dispatch_lock_ttl: float = option(RealtimeDispatchOptions, "lock_ttl")
+    """Also the media lifecycle jobs' lease."""
     dispatch_retention_done: float = option(RealtimeDispatchOptions, "retention_done")
     dispatch_listen: bool = option(RealtimeDispatchOptions, "listen")
     dispatch_linger: float = option(RealtimeDispatchOptions, "linger")
@@ -185,20 +192,18 @@ class Settings(BaseSettings):
     """Addresses or CIDRs of proxies whose ``Forwarded`` / ``X-Forwarded-For`` is believed."""
     # GET /api/sync: rows examined per page, the page's statement timeout, pages of one user at
     # once, and the connections of its own pool (so that it never takes the others').
-    sync_scan_limit: int = option(SyncOptions, "scan_limit", ge=1000)
-    sync_statement_timeout: float = option(
-        SyncOptions, "statement_timeout", gt=0, le=PG_MILLISECONDS_MAX
-    )
-    sync_max_per_user: int = option(SyncOptions, "max_per_user", ge=1)
+    sync_scan_limit: int = option(SyncOptions, "scan_limit")
+    sync_statement_timeout: float = option(SyncOptions, "statement_timeout", le=PG_MILLISECONDS_MAX)
+    sync_max_per_user: int = option(SyncOptions, "max_per_user")
     sync_pool_size: int = Field(default=2, ge=1)
-    sync_max_concurrent: int = option(SyncOptions, "max_concurrent", ge=1)
+    sync_max_concurrent: int = option(SyncOptions, "max_concurrent")
     """Sync pages of anyone running at once in one process (the others wait their turn within
     ``sync_queue_timeout``); by default half the machine's cores, at least 1."""
-    sync_queue_timeout: float = option(SyncOptions, "queue_timeout", gt=0)
+    sync_queue_timeout: float = option(SyncOptions, "queue_timeout")
     """Seconds a sync page may wait for its turn among ``sync_max_concurrent`` (then 503)."""
     # Message sends and edits per user (REST), per replica: a token bucket.
-    api_send_rate: float = option(SendRate, "rate", gt=0)
-    api_send_burst: int = option(SendRate, "burst", ge=1)
+    api_send_rate: float = option(SendRate, "rate")
+    api_send_burst: int = option(SendRate, "burst")
     message_fingerprint_secret: SecretStr | None = None
     """Key of the idempotency fingerprints; unset: derived from ``REALTIME_HUB_JWT_SECRET``."""
 
@@ -221,19 +226,19 @@ class Settings(BaseSettings):
     # The media lifecycle jobs (beside the call-timeout reaper): the conference-room reaper and
     # the recording-finalize retry (which also uses REALTIME_DISPATCH_BACKOFF_*, _LOCK_TTL and
     # _MAX_RUN_DURATION).
-    media_jobs_batch_size: int = option(JobSchedule, "batch_size", ge=1)
-    media_jobs_pause_factor: float = option(JobSchedule, "pause", ge=0)
+    media_jobs_batch_size: int = option(JobSchedule, "batch_size")
+    media_jobs_pause_factor: float = option(JobSchedule, "pause")
     conference_empty_timeout: float = option(
-        ConferenceReaperOptions, "empty_timeout", gt=0, le=TIMESTAMP_SPAN_MAX
+        ConferenceReaperOptions, "empty_timeout", le=TIMESTAMP_SPAN_MAX
     )
     conference_max_duration: float = option(
-        ConferenceReaperOptions, "max_duration", gt=0, le=TIMESTAMP_SPAN_MAX
+        ConferenceReaperOptions, "max_duration", le=TIMESTAMP_SPAN_MAX
     )
     media_recording_status_url: str | None = option(RecordingFinalizeOptions, "status_url")
     """The media pipeline's recording status service: ``GET {url}/{recordingId}``."""
-    recording_finalize_max_attempts: int = option(RecordingFinalizeOptions, "max_attempts", ge=1)
+    recording_finalize_max_attempts: int = option(RecordingFinalizeOptions, "max_attempts")
     recording_finalize_timeout: float = option(
-        RecordingFinalizeOptions, "timeout", gt=0, le=TIMESTAMP_SPAN_MAX
+        RecordingFinalizeOptions, "timeout", le=TIMESTAMP_SPAN_MAX
     )
 
     @model_validator(mode="before")
@@ -254,9 +259,6 @@ class Settings(BaseSettings):
             raise ValueError("log_level: must be one of debug, info, warning, error")
         if self.call_max_duration <= self.call_ring_timeout:
             raise ValueError("call_max_duration: must be above REALTIME_CALL_RING_TIMEOUT")
-        url = self.media_recording_status_url
-        if url is not None and (problem := status_url_problem(url)) is not None:
-            raise ValueError(f"media_recording_status_url: {problem}")
         try:
             parse_workers(self.hub_workers)
         except ValueError as exc:
@@ -302,7 +304,7 @@ class Settings(BaseSettings):
 
     def token_options(self) -> TokenOptions:
         """Which hub/REST tokens are accepted (``REALTIME_HUB_JWT_*``)."""
-        return TokenOptions(keys=self.keys(), **self.values_for(TokenOptions))
+        return self.build(TokenOptions, keys=self.keys())
 
     @property
     def backplane_mode(self) -> Literal["none", "redis", "redis-cluster"]:
@@ -341,8 +343,21 @@ class Settings(BaseSettings):
                 values[target.name] = value
         return values
 
+    def build(self, options: type[T], **given: Any) -> T:
+        """``options`` from the settings that configure it (:meth:`values_for`) and ``given``.
+        The options check their own values: a :class:`ValueError` of theirs that names a field
+        (``"field: why"``) becomes a :class:`ConfigurationError` naming its variable."""
+        try:
+            return options(**{**self.values_for(options), **given})
+        except ValueError as exc:
+            field, _, why = str(exc).partition(": ")
+            for name, target in self.option_fields().items():
+                if target.options is options and target.name == field:
+                    raise ConfigurationError(ENV_PREFIX + name.upper(), why) from None
+            raise
+
     def dispatch_options(self) -> RealtimeDispatchOptions:
-        return RealtimeDispatchOptions(**self.values_for(RealtimeDispatchOptions))
+        return self.build(RealtimeDispatchOptions)
 
     def hub_options(
         self, *, redis_url: str | None = None, manifest: Manifest | None = None
@@ -353,8 +368,8 @@ class Settings(BaseSettings):
         if url is None and self.redis_url is not None:
             url = self.redis_url.get_secret_value()
         tokens = self.token_options()
-        return HubOptions(
-            **self.values_for(HubOptions),
+        return self.build(
+            HubOptions,
             jwt_secret=tokens.secret,
             tokens=tokens,
             backplane_url=url if self.backplane_mode != "none" else None,
@@ -368,40 +383,37 @@ class Settings(BaseSettings):
     def http_limits(self) -> HttpLimits:
         """The HTTP server's timeouts, head cap, per-address cap and trusted proxies
         (``REALTIME_HTTP_*``)."""
-        values = self.values_for(HttpLimits)
-        return HttpLimits(**{**values, "trusted_proxies": self.trusted_proxy_networks()})
+        return self.build(HttpLimits, trusted_proxies=self.trusted_proxy_networks())
 
     def job_schedule(self) -> JobSchedule:
         """The media lifecycle jobs' lease and run length (the dispatcher's), and their pace."""
-        return JobSchedule(
+        return self.build(
+            JobSchedule,
             lock_ttl=self.dispatch_lock_ttl,
             max_run_duration=self.dispatch_max_run_duration,
-            **self.values_for(JobSchedule),
         )
 
     def call_reaper_options(self) -> CallReaperOptions:
-        return CallReaperOptions(**self.values_for(CallReaperOptions))
+        return self.build(CallReaperOptions)
 
     def conference_reaper_options(self) -> ConferenceReaperOptions:
-        return ConferenceReaperOptions(**self.values_for(ConferenceReaperOptions))
+        return self.build(ConferenceReaperOptions)
 
     def recording_finalize_options(self) -> RecordingFinalizeOptions:
         """Between asks, the dispatcher's backoff."""
         backoff = self.dispatch_options().backoff
-        return RecordingFinalizeOptions(
-            **self.values_for(RecordingFinalizeOptions), backoff=backoff
-        )
+        return self.build(RecordingFinalizeOptions, backoff=backoff)
 
     def api_options(self) -> ApiOptions:
         return ApiOptions(
             jwt_secret=self.token_options().secret,
             media=self.media_options(),
             fingerprint_key=self.fingerprint_key(),
-            send_rate=SendRate(**self.values_for(SendRate)),
+            send_rate=self.build(SendRate),
         )
 
     def sync_options(self) -> SyncOptions:
-        return SyncOptions(**self.values_for(SyncOptions))
+        return self.build(SyncOptions)
 
     def fingerprint_key(self) -> bytes | None:
         """The key of the idempotency fingerprints: ``REALTIME_MESSAGE_FINGERPRINT_SECRET``, or
@@ -415,7 +427,7 @@ class Settings(BaseSettings):
         return hmac.new(jwt_secret, FINGERPRINT_KEY_LABEL, hashlib.sha256).digest()
 
     def media_options(self) -> MediaOptions:
-        return MediaOptions(**self.values_for(MediaOptions))
+        return self.build(MediaOptions)
 
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -467,7 +479,7 @@ def _variable_for(loc: tuple[int | str, ...], message: str) -> str:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read the environment (``overrides`` win) and validate everything, dispatcher options too.
+    """Read the environment (``overrides`` win) and validate everything, the options too.
 
     Raises :class:`ConfigurationError` naming the first offending variable.
     """
@@ -481,9 +493,13 @@ def load_settings(**overrides: Any) -> Settings:
         if ":" in detail and not error["loc"]:
             detail = detail.split(":", 1)[1].strip()
         raise ConfigurationError(variable, detail) from None
+    # The options that check their own values, built once here so that a bad one stops the
+    # start (whichever command this is) rather than the component that would use it.
     settings.dispatch_options()
     settings.job_schedule()
     settings.conference_reaper_options()
     settings.recording_finalize_options()
+    settings.sync_options()
+    settings.api_options()
     settings.projection_manifest()
     return settings

@@ -217,3 +217,14 @@ def test_a_setting_reaches_its_options_field(name: str) -> None:
     expected = parse_networks(setting) if name == "http_trusted_proxies" else setting
     assert plain(built) == plain(expected)
     assert plain(built) != plain(default)
+
+
+def test_an_options_class_that_checks_its_values_is_their_only_lower_bound() -> None:
+    """A rule is checked once: where the options class checks its values (raising an error the
+    settings turn into one naming the variable), the setting adds no lower bound of its own."""
+    checking = {cls for cls in BUILDERS if "__post_init__" in vars(cls)}
+    assert {RealtimeDispatchOptions, SyncOptions, SendRate, JobSchedule} <= checking
+    for name, target in Settings.option_fields().items():
+        if target.options in checking:
+            kinds = {type(m).__name__ for m in Settings.model_fields[name].metadata}
+            assert not kinds & {"Gt", "Ge"}, (name, kinds)
