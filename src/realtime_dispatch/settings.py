@@ -71,6 +71,11 @@ class OptionField:
                 return field
         raise TypeError(f"{self.options.__name__} has no field {self.name}")
 
+    def holds_secret(self) -> bool:
+        """Whether the field holds a :class:`SecretStr` (else a secret is handed over as its
+        value)."""
+        return "SecretStr" in str(self.field().type)
+
 
 def option(options: type[Any], name: str, **constraints: Any) -> Any:
     """A setting for the field ``name`` of the dataclass ``options``: its default is the
@@ -338,7 +343,7 @@ class Settings(BaseSettings):
         for name, target in self.option_fields().items():
             if target.options is options:
                 value = getattr(self, name)
-                if isinstance(value, SecretStr) and options is not MediaOptions:
+                if isinstance(value, SecretStr) and not target.holds_secret():
                     value = value.get_secret_value()
                 values[target.name] = value
         return values
