@@ -1,10 +1,11 @@
 """A hub WebSocket served straight on its asyncio transport: no ASGI app and no task while the
 connection is open, so an idle connection costs its few objects and nothing that runs.
 
-:class:`DirectWebSocket` is the protocol the hub's HTTP protocol (:mod:`.http_protocol`) hands
-an upgrade of ``/hubs/messenger`` to. The upgrade handshake and the frames are websockets'
-sans-I/O :class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments,
-ping and close frames). Opening a connection (token, per-user cap, handshake, admission) is
+:class:`DirectWebSocket` is the protocol the guarded HTTP protocol
+(:mod:`~realtime_dispatch.edge.http_protocol`) hands an upgrade of ``/hubs/messenger`` to. The
+upgrade handshake and the frames are websockets' sans-I/O
+:class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments, ping and
+close frames). Opening a connection (token, per-user cap, handshake, admission) is
 the endpoint's own :func:`~.endpoint.serve_websocket`, run in a task that ends once the
 connection is admitted: :class:`~.ws_opening.WebSocketOpening` gives it the ASGI-style calls it
 uses, and holds what the client sends meanwhile. From then on:
