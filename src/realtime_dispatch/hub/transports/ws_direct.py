@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import Message
 from websockets.frames import Frame, Opcode
@@ -40,12 +40,10 @@ from websockets.server import ServerProtocol
 from realtime_dispatch.hub.connections.connection import Attachment, DrainWake, HubConnection, Wake
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.endpoint import detach, disconnect_reason, received
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.ws_opening import WebSocketOpening
 from realtime_dispatch.hub.wire.framing import RawSink, records_frame
 from realtime_dispatch.hub.wire.protocols import Transport
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 _frames_log = logging.getLogger("realtime_dispatch.hub.ws_frames")
 _frames_log.setLevel(logging.WARNING)  # websockets logs every open and close at info
@@ -82,7 +80,7 @@ class DirectWebSocket(asyncio.Protocol):
         "writable",
     )
 
-    def __init__(self, hub: Hub, connections: set[Any]) -> None:
+    def __init__(self, hub: TransportHost, connections: set[Any]) -> None:
         self._hub = hub
         self._connections = connections
         """The server's open connections (uvicorn's ``server_state.connections``): its
