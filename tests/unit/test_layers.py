@@ -64,6 +64,13 @@ def test_the_source_keeps_every_contract(tmp_path: Path) -> None:
             "import realtime_dispatch.hub.transports.sse",
             "hub's parts",
         ),
+        (  # an annotation-only import is an import too
+            "hub/transports/sse.py",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    import realtime_dispatch.hub.runtime",
+            "hub's parts",
+        ),
+        ("edge/request_guard.py", "import realtime_dispatch.hub.runtime", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(

@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.auth.tokens import (
     AuthError,
     KeysUnavailable,
@@ -31,6 +30,7 @@ from realtime_dispatch.auth.tokens import (
 )
 from realtime_dispatch.demo.hosts import served_host
 from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
+from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 
 TOKEN_TTL_SECONDS = 12 * 3600
 DEMO_BODY_RULES = (
