@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from uuid import UUID
 
-from realtime_dispatch.contracts.rest import RecordingOut
+from realtime_dispatch.contracts.messenger_rest import RecordingOut
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
 from realtime_dispatch.messenger.sessions import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from uuid import UUID
 
-from realtime_dispatch.contracts.rest import ScreenShareOut
+from realtime_dispatch.contracts.messenger_rest import ScreenShareOut
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
 from realtime_dispatch.messenger.sessions import (

@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from realtime_dispatch.contracts.rest import (
+from realtime_dispatch.contracts.messenger_rest import (
     ChatCreated,
     ChatOut,
     ChatPage,
