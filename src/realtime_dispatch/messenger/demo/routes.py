@@ -28,8 +28,8 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     mint_token,
 )
-from realtime_dispatch.demo.hosts import served_host
-from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
+from realtime_dispatch.messenger.demo.hosts import served_host
+from realtime_dispatch.messenger.demo.users import BY_KEY, DEMO_USERS
 from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 
 TOKEN_TTL_SECONDS = 12 * 3600
@@ -63,7 +63,11 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _read(name: str) -> str:
-    return resources.files("realtime_dispatch.demo").joinpath(f"static/{name}").read_text("utf-8")
+    return (
+        resources.files("realtime_dispatch.messenger.demo")
+        .joinpath(f"static/{name}")
+        .read_text("utf-8")
+    )
 
 
 def _is_json(content_type: str | None) -> bool:
