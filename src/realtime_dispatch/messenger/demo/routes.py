@@ -28,9 +28,9 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     mint_token,
 )
+from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.messenger.demo.hosts import served_host
 from realtime_dispatch.messenger.demo.users import BY_KEY, DEMO_USERS
-from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 
 TOKEN_TTL_SECONDS = 12 * 3600
 DEMO_BODY_RULES = (
