@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
+from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.hub.runtime import Hub, HubOptions
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings

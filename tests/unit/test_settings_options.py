@@ -14,9 +14,9 @@ from realtime_dispatch import settings as settings_module
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.edge.forwarded import parse_networks
+from realtime_dispatch.edge.http_limits import HttpLimits
 from realtime_dispatch.hub import HubOptions
-from realtime_dispatch.hub.serving.forwarded import parse_networks
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.messenger.api.send_rate import SendRate
 from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions
 from realtime_dispatch.messenger.jobs.options import (
