@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
-from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.serving.routes import hub_routes
@@ -95,7 +94,7 @@ async def running_hub(
     ``direct=False`` serves them through the ASGI app (uvicorn's WebSocket protocol with the
     raw transport), ``plain_asgi`` with uvicorn's stock WebSocket protocol (no raw transport)."""
     if options is None:
-        options = hub_options(settings, redis_url=redis_url)
+        options = settings.hub_options(redis_url=redis_url)
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=registry) as hub:
         port = free_port()
         app = Starlette(routes=hub_routes(hub))
@@ -128,7 +127,7 @@ async def running_hub(
 def options_for(settings: Settings, **changes: Any) -> HubOptions:
     import dataclasses
 
-    return dataclasses.replace(hub_options(settings), **changes)
+    return dataclasses.replace(settings.hub_options(), **changes)
 
 
 @dataclass

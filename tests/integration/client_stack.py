@@ -13,7 +13,6 @@ from uuid import UUID, uuid4
 import asyncpg
 import httpx
 
-from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.client import MessengerClient
 from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
@@ -78,7 +77,7 @@ async def messenger_stack(
     settings: Settings | None = None,
 ) -> AsyncIterator[Stack]:
     settings = settings if settings is not None else hub_settings()
-    async with Hub(hub_options(settings), pool=pool, dsn=database_url) as hub:
+    async with Hub(settings.hub_options(), pool=pool, dsn=database_url) as hub:
         builder = default_payload_builder(settings.media_options())
         resume = SyncService(pool, builder, settings.sync_options())
         routes = [*hub_routes(hub), *sync_routes(resume, hub.verifier)]

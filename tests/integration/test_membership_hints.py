@@ -10,7 +10,6 @@ import uuid
 
 import asyncpg
 
-from realtime_dispatch.cli.serve import hub_options
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group
@@ -76,7 +75,7 @@ async def test_a_data_fix_on_a_left_row_keeps_a_rejoined_member_on_both_replicas
         "INSERT INTO talk.member (room_id, account_id) VALUES ($1, $2) RETURNING id", room, bob
     )
     settings = hub_settings(backplane_enabled=True, redis_url=redis_url)
-    options = hub_options(settings, manifest=manifest)
+    options = settings.hub_options(manifest=manifest)
     group = chat_group(room)
     async with (
         running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
@@ -130,7 +129,7 @@ async def test_a_hint_and_the_active_form_mix(database_url: str, pool: asyncpg.P
     room = uuid.uuid4()
     await pool.execute("INSERT INTO talk.room VALUES ($1, 'r')", room)
     settings = hub_settings()
-    options = hub_options(settings, manifest=manifest)
+    options = settings.hub_options(manifest=manifest)
     async with (
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         raw_client(hub, make_token(bob)) as client,
@@ -160,7 +159,7 @@ async def test_hints_that_come_together_share_queries_and_precede_the_push(
     room = uuid.uuid4()
     await pool.execute("INSERT INTO talk.room VALUES ($1, 'all')", room)
     settings = hub_settings()
-    options = hub_options(settings, manifest=manifest)
+    options = settings.hub_options(manifest=manifest)
     async with (
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         contextlib.AsyncExitStack() as stack,
@@ -189,7 +188,7 @@ async def test_on_the_interest_routed_backplane_the_replica_acks_after_the_rerea
     room = uuid.uuid4()
     await pool.execute("INSERT INTO talk.room VALUES ($1, 'r')", room)
     settings = hub_settings(backplane="redis-cluster", redis_url=redis_cluster_url)
-    options = hub_options(settings, manifest=manifest)
+    options = settings.hub_options(manifest=manifest)
     async with (
         SlowPostgresProxy(database_url, delay=0.3) as slow,
         contextlib.AsyncExitStack() as stack,

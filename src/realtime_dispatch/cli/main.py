@@ -264,18 +264,17 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     publisher = None if settings.backplane_mode == "redis-cluster" else worker_publisher(settings)
     try:
         async with database_url(settings, run_migrations=True) as url:
-            manifest = await projections.checked_manifest(
-                session_url(settings, url), settings, needs=()
-            )
+            session = session_url(settings, url)
+            manifest = await projections.checked_manifest(session, settings, needs=())
             if publisher is None:
-                publisher = worker_publisher(settings, dsn=session_url(settings, url))
+                publisher = worker_publisher(settings, dsn=session)
             async with (
                 dispatch_service(
                     url,
                     settings.dispatch_options(),
                     publisher,
                     media=settings.media_options(),
-                    session_dsn=session_url(settings, url),
+                    session_dsn=session,
                     pooled=transaction_pooled(settings),
                     manifest=manifest,
                     membership_marks=isinstance(publisher, (RedisHubPublisher, HttpHubPublisher)),

@@ -48,12 +48,11 @@ from realtime_dispatch.database.connections import (
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
 from realtime_dispatch.edge.gc_sweep import GarbageSweep
-from realtime_dispatch.edge.http_protocol import HttpLimits
-from realtime_dispatch.hub import Hub, HubOptions, hub_routes
+from realtime_dispatch.hub import Hub, hub_routes
 from realtime_dispatch.hub.serving.forward import forwarding
 from realtime_dispatch.hub.serving.routes import HUB_PATH
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
-from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
+from realtime_dispatch.manifest.manifest import Manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES
 from realtime_dispatch.messenger.demo import demo_routes
@@ -69,47 +68,6 @@ from realtime_dispatch.sync.store import spans_page
 log = structlog.get_logger(__name__)
 
 
-def hub_options(
-    settings: Settings, *, redis_url: str | None = None, manifest: Manifest | None = None
-) -> HubOptions:
-    """The hub's options from the settings (``REALTIME_HUB_*``, the backplane's Redis URL,
-    ``redis_url`` overriding it, the manifest's ``member_chats``)."""
-    secret = settings.hub_jwt_secret
-    key = settings.hub_service_key
-    url = redis_url
-    if url is None and settings.redis_url is not None:
-        url = settings.redis_url.get_secret_value()
-    return HubOptions(
-        jwt_secret=secret.get_secret_value() if secret is not None else None,
-        tokens=settings.token_options(),
-        service_key=key.get_secret_value() if key is not None else None,
-        backplane_url=url if settings.backplane_mode != "none" else None,
-        backplane_mode=settings.backplane_mode,
-        ping_interval=settings.hub_ping_interval,
-        idle_timeout=settings.hub_idle_timeout,
-        member_chats_sql=manifest.sql("member_chats") if manifest is not None else None,
-        presence_chats_sql=(manifest or shipped_manifest()).sql("presence_chats"),
-        max_connections_per_user=settings.hub_max_connections_per_user,
-        max_negotiations_per_client=settings.http_max_connections_per_client,
-        typing_interval=settings.hub_typing_interval,
-        presence_watch_limit=settings.hub_presence_watch_limit,
-        presence_grace=settings.hub_presence_grace,
-        presence_blocks=manifest is None or manifest.shipped,
-    )
-
-
-def http_limits(settings: Settings) -> HttpLimits:
-    """The HTTP server's timeouts, head cap, per-address cap and trusted proxies
-    (``REALTIME_HTTP_*``)."""
-    return HttpLimits(
-        header_timeout=settings.http_header_timeout,
-        body_timeout=settings.http_body_timeout,
-        max_per_client=settings.http_max_connections_per_client,
-        max_header_bytes=settings.http_max_header_bytes,
-        trusted_proxies=settings.trusted_proxy_networks(),
-    )
-
-
 @contextlib.asynccontextmanager
 async def _maybe_dispatcher(
     enabled: bool,
@@ -118,6 +76,8 @@ async def _maybe_dispatcher(
     hub: Hub,
     registry: CollectorRegistry,
     *,
+    session: str,
+    pooled: bool,
     manifest: Manifest,
 ) -> AsyncIterator[DispatchService | None]:
     if not enabled:
@@ -129,8 +89,8 @@ async def _maybe_dispatcher(
         hub.publisher(),
         registry=registry,
         media=settings.media_options(),
-        session_dsn=session_url(settings, url),
-        pooled=transaction_pooled(settings),
+        session_dsn=session,
+        pooled=pooled,
         manifest=manifest,
         membership_marks=True,
         keys=settings.keys(),
@@ -144,7 +104,7 @@ async def lifecycle_jobs(
     on_failure: Callable[[], None],
     settings: Settings,
     *,
-    url: str,
+    session: str,
     registry: CollectorRegistry,
 ) -> AsyncIterator[None]:
     """The call-timeout reaper, the conference-room reaper and the recording-finalize retry; if
@@ -154,12 +114,11 @@ async def lifecycle_jobs(
     if not settings.reference_messenger:
         yield
         return
-    dsn = session_url(settings, url)
     schedule = settings.job_schedule()
     lock_settings = lock_connection_settings(schedule.lock_ttl, schedule.interval)
     async with media_jobs(
         pool,
-        connect=lambda: connect(dsn, server_settings=lock_settings),
+        connect=lambda: connect(session, server_settings=lock_settings),
         schedule=schedule,
         calls=settings.call_reaper_options(),
         conferences=settings.conference_reaper_options(),
@@ -296,9 +255,10 @@ async def serve(
     registry = CollectorRegistry()
     reaper_failed = False
     async with database_url(settings, run_migrations=worker is None) as url:
-        manifest = await checked_manifest(session_url(settings, url), settings, needs=HUB)
+        session = session_url(settings, url)
+        manifest = await checked_manifest(session, settings, needs=HUB)
         if not settings.reference_messenger:
-            await require_sync_composes(session_url(settings, url), manifest)
+            await require_sync_composes(session, manifest)
         pooled = transaction_pooled(settings)
         # No user of this pool keeps session state (the LISTENs and advisory locks have
         # sessions of their own): a release costs no reset round trip.
@@ -309,17 +269,26 @@ async def serve(
             url, min_size=0, max_size=settings.sync_pool_size, pooled=pooled, stateless=True
         )
         try:
-            options = hub_options(settings, manifest=manifest)
+            options = settings.hub_options(manifest=manifest)
             if worker is not None:
                 options = dataclasses.replace(options, worker=worker.index)
             async with (
                 Hub(
                     options,
                     pool=pool,
-                    dsn=session_url(settings, url),
+                    dsn=session,
                     metrics_registry=registry,
                 ) as hub,
-                _maybe_dispatcher(with_dispatcher, url, settings, hub, registry, manifest=manifest),
+                _maybe_dispatcher(
+                    with_dispatcher,
+                    url,
+                    settings,
+                    hub,
+                    registry,
+                    session=session,
+                    pooled=pooled,
+                    manifest=manifest,
+                ),
             ):
                 jwt_secret = settings.hub_jwt_secret
                 demo_secret = jwt_secret.get_secret_value() if dev_tokens and jwt_secret else None
@@ -342,7 +311,7 @@ async def serve(
                     host=host,
                     port=port,
                     log_level=settings.log_level,
-                    http_limits=http_limits(settings),
+                    http_limits=settings.http_limits(),
                     hub=hub,
                     uds=worker.socket_path if worker is not None else None,
                     ended=sweep.ended,
@@ -360,7 +329,7 @@ async def serve(
                     server.should_exit = True
 
                 async with lifecycle_jobs(
-                    pool, stop_on_reaper_failure, settings, url=url, registry=registry
+                    pool, stop_on_reaper_failure, settings, session=session, registry=registry
                 ):
                     parts = "demo /, hub /hubs/messenger, REST /api, docs /docs, ops /ops"
                     if not settings.reference_messenger:

@@ -61,7 +61,7 @@ log = structlog.get_logger(__name__)
 @dataclass(frozen=True, slots=True)
 class HubOptions:
     """Everything the hub needs to know, as values. The CLI builds them from the settings
-    (``realtime_dispatch.cli.serve.hub_options``); the hub never reads settings itself."""
+    (``Settings.hub_options``, which takes these defaults); the hub never reads settings."""
 
     jwt_secret: str | None = None
     """The HS256 secret; shorthand for ``tokens.secret`` (which wins when both are set)."""

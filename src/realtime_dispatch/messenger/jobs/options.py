@@ -32,9 +32,9 @@ class JobSchedule:
     the rest after each full one are its own (``REALTIME_MEDIA_JOBS_BATCH_SIZE``,
     ``REALTIME_MEDIA_JOBS_PAUSE_FACTOR``)."""
 
+    lock_ttl: float
+    max_run_duration: float
     interval: float = JOB_INTERVAL_SECONDS
-    lock_ttl: float = 30.0
-    max_run_duration: float = 5.0
     batch_size: int = JOB_BATCH_SIZE
     pause: float = JOB_PAUSE_FACTOR
     """After a full batch, this many times its duration (:meth:`JobRun.rest`); 0: none."""
