@@ -447,8 +447,10 @@ def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:
     (:meth:`HubConnection.apply`); returns what was read. None when it was one ``Typing``
     invocation on a session without stateful reconnect (nothing numbered, nothing to
     acknowledge), the hub's most frequent inbound record: it is run at once, no
-    :class:`~.session.Inbound` built for it."""
+    :class:`~.session.Inbound` built for it; None too for a lone ``Ping`` (nothing to do)."""
     session = connection.session
+    if session.lone_ping(data):
+        return None
     invoke = connection.invoke
     if invoke is not None and not session.stateful:
         invocation = session.lone_typing(data)

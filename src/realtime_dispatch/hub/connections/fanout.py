@@ -122,40 +122,30 @@ class Fanout:
         """:meth:`_offer_run` and :meth:`_flush` of a delivery that is one run: a member whose
         transport takes writes, with nothing queued and no replay buffer, has the run written at
         once (what ``offer`` and ``flush`` would do, without the batch); the others are offered
-        it."""
+        it. While some connection speaks another protocol than JSON, the members are taken
+        protocol by protocol, each protocol's run built once."""
+        if not members:
+            return 0
         connections = self._connections
         size = len(records)
-        runs = _Runs(records) if self._lifetimes.not_json else None
-        run_records = records
-        run_frames, run_data = _text_run(records) if runs is None else ([], b"")
-        last: HubProtocol | None = None
-        run: EncodedRun | None = None
         touched: list[HubConnection] = []
-        written = 0
-        now = -1.0
-        for connection_id in members:
-            connection = connections[connection_id]
-            if runs is not None:  # some connection speaks another protocol than JSON
-                if connection.protocol is not last:
-                    last = connection.protocol
-                    run = runs[last]
-                if run is None:
-                    continue
-                run_records, run_frames, run_data = run
-            sink = connection.sink
-            if (
-                sink is None
-                or connection.closing is not None
-                or not sink.open()
-                or not connection.outbound.write_through(size)
-            ):
-                connection.offer(run_records, run_frames, run_data, touched)
-                continue
-            sink.transport.write(run_data)
-            if now < 0:
-                now = connection.loop.time()
-            connection.last_sent = now
-            written += size
+        now = connections[members[0]].loop.time()
+        if self._lifetimes.not_json:
+            by_protocol: dict[HubProtocol, list[str]] = {}
+            for connection_id in members:
+                protocol = connections[connection_id].protocol
+                by_protocol.setdefault(protocol, []).append(connection_id)
+            runs = _Runs(records)
+            written = 0
+            for protocol, ids in by_protocol.items():
+                run = runs[protocol]
+                if run is not None:
+                    written += _write_through(
+                        connections, ids, run, size=size, now=now, touched=touched
+                    )
+        else:
+            run = (records, *_text_run(records))
+            written = _write_through(connections, members, run, size=size, now=now, touched=touched)
         if written:
             self._sent.inc(written)
         self._flush(touched)
@@ -189,6 +179,39 @@ class _Runs(dict[HubProtocol, EncodedRun | None]):
             run = _encode_run(protocol, records)
         self[protocol] = run
         return run
+
+
+def _write_through(
+    connections: dict[str, HubConnection],
+    members: Sequence[str],
+    run: EncodedRun,
+    *,
+    size: int,
+    now: float,
+    touched: list[HubConnection],
+) -> int:
+    """:meth:`Fanout._write_run`'s loop over members of one protocol: the run written to each
+    transport that takes it now, offered to the others; returns the records written.
+
+    This loop is the hub's Python per member and per push, so it does as little as it can:
+    the loop's time is read once by the caller, and no member's protocol is looked at here."""
+    records, frames, data = run
+    written = 0
+    for connection_id in members:
+        connection = connections[connection_id]
+        sink = connection.sink
+        if (
+            sink is None
+            or connection.closing is not None
+            or not sink.open()
+            or not connection.outbound.write_through(size)
+        ):
+            connection.offer(records, frames, data, touched)
+            continue
+        sink.transport.write(data)
+        connection.last_sent = now
+        written += size
+    return written
 
 
 def _text_run(records: list[bytes]) -> tuple[list[bytes], bytes]:

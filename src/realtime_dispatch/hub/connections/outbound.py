@@ -83,10 +83,20 @@ class Outbound:
     def write_through(self, count: int) -> bool:
         """:meth:`push_written_run` when nothing waits (no record, no control record) and
         nothing is kept for replay: the ``count`` records are numbered for a caller that writes
-        them at once. False otherwise, nothing numbered: the caller queues them instead."""
-        if self.stateful or self._control or self._next_id != self._unsent_from:
+        them at once. False otherwise, nothing numbered: the caller queues them instead.
+
+        The fan-out asks this of every member of every push: the numbering is done here, without
+        the call to :meth:`push_written_run` (nothing pending, so only a bound of 0 refuses)."""
+        if (
+            self.stateful
+            or self._control
+            or self._next_id != self._unsent_from
+            or self._max_pending <= 0
+        ):
             return False
-        return self.push_written_run(count)
+        self._next_id += count
+        self._unsent_from = self._first_id = self._next_id
+        return True
 
     def push_control(self, record: bytes, *, first: bool = False) -> None:
         """Queue a record to go before any data; ``first``: before the control records queued

@@ -140,6 +140,17 @@ class InboundSession:
             return typing_messagepack(data, self._max)
         return None
 
+    def lone_ping(self, data: str | bytes) -> bool:
+        """True when ``data`` is exactly one ``Ping`` record of the session's protocol, the
+        handshake done, nothing buffered before it and no acknowledgement due: what :meth:`feed`
+        would read as nothing to do (a ping is neither numbered nor answered). A client sends
+        one every 10 s, so a replica reads one every 10 ms per thousand connections."""
+        if self.handshake is None or data != self.protocol.ping:
+            return False
+        binary = self._binary
+        partial = self._buffer.holds_partial() if binary is None else binary.holds_partial()
+        return not partial and self._latest_received == self._last_acked_sent
+
     def feed(self, data: str | bytes) -> Inbound:
         invocation = self.lone_typing(data)  # the fast path: a lone ``Typing`` invocation record
         if invocation is not None:

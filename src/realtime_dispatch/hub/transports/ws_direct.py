@@ -224,7 +224,7 @@ class DirectWebSocket(asyncio.Protocol):
                 opening.deliver({"type": "websocket.receive", "bytes": data})
             return
         if connection.closing is None and connection.attachment is self._attachment:
-            received(connection, data, asyncio.get_running_loop().time())
+            received(connection, data, connection.loop.time())  # no getpid() per message
 
     # writing and the end -------------------------------------------------------------------
 
