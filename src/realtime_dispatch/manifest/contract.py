@@ -63,14 +63,21 @@ class QueryContract:
     the one user allowed to see the entity (the row's ``target_user_id`` must be it)."""
 
 
-def _payload(
-    name: str, param: str, columns: str, *, entity: str, note: str = "", audience: str = ""
-) -> QueryContract:
-    """A payload query: what it serves is the kinds whose catalogue rows name it (with
-    ``note``, for what serves it beyond them)."""
+def _payload(spec: str, *, note: str = "") -> QueryContract:
+    """A payload query from ``spec``: a first line ``name param Entity [audience=column]``, then
+    its columns as :func:`_cols` reads them. What it serves is the kinds whose catalogue rows
+    name it (with ``note``, for what serves it beyond them)."""
+    head, columns = spec.strip().split("\n", 1)
+    name, param, entity, *rest = head.split()
+    options = dict(word.split("=", 1) for word in rest)
     kinds = ", ".join(entry.kind for entry in CATALOGUE if entry.query == name)
     return QueryContract(
-        name, kinds + note, param, _cols(columns), entity=entity, audience=audience
+        name,
+        kinds + note,
+        param,
+        _cols(columns),
+        entity=entity,
+        audience=options.get("audience", ""),
     )
 
 
@@ -109,9 +116,8 @@ chat_id uuid Conference sessions: the conference's chat (null for calls)
 
 QUERIES: tuple[QueryContract, ...] = (
     _payload(
-        "messages",
-        "message_id",
         """
+messages message_id Message
 id uuid the message (= outbox message_id)
 chat_id uuid its chat (must equal the row's chat_id)
 seq integer its per-chat sequence number
@@ -123,51 +129,42 @@ card_text text the card's text of a card message, else null
 sent_at timestamptz when it was sent
 edited_at timestamptz last edit (null: never edited)
 deleted_at timestamptz deletion (null: not deleted)
-""",
-        entity="Message",
+"""
     ),
     _payload(
-        "read_receipts",
-        "ref_id",
         """
+read_receipts ref_id Participant
 id uuid the participant (membership) row (= outbox ref_id)
 chat_id uuid its chat
 user_id uuid the reader
 last_read_seq integer the highest seq read
 last_read_at timestamptz when (null: nothing read yet)
-""",
-        entity="Participant",
+"""
     ),
     _payload(
-        "chat_events",
-        "ref_id",
         """
+chat_events ref_id ChatEvent
 id uuid the chat event (= outbox ref_id)
 chat_id uuid its chat
 event_kind text what happened ('MemberAdded', 'TitleChanged', …)
 actor_user_id uuid who did it (null: the system)
 subject_user_id uuid whom it concerns (null: nobody)
 occurred_at timestamptz when
-""",
-        entity="ChatEvent",
+"""
     ),
     _payload(
-        "contact_requests",
-        "ref_id",
         """
+contact_requests ref_id ContactRequest audience=addressee_user_id
 id uuid the request (= outbox ref_id)
 requester_user_id uuid who asked
 addressee_user_id uuid who is asked (the row's target_user_id)
 status text 'Pending', 'Accepted' or 'Declined'
 created_at timestamptz when it was asked
-""",
-        entity="ContactRequest",
-        audience="addressee_user_id",
+"""
     ),
     _payload(
-        "contacts",
-        "ref_id",
         """
+contacts ref_id Contact
 id uuid the contact (= outbox ref_id)
 user_low uuid one party
 user_high uuid the other party
@@ -176,26 +173,21 @@ accepted_by_user_id uuid who accepted
 created_at timestamptz when accepted
 removed_at timestamptz when removed (null: still a contact)
 removed_by_user_id uuid who removed it
-""",
-        entity="Contact",
+"""
     ),
     _payload(
-        "blacklist",
-        "ref_id",
         """
+blacklist ref_id BlacklistEntry audience=owner_user_id
 id uuid the blacklist entry (= outbox ref_id)
 owner_user_id uuid who blocks (the row's target_user_id)
 blocked_user_id uuid who is blocked
 created_at timestamptz when blocked
 removed_at timestamptz when lifted (null: still blocked)
-""",
-        entity="BlacklistEntry",
-        audience="owner_user_id",
+"""
     ),
     _payload(
-        "calls",
-        "ref_id",
         """
+calls ref_id Call
 id uuid the 1:1 call (= outbox ref_id)
 caller_user_id uuid the caller
 callee_user_id uuid the callee
@@ -206,13 +198,11 @@ answered_at timestamptz when answered (null: not answered)
 ended_at timestamptz when it ended, was declined, missed or cancelled
 ended_by_user_id uuid who ended it
 """,
-        entity="Call",
         note=" (session_kind Direct)",
     ),
     _payload(
-        "conferences",
-        "ref_id",
         """
+conferences ref_id Conference
 id uuid the conference (= outbox ref_id)
 chat_id uuid its chat
 room_name text the media room
@@ -222,13 +212,11 @@ started_at timestamptz when
 ended_at timestamptz when it ended (null: live)
 ended_by_user_id uuid who ended it
 """,
-        entity="Conference",
         note="; CallInvited, CallEnded (session_kind Conference)",
     ),
     _payload(
-        "conference_participants",
-        "ref_id",
         """
+conference_participants ref_id RosterEntry
 id uuid the roster entry (= outbox ref_id)
 conference_id uuid its conference
 user_id uuid the participant
@@ -239,13 +227,11 @@ left_at timestamptz when left (null: still in)
 chat_id uuid the conference's chat
 room_name text the conference's media room
 conference_status text the conference's status: 'Active' or 'Ended'
-""",
-        entity="RosterEntry",
+"""
     ),
     _payload(
-        "recordings",
-        "ref_id",
         f"""
+recordings ref_id Recording
 id uuid the recording (= outbox ref_id)
 session_kind text {_SESSION}
 call_id uuid the recorded call (Direct)
@@ -257,13 +243,11 @@ stopped_at timestamptz when stopped (null: running)
 available_at timestamptz when available (null: not yet)
 failed_at timestamptz when it failed (null: did not)
 failure_code text why it failed (a code, no PII)
-{_CALL_PARTIES}""",
-        entity="Recording",
+{_CALL_PARTIES}"""
     ),
     _payload(
-        "screen_shares",
-        "ref_id",
         f"""
+screen_shares ref_id ScreenShare
 id uuid the screen share (= outbox ref_id)
 session_kind text {_SESSION}
 call_id uuid the call it is shared in (Direct)
@@ -271,8 +255,7 @@ conference_id uuid the conference it is shared in (Conference)
 user_id uuid who shares
 started_at timestamptz when started
 stopped_at timestamptz when stopped (null: sharing)
-{_CALL_PARTIES}""",
-        entity="ScreenShare",
+{_CALL_PARTIES}"""
     ),
     QueryContract(
         "member_chats",
