@@ -62,6 +62,10 @@ class QueryContract:
     """A payload query of ``user`` kinds read from the columns as they are: the column naming
     the one user allowed to see the entity (the row's ``target_user_id`` must be it)."""
 
+    @property
+    def column_names(self) -> frozenset[str]:
+        return frozenset(column.name for column in self.columns)
+
 
 def _payload(spec: str, *, note: str = "") -> QueryContract:
     """A payload query from ``spec``: a first line ``name param Entity [audience=column]``, then

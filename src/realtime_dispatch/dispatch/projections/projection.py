@@ -171,10 +171,16 @@ class _ColumnsPlan:
         if target == "user" and not query.audience:
             raise ValueError(f"the {query.name} query names no audience column for user kinds")
         fields = [name for name in model.model_fields if name != "event_id"]
+        columns = tuple((name, "id" if name == id_field else name) for name in fields)
+        unread = [name for name, column in columns if column not in query.column_names]
+        if unread:
+            raise ValueError(
+                f"{model.__name__}: no column of the {query.name} query for " + ", ".join(unread)
+            )
         return cls(
             target,
             model,
-            tuple((name, "id" if name == id_field else name) for name in fields),
+            columns,
             tuple(
                 (name, name.removesuffix("_at"))
                 for name in fields
