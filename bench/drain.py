@@ -71,7 +71,7 @@ from _common import (
 )
 from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, create_pool
 from realtime_dispatch.dispatch.alerts import LogAlertSink
-from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.dispatcher import POOL_SIZE, Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
@@ -107,11 +107,15 @@ async def drain_dispatcher(
     builder: PayloadBuilder | None = None,
 ) -> dict[str, Any]:
     pool = await create_pool(
-        url, min_size=1, max_size=4, server_settings=DISPATCHER_SERVER_SETTINGS, stateless=True
+        url,
+        min_size=1,
+        max_size=POOL_SIZE,
+        server_settings=DISPATCHER_SERVER_SETTINGS,
+        stateless=True,
     )
     try:
         # Open the pool's connections before the clock starts.
-        conns = [await pool.acquire() for _ in range(4)]
+        conns = [await pool.acquire() for _ in range(POOL_SIZE)]
         for conn in conns:
             await pool.release(conn)
         counted = NoopPublisher()

@@ -7,12 +7,17 @@ on bad declarations."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from types import SimpleNamespace
 from uuid import UUID, uuid4
 
 import asyncpg
 import orjson
 import pytest
 
+from realtime_dispatch.delivery.push import Push
+from realtime_dispatch.dispatch.projections.builder import Spare
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.manifest.check import check_manifest, require_valid
@@ -181,6 +186,87 @@ async def test_one_statement_per_batch_for_a_declared_kind(
     calls = counting.fetched.count(query)
     assert calls == 1
     assert len(built) == 5
+
+
+class MeetingConnection(CountingConnection):
+    """A real connection whose statements wait at ``barrier`` first: two of them pass only if
+    they were issued at once (one after the other, the first would wait forever)."""
+
+    def __init__(self, conn: object, barrier: asyncio.Barrier) -> None:
+        super().__init__(conn)
+        self.barrier = barrier
+
+    async def fetch(self, sql: str, *args: object) -> object:
+        await asyncio.wait_for(self.barrier.wait(), 10)
+        return await super().fetch(sql, *args)
+
+
+async def test_a_batch_of_two_kinds_runs_their_statements_at_once(
+    pool: asyncpg.Pool, app: Manifest
+) -> None:
+    """A built-in kind and a declared one in one batch: each statement on its own connection,
+    both issued before either answered, and every payload as a build on one connection makes
+    it."""
+    chat, sender = await new_chat(pool)
+    for _ in range(3):
+        await send(pool, chat, sender)
+        await enqueue(pool, "ReactionAdded", chat=chat, ref=await reaction(pool, chat))
+    rows = await make_stack(pool).store.claim(200)
+    builder = default_payload_builder(manifest=app)
+    barrier = asyncio.Barrier(2)
+    async with pool.acquire() as first, pool.acquire() as second:
+        conns = [MeetingConnection(first, barrier), MeetingConnection(second, barrier)]
+        asked: list[int] = []
+
+        def spare(wanted: int) -> list[object]:
+            asked.append(wanted)
+            return conns[1:]
+
+        together = await builder.build(conns[0], rows, spare=spare)  # type: ignore[arg-type]
+        alone = await builder.build(first, rows)
+    assert asked == [1]
+    assert [len(c.fetched) for c in conns] == [1, 1]
+    assert {c.fetched[0] for c in conns} == {app.sql("messages"), app.kind("ReactionAdded").sql}  # type: ignore[union-attr]
+    assert len(together) == 6
+    assert all(isinstance(r, Push) for r in together.values())
+    assert {k: v.payload_json for k, v in together.items()} == {  # type: ignore[union-attr]
+        k: v.payload_json  # type: ignore[union-attr]
+        for k, v in alone.items()
+    }
+
+
+async def test_pushes_of_a_chat_keep_outbox_order_across_kinds_built_at_once(
+    pool: asyncpg.Pool, app: Manifest
+) -> None:
+    """Kinds alternating in one chat, batches of four (two kind groups each, built at once once
+    the pass's spare connections are open): the pushes go out in outbox order."""
+    chat, sender = await new_chat(pool)
+    written: list[str] = []
+    for _ in range(12):
+        sent = await send(pool, chat, sender)
+        written.append(str(sent.outbox_id))
+        written.append(
+            str(await enqueue(pool, "ReactionAdded", chat=chat, ref=await reaction(pool, chat)))
+        )
+    inner = default_payload_builder(manifest=app)
+    given: list[int] = []
+
+    async def build(conn: object, rows: object, *, spare: Spare | None = None) -> object:
+        def noted(wanted: int) -> Sequence[object]:
+            assert spare is not None
+            conns = spare(wanted)
+            given.append(len(conns))
+            return conns
+
+        return await inner.build(conn, rows, spare=noted)  # type: ignore[arg-type]
+
+    builder = SimpleNamespace(build=build)
+    stack = make_stack(pool, builder=builder, batch_size=4)  # type: ignore[arg-type]
+    report = await stack.dispatcher.run_pass()
+    assert report.dispatched == 24
+    assert given[0] == 0  # the pass's first batch: none open yet, opened for the next ones
+    assert 1 in given  # later batches built at once
+    assert [orjson.loads(p.payload_json)["eventId"] for p in stack.publisher.pushes] == written
 
 
 async def test_ids_only_kind_is_written_beside_the_delete(

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from realtime_dispatch.client.events import BY_EVENT_NAME
+from realtime_dispatch.contracts.base import KeyId, PushPayload
 from realtime_dispatch.contracts.events import EVENT_MODELS
 from realtime_dispatch.dispatch.projections.builder import CompositePayloadBuilder
+from realtime_dispatch.dispatch.projections.projection import ColumnsBuilder
 from realtime_dispatch.dispatch.projections.registry import default_builders
 from realtime_dispatch.errors import IntentError
 from realtime_dispatch.manifest.contract import CONTRACT
@@ -98,6 +100,28 @@ def test_each_kind_is_built_by_the_builder_its_row_names() -> None:
             built[kind.value] = str(builder.query)  # type: ignore[attr-defined]
     CompositePayloadBuilder(default_builders())
     assert built == {entry.kind: entry.builder for entry in CATALOGUE}
+
+
+def test_a_contract_read_from_columns_must_name_the_query_s_columns() -> None:
+    """A kind built from its query's columns as they are: each field of its contract is a
+    column of the query (the entity's ``id`` as ``<entity>_id``), and a ``user`` kind needs the
+    query's audience column; a slip fails when the builders are made, naming it."""
+
+    class ChatEventNoted(PushPayload):
+        chat_id: KeyId
+        chat_event_id: KeyId
+        event_kynd: str
+
+    kind = RealtimeDispatchKind.CHAT_UPDATED
+    query = CONTRACT["chat_events"]
+    with pytest.raises(
+        ValueError, match="ChatEventNoted: no column of the chat_events query for event_kynd"
+    ):
+        ColumnsBuilder(query, {kind: ("chat", ChatEventNoted)}, sql=None)
+    with pytest.raises(ValueError, match="names no audience column"):
+        ColumnsBuilder(query, {kind: ("user", EVENT_MODELS["chat_updated"])}, sql=None)
+    built = ColumnsBuilder(query, {kind: ("chat", EVENT_MODELS["chat_updated"])}, sql=None)
+    assert (built.query, built.entity, built.kinds) == ("chat_events", "ChatEvent", {kind})
 
 
 def test_each_kind_is_served_by_its_manifest_query() -> None:

@@ -77,6 +77,9 @@ _tracer = trace.get_tracer("realtime_dispatch.dispatch")
 PUSH_SLICE = 50  # rows handed to the publisher at once; a stop request is honoured between slices
 PIPELINE_MIN_BACKOFF = 0.5  # seconds; shortest first backoff for which the pass pipelines
 PIPELINE_LANES = 3  # connections a pipelined pass uses: claims, payload queries, outcomes
+BUILD_LANES = 2  # more connections a batch's payload statements run on at once (kinds apart)
+POOL_SIZE = PIPELINE_LANES + BUILD_LANES + 1
+"""The pool a runner needs: its lanes, and one for the membership marks."""
 OUTCOME_DELAY = 0.05  # seconds a pushed slice may wait for its outcome while later slices push
 PUSH_GRACE = 1.0  # seconds: the least time a pass's first slice gets; and how long past the
 # pass's end a publisher runs before it is cut (past MIN_PUSH_TIME, for one that ignores it)
@@ -299,7 +302,7 @@ class Dispatcher:
         outcome_conn = await lanes.get(2) if pipelined else conn
         live, errors = screen(rows, self._options.max_attempts)
         began = time.time_ns()  # each row's span times its build, push and outcome
-        built = await self._build(conn, live)
+        built = await self._build(conn, live, lanes)
         await flight.ready_to_push()
         pushes, unbuilt = split_built(live, built)
         errors.update(unbuilt)
@@ -360,11 +363,19 @@ class Dispatcher:
             if last:
                 break
 
-    async def _build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults:
+    async def _build(
+        self, conn: DbConnection, rows: Sequence[ClaimedRow], lanes: Lanes
+    ) -> BuildResults:
+        """The batch's payloads on ``conn``; a batch of several kind groups runs their
+        statements at once on the lanes after the pipeline's (those open: never waits)."""
         if not rows:
             return {}
+
+        def spare(wanted: int) -> Sequence[DbConnection]:
+            return lanes.spares(PIPELINE_LANES, min(wanted, BUILD_LANES))
+
         try:
-            return await self._builder.build(conn, rows)
+            return await self._builder.build(conn, rows, spare=spare)
         except Exception as exc:
             # Building failed as a whole (database gone, a builder bug): every row retries,
             # bounded by max_attempts, and the pass continues.

@@ -45,6 +45,19 @@ class Lanes:
     def ready(self, lanes: int) -> bool:
         return len(self._conns) >= lanes and self._opening is None
 
+    def spares(self, first: int, wanted: int) -> list[DbConnection]:
+        """Up to ``wanted`` lanes from ``first`` on that are open now (never waits): the
+        connections a batch's payload statements may run on beside its own. Fewer than wanted:
+        the rest are opened in the background for the next batches, within the pool's size
+        less one (kept for whatever else uses the pool: the membership marks)."""
+        room = self._pool.get_max_size() - 1 - first
+        wanted = min(wanted, room)
+        if wanted <= 0:
+            return []
+        if len(self._conns) < first + wanted:
+            self.prepare(first + wanted)
+        return self._conns[first : first + wanted]
+
     def prepare(self, lanes: int) -> None:
         if self._opening is None and len(self._conns) < lanes:
             self._opening = asyncio.ensure_future(self._open(lanes))

@@ -25,7 +25,7 @@ from realtime_dispatch.database.connections import (
 )
 from realtime_dispatch.delivery.push import HubPublisher
 from realtime_dispatch.dispatch.alerts import AlertSink, LogAlertSink
-from realtime_dispatch.dispatch.dispatcher import Dispatcher
+from realtime_dispatch.dispatch.dispatcher import POOL_SIZE, Dispatcher
 from realtime_dispatch.dispatch.metrics import DispatchMetrics
 from realtime_dispatch.dispatch.observer import DispatchObserver
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
@@ -102,7 +102,7 @@ async def dispatch_service(
     pool = await create_pool(
         dsn,
         min_size=1,
-        max_size=4 * len(shares),
+        max_size=POOL_SIZE * len(shares),
         server_settings=DISPATCHER_SERVER_SETTINGS,
         stateless=True,
         pooled=pooled,

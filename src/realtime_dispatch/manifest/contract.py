@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from realtime_dispatch.values.catalogue import CATALOGUE
 from realtime_dispatch.values.keys import KeyCodec
 
 # A type family: the PostgreSQL types a column may have (asyncpg's type names).
@@ -53,6 +54,35 @@ class QueryContract:
     warns)."""
     takes: str = "keys"
     """Its ``$1``: ``keys`` (an array of keys, the batch's) or ``key`` (one key)."""
+    entity: str = ""
+    """A payload query: what its ``id`` column is (``Recording``): the not-found code
+    (``RecordingNotFound``) and, in a payload read from the columns as they are, the field that
+    carries the id (``recording_id``)."""
+    audience: str = ""
+    """A payload query of ``user`` kinds read from the columns as they are: the column naming
+    the one user allowed to see the entity (the row's ``target_user_id`` must be it)."""
+
+    @property
+    def column_names(self) -> frozenset[str]:
+        return frozenset(column.name for column in self.columns)
+
+
+def _payload(spec: str, *, note: str = "") -> QueryContract:
+    """A payload query from ``spec``: a first line ``name param Entity [audience=column]``, then
+    its columns as :func:`_cols` reads them. What it serves is the kinds whose catalogue rows
+    name it (with ``note``, for what serves it beyond them)."""
+    head, columns = spec.strip().split("\n", 1)
+    name, param, entity, *rest = head.split()
+    options = dict(word.split("=", 1) for word in rest)
+    kinds = ", ".join(entry.kind for entry in CATALOGUE if entry.query == name)
+    return QueryContract(
+        name,
+        kinds + note,
+        param,
+        _cols(columns),
+        entity=entity,
+        audience=options.get("audience", ""),
+    )
 
 
 def parameter_types(contract: QueryContract, keys: KeyCodec) -> list[str]:
@@ -89,11 +119,9 @@ chat_id uuid Conference sessions: the conference's chat (null for calls)
 """
 
 QUERIES: tuple[QueryContract, ...] = (
-    QueryContract(
-        "messages",
-        "MessageReceived, MessageEdited, MessageDeleted",
-        "message_id",
-        _cols("""
+    _payload(
+        """
+messages message_id Message
 id uuid the message (= outbox message_id)
 chat_id uuid its chat (must equal the row's chat_id)
 seq integer its per-chat sequence number
@@ -105,50 +133,42 @@ card_text text the card's text of a card message, else null
 sent_at timestamptz when it was sent
 edited_at timestamptz last edit (null: never edited)
 deleted_at timestamptz deletion (null: not deleted)
-"""),
+"""
     ),
-    QueryContract(
-        "read_receipts",
-        "ReadReceiptUpdated",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+read_receipts ref_id Participant
 id uuid the participant (membership) row (= outbox ref_id)
 chat_id uuid its chat
 user_id uuid the reader
 last_read_seq integer the highest seq read
 last_read_at timestamptz when (null: nothing read yet)
-"""),
+"""
     ),
-    QueryContract(
-        "chat_events",
-        "ChatUpdated",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+chat_events ref_id ChatEvent
 id uuid the chat event (= outbox ref_id)
 chat_id uuid its chat
 event_kind text what happened ('MemberAdded', 'TitleChanged', …)
 actor_user_id uuid who did it (null: the system)
 subject_user_id uuid whom it concerns (null: nobody)
 occurred_at timestamptz when
-"""),
+"""
     ),
-    QueryContract(
-        "contact_requests",
-        "ContactRequestReceived",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+contact_requests ref_id ContactRequest audience=addressee_user_id
 id uuid the request (= outbox ref_id)
 requester_user_id uuid who asked
 addressee_user_id uuid who is asked (the row's target_user_id)
 status text 'Pending', 'Accepted' or 'Declined'
 created_at timestamptz when it was asked
-"""),
+"""
     ),
-    QueryContract(
-        "contacts",
-        "ContactRequestAccepted, ContactRemoved",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+contacts ref_id Contact
 id uuid the contact (= outbox ref_id)
 user_low uuid one party
 user_high uuid the other party
@@ -157,26 +177,21 @@ accepted_by_user_id uuid who accepted
 created_at timestamptz when accepted
 removed_at timestamptz when removed (null: still a contact)
 removed_by_user_id uuid who removed it
-"""),
+"""
     ),
-    QueryContract(
-        "blacklist",
-        "BlacklistChanged",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+blacklist ref_id BlacklistEntry audience=owner_user_id
 id uuid the blacklist entry (= outbox ref_id)
 owner_user_id uuid who blocks (the row's target_user_id)
 blocked_user_id uuid who is blocked
 created_at timestamptz when blocked
 removed_at timestamptz when lifted (null: still blocked)
-"""),
+"""
     ),
-    QueryContract(
-        "calls",
-        "CallInvited, CallAnswered, CallDeclined, CallMissed, CallCancelled, CallEnded"
-        " (session_kind Direct)",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+calls ref_id Call
 id uuid the 1:1 call (= outbox ref_id)
 caller_user_id uuid the caller
 callee_user_id uuid the callee
@@ -186,13 +201,12 @@ created_at timestamptz when it started ringing
 answered_at timestamptz when answered (null: not answered)
 ended_at timestamptz when it ended, was declined, missed or cancelled
 ended_by_user_id uuid who ended it
-"""),
+""",
+        note=" (session_kind Direct)",
     ),
-    QueryContract(
-        "conferences",
-        "ConferenceStarted, ConferenceEnded; CallInvited, CallEnded (session_kind Conference)",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+conferences ref_id Conference
 id uuid the conference (= outbox ref_id)
 chat_id uuid its chat
 room_name text the media room
@@ -201,13 +215,12 @@ started_by_user_id uuid who started it
 started_at timestamptz when
 ended_at timestamptz when it ended (null: live)
 ended_by_user_id uuid who ended it
-"""),
+""",
+        note="; CallInvited, CallEnded (session_kind Conference)",
     ),
-    QueryContract(
-        "conference_participants",
-        "ConferenceInvited, ConferenceParticipantJoined, ConferenceParticipantLeft",
-        "ref_id",
-        _cols("""
+    _payload(
+        """
+conference_participants ref_id RosterEntry
 id uuid the roster entry (= outbox ref_id)
 conference_id uuid its conference
 user_id uuid the participant
@@ -218,14 +231,11 @@ left_at timestamptz when left (null: still in)
 chat_id uuid the conference's chat
 room_name text the conference's media room
 conference_status text the conference's status: 'Active' or 'Ended'
-"""),
+"""
     ),
-    QueryContract(
-        "recordings",
-        "RecordingStarted, RecordingStopped, RecordingAvailable, RecordingFailed",
-        "ref_id",
-        _cols(
-            f"""
+    _payload(
+        f"""
+recordings ref_id Recording
 id uuid the recording (= outbox ref_id)
 session_kind text {_SESSION}
 call_id uuid the recorded call (Direct)
@@ -238,14 +248,10 @@ available_at timestamptz when available (null: not yet)
 failed_at timestamptz when it failed (null: did not)
 failure_code text why it failed (a code, no PII)
 {_CALL_PARTIES}"""
-        ),
     ),
-    QueryContract(
-        "screen_shares",
-        "ScreenShareStarted, ScreenShareStopped",
-        "ref_id",
-        _cols(
-            f"""
+    _payload(
+        f"""
+screen_shares ref_id ScreenShare
 id uuid the screen share (= outbox ref_id)
 session_kind text {_SESSION}
 call_id uuid the call it is shared in (Direct)
@@ -254,7 +260,6 @@ user_id uuid who shares
 started_at timestamptz when started
 stopped_at timestamptz when stopped (null: sharing)
 {_CALL_PARTIES}"""
-        ),
     ),
     QueryContract(
         "member_chats",

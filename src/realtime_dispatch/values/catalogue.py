@@ -7,9 +7,10 @@ and which target a kind's row needs), the hub event (the kind in snake_case, unl
 says ``event=``), the contracts' event map (:data:`realtime_dispatch.contracts.events.EVENT_MODELS`,
 and so the Python SDK's events and the TypeScript SDK's generated ``contracts.ts``), the kind
 registry's built-in rows (``messenger.realtime_kinds``, written by the migration and by every
-process that starts) and the payload builder of an ``ids`` kind. Checked against it by
-``tests/unit/test_catalogue.py``: the enum below (beside its rows, in their order), the
-manifest contract's ``serves`` lists, the shipped builders' kinds and docs/api.md's event table.
+process that starts), the manifest contract's ``serves`` lists, and the payload builder of a
+kind with no builder of its own (an ``ids`` kind, or one whose contract's fields are its
+query's columns). Checked against it by ``tests/unit/test_catalogue.py``: the enum below
+(beside its rows, in their order), the shipped builders' kinds and docs/api.md's event table.
 
 Adding a built-in kind: see docs/architecture.md, "Adding a built-in kind".
 

@@ -20,7 +20,9 @@ Every payload leaves here carrying its row's id as ``eventId``
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 from uuid import UUID
@@ -77,9 +79,14 @@ class DeclaredBuilder(Protocol):
 
     def ids_payload(self, row: ClaimedRow) -> Push: ...
 
+Spare: TypeAlias = Callable[[int], Sequence[DbConnection]]
+"""Up to the number asked of further connections a batch's statements may run on now."""
+
 
 class PayloadBuilder(Protocol):
-    async def build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults: ...
+    async def build(
+        self, conn: DbConnection, rows: Sequence[ClaimedRow], *, spare: Spare | None = None
+    ) -> BuildResults: ...
 
 
 def disabled(items: Sequence[RowIntent], query: str) -> BuildResults:
@@ -162,7 +169,13 @@ class CompositePayloadBuilder:
                     raise ValueError(f"two builders for {kind}")
                 self._by_kind[kind] = builder
 
-    async def build(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults:
+    async def build(
+        self, conn: DbConnection, rows: Sequence[ClaimedRow], *, spare: Spare | None = None
+    ) -> BuildResults:
+        """Every row's result. The batch's kind groups (one statement each) run one after the
+        other on ``conn``, or at once on ``conn`` and the connections ``spare`` gives (those it
+        has open; a group's results are the same either way, and the caller pushes in its
+        rows' order, whatever order the groups finish in)."""
         results: BuildResults = {}
         groups: dict[int, tuple[KindBuilder, list[RowIntent]]] = {}
         own: dict[str, list[ClaimedRow]] = {}
@@ -191,24 +204,24 @@ class CompositePayloadBuilder:
             if group is None:
                 group = groups[id(builder)] = (builder, [])
             group[1].append(RowIntent(row, intent))
-        for builder, items in groups.values():
-            built = await build_apart(_query_of(builder), builder.build(conn, items), items)
-            for item in items:
-                result = built.get(item.row.id)
-                if result is None:
-                    result = PayloadBuildError("builder returned nothing", code="NotBuilt")
-                elif isinstance(result, Push):
-                    result = Push(
-                        result.group,
-                        result.target,
-                        payload_json=stamp_event_id(result.payload_json, item.row.id),
-                    )
-                results[item.row.id] = result
-        for name, own_rows in own.items():
-            declared = self._declared[name]
-            built = await build_apart(declared.query, declared.build_rows(conn, own_rows), own_rows)
-            for row in own_rows:
-                results[row.id] = _stamped(built.get(row.id), row.id)
+        jobs: list[_Job] = [
+            functools.partial(_build_group, builder, items) for builder, items in groups.values()
+        ]
+        jobs += [
+            functools.partial(_build_declared, self._declared[name], own_rows)
+            for name, own_rows in own.items()
+        ]
+        conns = [conn]
+        if spare is not None and len(jobs) > 1:
+            conns += spare(len(jobs) - 1)
+        if len(conns) == 1:
+            for job in jobs:
+                results.update(await job(conn))
+        else:
+            for part in await asyncio.gather(
+                *(_run(jobs[i :: len(conns)], lane) for i, lane in enumerate(conns))
+            ):
+                results.update(part)
         if self._gone is not None:
             await _mark_gone_targets(conn, self._gone, rows, results)
             for name, own_rows in own.items():
@@ -218,6 +231,34 @@ class CompositePayloadBuilder:
                         if isinstance(results[row.id], TargetGone):
                             results[row.id] = _stamped(declared.ids_payload(row), row.id)
         return results
+
+
+_Job: TypeAlias = Callable[[DbConnection], Awaitable[BuildResults]]
+
+
+async def _run(jobs: Sequence[_Job], conn: DbConnection) -> BuildResults:
+    """``jobs`` one after the other on ``conn`` (a connection runs one statement at a time)."""
+    results: BuildResults = {}
+    for job in jobs:
+        results.update(await job(conn))
+    return results
+
+
+async def _build_group(
+    builder: KindBuilder, items: Sequence[RowIntent], conn: DbConnection
+) -> BuildResults:
+    """A built-in builder's rows, each result stamped with its row's id (its query's failure
+    kept to them)."""
+    built = await build_apart(_query_of(builder), builder.build(conn, items), items)
+    return {item.row.id: _stamped(built.get(item.row.id), item.row.id) for item in items}
+
+
+async def _build_declared(
+    declared: DeclaredBuilder, rows: Sequence[ClaimedRow], conn: DbConnection
+) -> BuildResults:
+    """A declared kind's rows, as :func:`_build_group`."""
+    built = await build_apart(declared.query, declared.build_rows(conn, rows), rows)
+    return {row.id: _stamped(built.get(row.id), row.id) for row in rows}
 
 
 def _stamped(

@@ -117,6 +117,21 @@ class ModelEncoder:
         return orjson.dumps(wire)
 
 
+def encoded(
+    encoder: PayloadEncoder, model: type[Contract], fields: Fields
+) -> bytes | PayloadBuildError:
+    """``encoder``'s JSON of the payload, or the permanent error of ``fields`` that do not fit
+    ``model`` (``InvalidPayload``)."""
+    try:
+        return encoder.encode(model, fields)
+    except PayloadBuildError as exc:
+        return exc
+    except ValidationError as exc:
+        return PayloadBuildError(
+            f"payload failed validation ({exc.error_count()} errors)", code="InvalidPayload"
+        )
+
+
 def stamp_event_id(payload_json: bytes, event_id: UUID) -> bytes:
     """``payload_json`` with ``"eventId"`` (the outbox row id) as its first field: a byte splice
     of an object the encoders wrote (which never contains the field), no second JSON pass."""

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import ValidationError
-
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.contracts.events import EVENT_MODELS
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent
-from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, encoded
 from realtime_dispatch.errors import PayloadBuildError
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
 from realtime_dispatch.values.catalogue import CATALOGUE, IDS_ONLY
@@ -57,16 +55,10 @@ class IdsPayloadBuilder:
                 for name in _ID_FIELDS
                 if name in model.model_fields and getattr(intent, name) is not None
             }
-            try:
-                payload = self.encoder.encode(model, fields)
-            except PayloadBuildError as exc:
-                results[item.row.id] = exc
-                continue
-            except ValidationError as exc:
-                results[item.row.id] = PayloadBuildError(
-                    f"payload failed validation ({exc.error_count()} errors)",
-                    code="InvalidPayload",
-                )
-                continue
-            results[item.row.id] = Push(intent.group, intent.kind.event_name, payload_json=payload)
+            payload = encoded(self.encoder, model, fields)
+            results[item.row.id] = (
+                payload
+                if isinstance(payload, PayloadBuildError)
+                else Push(intent.group, intent.kind.event_name, payload_json=payload)
+            )
         return results

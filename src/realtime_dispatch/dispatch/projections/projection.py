@@ -1,23 +1,27 @@
 """The shape shared by the non-message builders: rows reference one entity by ``ref_id``; the
 builder loads every referenced entity of the batch with one query, checks that each row's
-target is allowed to see it, and shapes the payload from the entity's current state."""
+target is allowed to see it, and shapes the payload from the entity's current state.
+
+:class:`ColumnsBuilder` does it for the catalogue's kinds with no builder of their own, from the
+kind's row and contract alone."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import asyncpg
-from pydantic import ValidationError
 
 from realtime_dispatch.contracts.base import Contract
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.dispatch.projections.builder import BuildResults, RowIntent, disabled
-from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped
+from realtime_dispatch.dispatch.projections.encoding import FAST, PayloadEncoder, Shaped, encoded
 from realtime_dispatch.errors import PayloadBuildError
+from realtime_dispatch.manifest.contract import QueryContract
 from realtime_dispatch.outbox.model import OutboxIntent, RealtimeDispatchKind, SessionKind
+from realtime_dispatch.values.catalogue import snake
+from realtime_dispatch.values.keys import Key
 
 
 class RefProjectionBuilder:
@@ -28,8 +32,8 @@ class RefProjectionBuilder:
     (:data:`~.encoding.FAST` unless a test swaps it)."""
 
     kinds: frozenset[RealtimeDispatchKind]
-    query: ClassVar[str]
-    entity: ClassVar[str]
+    query: str
+    entity: str
 
     def __init__(self, *, sql: str | None, encoder: PayloadEncoder = FAST) -> None:
         self.sql = sql
@@ -38,31 +42,34 @@ class RefProjectionBuilder:
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         if self.sql is None:
             return disabled(items, self.query)
-        ids = list({item.intent.ref_id for item in items if item.intent.ref_id is not None})
+        key = self.key
+        ids = list({k for item in items if (k := key(item.intent)) is not None})
         records = {r["id"]: r for r in await conn.fetch(self.sql, ids)} if ids else {}
         results: BuildResults = {}
-        encode = self.encoder.encode
         for item in items:
             intent = item.intent
-            record = records.get(intent.ref_id) if intent.ref_id is not None else None
+            ref = key(intent)
+            record = records.get(ref) if ref is not None else None
             if record is None:
                 results[item.row.id] = PayloadBuildError(
                     f"referenced {self.entity} does not exist", code=f"{self.entity}NotFound"
                 )
                 continue
             try:
-                payload = encode(*self.shape(intent, record))
+                model, fields = self.shape(intent, record)
             except PayloadBuildError as exc:
                 results[item.row.id] = exc
                 continue
-            except ValidationError as exc:
-                results[item.row.id] = PayloadBuildError(
-                    f"payload failed validation ({exc.error_count()} errors)",
-                    code="InvalidPayload",
-                )
+            payload = encoded(self.encoder, model, fields)
+            if isinstance(payload, PayloadBuildError):
+                results[item.row.id] = payload
                 continue
             results[item.row.id] = Push(intent.group, intent.kind.event_name, payload_json=payload)
         return results
+
+    def key(self, intent: OutboxIntent) -> Key | None:
+        """The row's id of the entity (its ``ref_id``)."""
+        return intent.ref_id
 
     def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
         """The payload's contract and its fields, from the entity's current state."""
@@ -102,56 +109,102 @@ def require_session(
         require_chat(intent, record)
 
 
-def session_fields(record: asyncpg.Record) -> dict[str, object]:
-    """Where a recording or a screen share happens, as its payloads say it: the session's kind,
-    its call or conference, and the conference's chat."""
-    return {
-        "session_kind": record["session_kind"],
-        "call_id": record["call_id"],
-        "conference_id": record["conference_id"],
-        "chat_id": record["chat_id"],
-    }
+class ColumnsBuilder(RefProjectionBuilder):
+    """The catalogue's kinds of one manifest query that no builder of their own claims: each
+    payload is its contract's fields read from the query's columns of the same names (the
+    entity's ``id`` column as ``<entity>_id``: ``recording_id``), the row's target checked as
+    its catalogue row says (:func:`check_target`), and a required ``…_at`` field whose column
+    is null refused as a step the entity has not taken (``stopped_at`` →
+    ``NotStopped``). So a kind of this shape is its catalogue row and its contract, with no
+    code here. ``kinds``: each kind's target (``chat``, ``user``, ``session``) and contract."""
+
+    def __init__(
+        self,
+        query: QueryContract,
+        kinds: Mapping[RealtimeDispatchKind, tuple[str, type[Contract]]],
+        *,
+        sql: str | None,
+        encoder: PayloadEncoder = FAST,
+    ) -> None:
+        super().__init__(sql=sql, encoder=encoder)
+        self.query = query.name
+        self.entity = query.entity
+        self.kinds = frozenset(kinds)
+        self._by_message = query.param == "message_id"
+        self._id_field = f"{snake(query.entity)}_id"
+        self._plans = {
+            kind: _ColumnsPlan.of(target, model, query, self._id_field)
+            for kind, (target, model) in kinds.items()
+        }
+
+    def key(self, intent: OutboxIntent) -> Key | None:
+        return intent.message_id if self._by_message else intent.ref_id
+
+    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
+        plan = self._plans[intent.kind]
+        check_target(plan.target, intent, record, plan.audience)
+        fields = {field: record.get(column) for field, column in plan.columns}
+        for field, word in plan.steps:
+            require(
+                fields.get(field) is not None,
+                f"{snake(self.entity).replace('_', ' ')} not {word.replace('_', ' ')}",
+                f"Not{_pascal(word)}",
+            )
+        return plan.model, fields
 
 
 @dataclass(frozen=True, slots=True)
-class SessionStep:
-    """One event of a record in a media session: its payload, and the time column the payload
-    reports (with any ``extra`` columns); where ``missing`` is set, a row whose column is still
-    null is refused with it (``code``): the record has not taken that step."""
+class _ColumnsPlan:
+    """How :class:`ColumnsBuilder` shapes one kind: the contract's fields with the column each
+    reads, its required ``…_at`` fields (field, step word), its target and audience column."""
 
-    payload: type[Contract]
-    at: str
-    missing: str | None = None
-    code: str = ""
-    extra: tuple[str, ...] = ()
+    target: str
+    model: type[Contract]
+    columns: tuple[tuple[str, str], ...]
+    steps: tuple[tuple[str, str], ...]
+    audience: str
+
+    @classmethod
+    def of(
+        cls, target: str, model: type[Contract], query: QueryContract, id_field: str
+    ) -> _ColumnsPlan:
+        if target == "user" and not query.audience:
+            raise ValueError(f"the {query.name} query names no audience column for user kinds")
+        fields = [name for name in model.model_fields if name != "event_id"]
+        columns = tuple((name, "id" if name == id_field else name) for name in fields)
+        unread = [name for name, column in columns if column not in query.column_names]
+        if unread:
+            raise ValueError(
+                f"{model.__name__}: no column of the {query.name} query for " + ", ".join(unread)
+            )
+        return cls(
+            target,
+            model,
+            columns,
+            tuple(
+                (name, name.removesuffix("_at"))
+                for name in fields
+                if name.endswith("_at") and model.model_fields[name].is_required()
+            ),
+            query.audience,
+        )
 
 
-class SessionRecordBuilder(RefProjectionBuilder):
-    """A record in a call or a conference (a recording, a screen share): the session kind picks
-    the audience (:func:`require_session`), and each kind's payload is the record's id (as
-    ``record_id``), :func:`session_fields`, its ``user_field`` and its step's columns.
-    Subclasses set ``steps``, one per kind."""
-
-    record_id: ClassVar[str]
-    user_field: ClassVar[str]
-    steps: ClassVar[Mapping[RealtimeDispatchKind, SessionStep]]
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.kinds = frozenset(cls.steps)
-
-    def shape(self, intent: OutboxIntent, record: asyncpg.Record) -> Shaped:
+def check_target(
+    target: str, intent: OutboxIntent, record: asyncpg.Record, audience: str = ""
+) -> None:
+    """The row's audience is the entity's: its chat (``chat``), the ``audience`` column's user
+    (``user``), or as the session kind says (``session``: :func:`require_session`)."""
+    if target == "session":
         require_session(intent, record)
-        step = self.steps[intent.kind]
-        if step.missing is not None:
-            require(record[step.at] is not None, step.missing, step.code)
-        return step.payload, {
-            self.record_id: record["id"],
-            **session_fields(record),
-            self.user_field: record[self.user_field],
-            step.at: record[step.at],
-            **{column: record[column] for column in step.extra},
-        }
+    elif target == "chat":
+        require_chat(intent, record)
+    else:
+        require_user(intent, record[audience])
+
+
+def _pascal(words: str) -> str:
+    return "".join(part.capitalize() for part in words.split("_"))
 
 
 def media_withheld(record: asyncpg.Record) -> bool:
