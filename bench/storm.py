@@ -537,6 +537,7 @@ def analyse(
         dropped += client["dropped"]
     for entry in storms:
         waits, requests, handshaken, catching = [], [], [], []
+        attempted, connecting, attempts = [], [], []
         for client in data["clients"]:
             for catchup in client["catchups"]:
                 if catchup["mode"] == entry["mode"] and catchup["down_at"] >= entry["killed_at"]:
@@ -544,6 +545,10 @@ def analyse(
                     requests.append(catchup["requests"])
                     handshaken.append(catchup["connected_at"] - entry["ready_at"])
                     catching.append(catchup["live_at"] - catchup["connected_at"])
+                    if "attempt_at" in catchup:
+                        attempted.append(catchup["attempt_at"] - entry["ready_at"])
+                        connecting.append(catchup["connected_at"] - catchup["attempt_at"])
+                        attempts.append(catchup["attempts"])
         entry["caught_up"] = len(waits)
         if waits:
             entry |= {
@@ -553,9 +558,14 @@ def analyse(
                 "rest_requests": sum(requests),
                 "requests_per_client": round(statistics.mean(requests), 2),
             }
-        # Where the time goes: the handshake done (after the backoff window and the hub's
-        # admission), the catch-up itself (REST), and each REST request's latency in the window.
+        # Where the time goes: the attempt that got through begun (after the client's backoff
+        # waits: positive, the client was still waiting at /readyz), its connect and
+        # handshake (the parent's queue, the hub's admission), the handshake done, the
+        # catch-up itself (REST), and each REST request's latency in the window.
         window = (entry["ready_at"], entry["ready_at"] + entry["all_live_wall_s"] + 1)
+        entry["attempt_after_ready_s"] = spread(attempted)
+        entry["connect_and_handshake_s"] = spread(connecting)
+        entry["attempts"] = spread([float(n) for n in attempts])
         entry["handshake_after_ready_s"] = spread(handshaken)
         entry["catch_up_s"] = spread(catching)
         entry["rest_latency_s"] = {
@@ -637,7 +647,8 @@ def main() -> None:
     summary = {k: result[k] for k in keys}
     print(json.dumps(summary))
     for s in result["storms"]:
-        where = ("handshake_after_ready_s", "catch_up_s", "rest_latency_s", "clients_cpu_s",
+        where = ("attempt_after_ready_s", "connect_and_handshake_s", "attempts",
+                 "handshake_after_ready_s", "catch_up_s", "rest_latency_s", "clients_cpu_s",
                  "load_at_kill", "load_at_end")  # fmt: skip
         print(s["mode"], json.dumps({k: s.get(k) for k in where}))
     print(write_json("storm", result))
