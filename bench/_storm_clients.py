@@ -15,7 +15,9 @@ by index: the hub caps connections per address). Each client:
   defaults) and, once the handshake is done, catches up the way the current mode says:
   ``sync`` (pages of ``GET /api/sync`` from its cursor; the SDK's resume) or ``full`` (today's
   resync: ``GET /api/chats`` and each chat's messages after the last contiguous seq minus 20).
-  The moment that catch-up ends is when the client is live again.
+  The moment that catch-up ends is when the client is live again; each catch-up records when
+  the attempt that got through began (after its backoff wait), the attempts since the drop,
+  the handshake done and the client live.
 
 Commands on stdin (JSON lines): ``{"cmd": "mode", "mode": "sync" | "full"}``, ``{"cmd":
 "mark"}`` (start a new storm: forget the last live times), ``{"cmd": "stop"}`` (write the
@@ -104,6 +106,8 @@ class Client(WSListener):  # type: ignore[misc]
         self.catchups: list[dict[str, Any]] = []
         self.first = asyncio.Event()
         self.failures = 0
+        self.attempt_at = 0.0  # when the last connect attempt began (after its backoff wait)
+        self.attempts = 0  # connect attempts since the socket dropped
         self.retrying = False  # a reconnect loop is running (not live and not retrying: stuck)
         self.stopping = False
 
@@ -197,11 +201,14 @@ class Client(WSListener):  # type: ignore[misc]
 
     async def reconnect(self) -> None:
         self.retrying = True
+        self.attempts = 0
         try:
             while not self.stopping:
                 self.failures += 1
                 bound = min(5.0, 0.25 * 2 ** (self.failures - 1))
                 await asyncio.sleep(random.random() * bound)  # full jitter
+                self.attempt_at = time.time()
+                self.attempts += 1
                 if await self.connect():
                     return
         finally:
@@ -314,6 +321,8 @@ class Client(WSListener):  # type: ignore[misc]
                 {
                     "mode": self.shared.mode,
                     "down_at": self.down_at,
+                    "attempt_at": self.attempt_at,
+                    "attempts": self.attempts,
                     "connected_at": started,
                     "live_at": self.live_at,
                     "requests": requests,

@@ -3,7 +3,7 @@ owners write; restart it; every client reconnects and catches up. Once resuming 
 cursor (``GET /api/sync``), once with today's full resync, in the same run.
 
     python bench/storm.py [--clients 5000] [--rate 20] [--down 5] [--before 5] [--timeout 300]
-                          [--processes 2] [--workers 1] [--rest-workers 1] [--dsn DSN]
+                          [--processes 2] [--workers 1] [--rest-workers N] [--dsn DSN]
                           [--rest-env NAME=VALUE ...]
 
 In a scratch database ``bench_storm_*`` (dropped at the end): ``--clients`` users, each a
@@ -11,7 +11,9 @@ member of 5 chats of 10. The real processes, logs at level info as shipped: a ``
 (the clients' WebSockets: the one that is killed), a second ``hub`` process serving the REST
 API and ``GET /api/sync`` (so their CPU is told apart), and a ``worker`` pushing to the first
 over HTTP. With ``--workers N`` the first is ``hub --workers N`` (one replica on N cores: a
-parent, N workers and their private redis-server, killed and measured as one). The clients
+parent, N workers and their private redis-server, killed and measured as one), and the REST
+process ``hub --workers N`` as well unless ``--rest-workers`` says otherwise (``serve --workers
+N`` serves REST on each of its workers). The clients
 live in ``--processes`` processes (``bench/_storm_clients.py``: picows
 WebSockets, the SDK's dedupe, full-jitter reconnects). Owners (this process) send messages
 with the real ``send_message`` command at ``--rate`` per second throughout.
@@ -535,6 +537,7 @@ def analyse(
         dropped += client["dropped"]
     for entry in storms:
         waits, requests, handshaken, catching = [], [], [], []
+        attempted, connecting, attempts = [], [], []
         for client in data["clients"]:
             for catchup in client["catchups"]:
                 if catchup["mode"] == entry["mode"] and catchup["down_at"] >= entry["killed_at"]:
@@ -542,6 +545,10 @@ def analyse(
                     requests.append(catchup["requests"])
                     handshaken.append(catchup["connected_at"] - entry["ready_at"])
                     catching.append(catchup["live_at"] - catchup["connected_at"])
+                    if "attempt_at" in catchup:
+                        attempted.append(catchup["attempt_at"] - entry["ready_at"])
+                        connecting.append(catchup["connected_at"] - catchup["attempt_at"])
+                        attempts.append(catchup["attempts"])
         entry["caught_up"] = len(waits)
         if waits:
             entry |= {
@@ -551,9 +558,14 @@ def analyse(
                 "rest_requests": sum(requests),
                 "requests_per_client": round(statistics.mean(requests), 2),
             }
-        # Where the time goes: the handshake done (after the backoff window and the hub's
-        # admission), the catch-up itself (REST), and each REST request's latency in the window.
+        # Where the time goes: the attempt that got through begun (after the client's backoff
+        # waits: positive, the client was still waiting at /readyz), its connect and
+        # handshake (the parent's queue, the hub's admission), the handshake done, the
+        # catch-up itself (REST), and each REST request's latency in the window.
         window = (entry["ready_at"], entry["ready_at"] + entry["all_live_wall_s"] + 1)
+        entry["attempt_after_ready_s"] = spread(attempted)
+        entry["connect_and_handshake_s"] = spread(connecting)
+        entry["attempts"] = spread([float(n) for n in attempts])
         entry["handshake_after_ready_s"] = spread(handshaken)
         entry["catch_up_s"] = spread(catching)
         entry["rest_latency_s"] = {
@@ -599,7 +611,11 @@ def main() -> None:
         help="the clients' hub replica's workers (hub --workers N; >1: its own redis-server)",
     )
     parser.add_argument(
-        "--rest-workers", type=int, default=1, help="the REST process's workers (hub --workers N)"
+        "--rest-workers",
+        type=int,
+        default=None,
+        help="the REST process's workers (hub --workers N); default: --workers, as serve "
+        "--workers N serves REST on every worker",
     )
     parser.add_argument("--per-address", type=int, default=500, help="clients per source address")
     parser.add_argument(
@@ -619,6 +635,8 @@ def main() -> None:
     args = parse_with_smoke(parser, smoke)
     if not args.modes or set(args.modes) - {"sync", "full"}:
         parser.error("--modes: sync, full or both, comma-separated")
+    if args.rest_workers is None:
+        args.rest_workers = args.workers
     result = asyncio.run(run(args))
     columns = ["mode", "p50_s", "p95_s", "max_s", "caught_up", "rest_requests", "rest_cpu_s",
                "hub_cpu_s"]  # fmt: skip
@@ -629,7 +647,8 @@ def main() -> None:
     summary = {k: result[k] for k in keys}
     print(json.dumps(summary))
     for s in result["storms"]:
-        where = ("handshake_after_ready_s", "catch_up_s", "rest_latency_s", "clients_cpu_s",
+        where = ("attempt_after_ready_s", "connect_and_handshake_s", "attempts",
+                 "handshake_after_ready_s", "catch_up_s", "rest_latency_s", "clients_cpu_s",
                  "load_at_kill", "load_at_end")  # fmt: skip
         print(s["mode"], json.dumps({k: s.get(k) for k in where}))
     print(write_json("storm", result))

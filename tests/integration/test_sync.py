@@ -334,7 +334,9 @@ async def test_nothing_committed_after_the_cursor_is_missed_however_commits_inte
 
 async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asyncpg.Pool) -> None:
     """Seeded: 300 chats of one caller, 20,000 rows; the page walks ix_rto_sync from the cursor
-    and checks each row's chat with one probe of the participant key, never a table scan."""
+    and checks each row's chat with a probe of the participant key, never a table scan per row
+    (the caller's chats are read once per statement: from a table of only the caller's 300
+    rows, by a scan of it, once)."""
     user = uuid4()
     await pool.execute(
         """
@@ -364,7 +366,46 @@ async def test_a_page_is_one_indexed_scan_whatever_the_number_of_chats(pool: asy
         )
     assert "ix_rto_sync" in plan, plan
     assert "Seq Scan on realtime_outbox" not in plan, plan
-    assert "Seq Scan on participants" not in plan, plan
+    assert "Index Scan using uq_participants_chat_user" in plan, plan
+    async with pool.acquire() as conn:
+        analyzed = await conn.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['page']}", user, 1, UUID(int=0), 100, 10_000
+        )
+    nodes = _plan_nodes(orjson.loads(analyzed)[0]["Plan"])
+    table_scans = [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in
+                   {"participants", "realtime_outbox"}]  # fmt: skip
+    assert all(n["Relation Name"] == "participants" for n in table_scans), analyzed
+    assert all(n["Actual Loops"] <= 1 for n in table_scans), analyzed
+
+
+async def test_rows_of_other_chats_cost_no_probe_of_the_participant_key(
+    pool: asyncpg.Pool, sync: Sync
+) -> None:
+    """A resume's cursor is behind rows that are nearly all other users' (a reconnect storm's
+    shape): the caller's chats are read once per statement, so only the caller's own rows take
+    the probe of the participant key (which checks joined_at); the 3,000 others do not."""
+    alice, bob = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        mine = await chats.create_chat(conn, creator=alice, title="mine", members=[bob])
+    cursor = parse_cursor(await sync.cursor(bob))
+    await others_rows(pool, 3000)
+    async with pool.acquire() as conn:
+        for n in range(3):
+            await messages.send_message(conn, chat_id=mine, sender=alice, body=f"{n}")
+    async with pool.acquire() as conn:
+        plan = await conn.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['page']}",
+            bob,
+            cursor.xid,
+            cursor.after_id,
+            101,
+            10_000,
+        )
+    nodes = _plan_nodes(orjson.loads(plan)[0]["Plan"])
+    probes = [n for n in nodes if n.get("Index Name") == "uq_participants_chat_user"]
+    outbox = [n for n in nodes if n.get("Relation Name") == "realtime_outbox"]
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in outbox) >= 3003, plan
+    assert sum(n["Actual Loops"] for n in probes) <= 10, plan
 
 
 @pytest.fixture
