@@ -27,12 +27,6 @@ from tests.hub_fixtures import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
-
-
 async def test_connects_receives_and_gets_unknown_method_error(hub, pool):
     alice = uuid.uuid4()
     async with pool.acquire() as conn:

@@ -43,12 +43,6 @@ JSON_HANDSHAKE = b'{"protocol":"json","version":1}\x1e'
 MSGPACK_HANDSHAKE = b'{"protocol":"messagepack","version":1}\x1e'
 
 
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
-
-
 def _records(body: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(r) for r in body.split(RS.encode()) if r]
 

@@ -21,15 +21,9 @@ from tests.hub_fixtures import (
     running_hub,
 )
 
-
-@pytest.fixture(params=["direct", "asgi"])
-async def hub(request, database_url, pool):
-    """The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and
-    through the ASGI app as any other server would."""
-    settings = hub_settings()
-    direct = request.param == "direct"
-    async with running_hub(settings, dsn=database_url, pool=pool, direct=direct) as running:
-        yield running
+# The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and through
+# the ASGI app as any other server would.
+HUB_SERVINGS = ["direct", "asgi"]
 
 
 async def test_negotiate_shape(hub):
