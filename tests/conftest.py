@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import shutil
@@ -145,13 +146,17 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 def start_hub(database_url: str, pool: asyncpg.Pool) -> Callable[..., Any]:
     """Starts a hub on this test's database and pool: ``start_hub(**changes)`` is an async
     context manager yielding the running hub, its options those of ``hub_settings()`` with
-    ``changes`` applied; ``direct=False`` serves WebSockets and the batch endpoint through the
-    ASGI app."""
+    ``changes`` applied (``limits``: a dict of changes to ``options.limits``); ``direct=False``
+    serves WebSockets and the batch endpoint through the ASGI app."""
     from tests.hub_fixtures import hub_settings, options_for, running_hub
 
-    def start(*, direct: bool = True, **changes: Any) -> Any:
+    def start(*, direct: bool = True, limits: dict[str, Any] | None = None, **changes: Any) -> Any:
         settings = hub_settings()
-        options = options_for(settings, **changes) if changes else None
+        options = options_for(settings, **changes) if changes or limits else None
+        if options is not None and limits:
+            options = dataclasses.replace(
+                options, limits=dataclasses.replace(options.limits, **limits)
+            )
         return running_hub(settings, dsn=database_url, pool=pool, options=options, direct=direct)
 
     return start
