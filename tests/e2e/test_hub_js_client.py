@@ -20,6 +20,7 @@ from tests.hub_fixtures import (
     make_token,
     push,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 pytestmark = pytest.mark.e2e
 
@@ -110,9 +111,7 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
 async def test_typing_with_the_official_client(hub, pool, transport, protocol):
     """``connection.invoke("Typing", chatId)`` completes; the other member gets ``user_typing``
     on the same transport and protocol; a chat the caller is not in fails the invocation."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     url = f"{hub.http_url}/hubs/messenger"
     options = {"transport": transport, "protocol": protocol}
     typist = await NodeClient.start(url, make_token(alice), **options)

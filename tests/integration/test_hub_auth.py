@@ -50,8 +50,8 @@ def token_for(user: uuid.UUID, *, ttl: float = 300, now: float | None = None) ->
     return mint_token(SECRET, user, ttl=ttl, now=now)
 
 
-async def test_connection_closes_at_exp_and_gets_nothing_after(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
+async def test_connection_closes_at_exp_and_gets_nothing_after(pool, start_hub):
+    async with start_hub() as hub:
         user = uuid.uuid4()
         # The hub's timer closes the connection at exp, with reconnect allowed.
         async with raw_client(hub, token_for(user, ttl=3)) as client:
@@ -136,12 +136,12 @@ WHERE datname = current_database() AND application_name = 'realtime-dispatch-hub
 """
 
 
-async def test_a_revocation_made_while_the_listener_is_down_still_cuts(database_url, pool):
+async def test_a_revocation_made_while_the_listener_is_down_still_cuts(pool, start_hub):
     """The NOTIFY is lost while the hub's listening connection is down; the reload after it
     reconnects finds the revocation and cuts the user."""
     alice = uuid.uuid4()
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, token_for(alice, now=time.time() - 5)) as client,
     ):
         assert await pool.fetchval(KILL_FEED) == 1

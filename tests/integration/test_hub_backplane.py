@@ -21,9 +21,10 @@ from realtime_dispatch.hub.backplane.subscriber import (
     redis_client,
 )
 from realtime_dispatch.hub.connections.registry import chat_group
-from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
+from realtime_dispatch.messenger.commands import send_message, set_participant
 from tests.conftest import free_port
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
 def backplane_settings(redis_url):
@@ -31,9 +32,7 @@ def backplane_settings(redis_url):
 
 
 async def test_two_replicas_each_client_receives_a_chat_message(database_url, pool, redis_url):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     settings = backplane_settings(redis_url)
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as one,
@@ -57,9 +56,7 @@ async def test_two_replicas_each_client_receives_a_chat_message(database_url, po
 
 
 async def test_membership_changes_across_replicas(database_url, pool, redis_url):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t")
+    _alice, bob, chat = await alice_bob_and_a_chat(pool, bob_member=False)
     settings = backplane_settings(redis_url)
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as one,
@@ -83,14 +80,21 @@ async def test_membership_changes_across_replicas(database_url, pool, redis_url)
             assert (await client.invocations(1))[0]["target"] == "marker"
 
 
-async def test_redis_outage_is_transient():
-    publisher = RedisHubPublisher(f"redis://127.0.0.1:{free_port()}/0")
+async def publish_two_then_close(publisher: RedisHubPublisher) -> list[object]:
+    """A chat push and a user push published; the results, once the publisher is closed."""
     try:
-        results = await publisher.publish(
-            [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
+        return list(
+            await publisher.publish(
+                [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
+            )
         )
     finally:
         await publisher.aclose()
+
+
+async def test_redis_outage_is_transient():
+    publisher = RedisHubPublisher(f"redis://127.0.0.1:{free_port()}/0")
+    results = await publish_two_then_close(publisher)
     assert len(results) == 2
     assert all(isinstance(r, HubUnavailable) for r in results)
 
@@ -99,12 +103,7 @@ async def test_publish_that_no_replica_receives_is_transient(redis_url):
     """With no hub replica subscribed (all down, or re-subscribing after a Redis restart) nobody
     can deliver: the rows must be retried, not marked Done, every push the message carried."""
     publisher = RedisHubPublisher(redis_url, channel=f"realtime-dispatch:test:{free_port()}")
-    try:
-        results = await publisher.publish(
-            [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
-        )
-    finally:
-        await publisher.aclose()
+    results = await publish_two_then_close(publisher)
     assert len(results) == 2
     assert all(isinstance(r, HubUnavailable) and r.code == "NoSubscribers" for r in results)
 

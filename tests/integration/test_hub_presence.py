@@ -26,6 +26,7 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 from tests.integration.presence_calls import invoke, leave_quietly_then_hint, watch, watched
 
 
@@ -107,9 +108,7 @@ async def test_removed_member_stops_seeing_presence(pool, start_hub):
 async def test_a_hint_that_removes_the_watcher_ends_thewatch(pool, start_hub):
     """A membership hint (no ``active``: the hub reads the user's chats again) that takes the
     watcher out of the only chat shared ends the watch, as a live change does."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
         start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
@@ -205,9 +204,7 @@ async def test_a_hint_for_a_watched_user_not_connected_here_is_read(pool, start_
     """Bob has no connection on this hub: a hint that takes him out of the only chat he shares
     with Alice is read by presence (the membership feed reads only connected users), and her
     watch ends."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
         start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,

@@ -18,6 +18,7 @@ from realtime_dispatch.messenger.blacklist import block_user, unblock_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
 def _typing(invocation_id: str | None, *arguments: object) -> dict[str, object]:
@@ -82,9 +83,7 @@ async def test_typing_reaches_other_members_only(database_url, pool):
 
 
 async def test_removed_member_stops_getting_typing(pool, start_hub):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
         start_hub(typing_interval=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
@@ -105,9 +104,7 @@ async def test_removed_member_stops_getting_typing(pool, start_hub):
 
 
 async def test_flood_of_typing_costs_one_fan_out(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     settings = hub_settings()
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as hub,

@@ -5,6 +5,7 @@ and the builders' refusal to send an entity to a group that may not see it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 from uuid import UUID, uuid4
@@ -607,28 +608,23 @@ async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
     plain_hash = hashlib.sha256(canonical).hexdigest()
     async with pool.acquire() as conn:
         chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
-        sent = await messages.send_message(
+        # Alice's send with client id c1, as a retrying client sends it.
+        send_c1 = functools.partial(
+            messages.send_message,
             conn,
             chat_id=chat,
             sender=alice,
-            content=content,
             client_message_id="c1",
             fingerprint_key=key,
         )
+        sent = await send_c1(content=content)
         stored = await conn.fetchval(
             "SELECT fingerprint FROM messenger.message_client_ids WHERE message_id = $1",
             sent.message_id,
         )
         assert bytes(stored) == content.fingerprint(key) != bytes.fromhex(plain_hash)
         with pytest.raises(Conflict):  # before delete, a reuse with other content is told apart
-            await messages.send_message(
-                conn,
-                chat_id=chat,
-                sender=alice,
-                body="other",
-                client_message_id="c1",
-                fingerprint_key=key,
-            )
+            await send_c1(body="other")
         await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=alice)
         dumped = await table_texts(pool)
         hits = [
@@ -640,14 +636,7 @@ async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
         assert not hits, hits
         assert content.fingerprint(key).hex() not in "".join(dumped.values())
         # A retry of the deleted send is still a repeat: nothing is sent again.
-        again = await messages.send_message(
-            conn,
-            chat_id=chat,
-            sender=alice,
-            content=content,
-            client_message_id="c1",
-            fingerprint_key=key,
-        )
+        again = await send_c1(content=content)
         assert (again.repeated, again.message_id) == (True, sent.message_id)
 
 
