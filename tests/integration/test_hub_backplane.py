@@ -23,7 +23,7 @@ from realtime_dispatch.hub.backplane.subscriber import (
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import send_message, set_participant
 from tests.conftest import free_port
-from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
@@ -31,12 +31,11 @@ def backplane_settings(redis_url):
     return hub_settings(backplane_enabled=True, redis_url=redis_url)
 
 
-async def test_two_replicas_each_client_receives_a_chat_message(database_url, pool, redis_url):
+async def test_two_replicas_each_client_receives_a_chat_message(pool, start_hub, redis_url):
     alice, bob, chat = await alice_bob_and_a_chat(pool)
-    settings = backplane_settings(redis_url)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(alice)) as on_one,
         raw_client(two, make_token(bob)) as on_two,
     ):
@@ -55,12 +54,11 @@ async def test_two_replicas_each_client_receives_a_chat_message(database_url, po
             assert record == {"type": 1, "target": "message_received", "arguments": [payload]}
 
 
-async def test_membership_changes_across_replicas(database_url, pool, redis_url):
+async def test_membership_changes_across_replicas(pool, start_hub, redis_url):
     _alice, bob, chat = await alice_bob_and_a_chat(pool, bob_member=False)
-    settings = backplane_settings(redis_url)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(bob)) as bob_one,
         raw_client(two, make_token(bob)) as bob_two,
     ):
@@ -185,11 +183,8 @@ def test_batch_message_format():
     assert decode_batch(b"g\n2\n\xff\xfe") == [("g", b"\xff\xfe")]
 
 
-async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
-    database_url, pool, redis_url
-):
+async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(pool, start_hub, redis_url):
     alice, bob = uuid.uuid4(), uuid.uuid4()
-    settings = backplane_settings(redis_url)
     auth = {"Authorization": f"Bearer {SERVICE_KEY}"}
     pushes = [
         {"group": f"user:{alice}", "target": "one", "arguments": [1]},
@@ -198,8 +193,8 @@ async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
         {"group": f"user:{alice}", "target": "three", "arguments": [3]},
     ]
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(alice)) as on_one,
         raw_client(two, make_token(bob)) as on_two,
         httpx.AsyncClient(base_url=one.http_url, headers=auth) as http,

@@ -100,6 +100,16 @@ def verifier_for(
     return TokenVerifier(settings, keys=keys), keys
 
 
+async def k1_verified(
+    clock: Clock | None = None, **options: Any
+) -> tuple[Provider, TokenVerifier, JwksKeys]:
+    """A provider publishing k1, and a verifier that has checked a k1 token (its set fetched)."""
+    provider = Provider(public_jwk("k1", RSA_KEY))
+    verifier, keys = verifier_for(provider, clock, **options)
+    await verifier.verify(idp_token("k1", RSA_KEY))
+    return provider, verifier, keys
+
+
 async def refused_code(verifier: Any, token: str) -> str:
     """The code of the :class:`AuthError` with which ``verifier`` refuses ``token``."""
     with pytest.raises(AuthError) as refused:
@@ -124,9 +134,7 @@ async def test_rs256_and_es256_tokens_verify_into_an_identity():
 
 
 async def test_rotation_is_followed_by_kid_and_a_retired_key_is_refused():
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified()
     new_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     provider.keys = [public_jwk("k2", new_key)]  # the provider rotates
     assert (await verifier.verify(idp_token("k2", new_key))).user_id == USER
@@ -138,9 +146,7 @@ async def test_rotation_is_followed_by_kid_and_a_retired_key_is_refused():
 
 async def test_unknown_kids_are_fetched_at_most_once_per_interval():
     clock = Clock()
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider, clock, min_refetch=30.0)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified(clock, min_refetch=30.0)
     stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     for n in range(5):  # a flood of made-up kids, and one signed by a key nobody published
         assert await refused_code(verifier, idp_token(f"made-up-{n}", stranger)) == "UnknownKey"
@@ -154,9 +160,7 @@ async def test_unknown_kids_are_fetched_at_most_once_per_interval():
 
 async def test_a_failed_fetch_keeps_the_known_keys():
     clock = Clock()
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider, clock, refresh_after=60.0)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified(clock, refresh_after=60.0)
     provider.failing = True
     clock.now += 120  # stale: refetched on use, which fails
     assert (await verifier.verify(idp_token("k1", RSA_KEY))).user_id == USER
