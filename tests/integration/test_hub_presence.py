@@ -105,7 +105,7 @@ async def test_removed_member_stops_seeing_presence(pool, start_hub):
         assert (await watched(a, "2", [bob])) == []
 
 
-async def test_a_hint_that_removes_the_watcher_ends_thewatch(pool, start_hub):
+async def test_a_hint_that_removes_the_watcher_ends_the_watch(pool, start_hub):
     """A membership hint (no ``active``: the hub reads the user's chats again) that takes the
     watcher out of the only chat shared ends the watch, as a live change does."""
     alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
@@ -122,9 +122,7 @@ async def test_a_hint_that_removes_the_watcher_ends_thewatch(pool, start_hub):
 
 
 async def test_bad_presence_input_is_refused(pool, start_hub):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
         start_hub(presence_watch_limit=3) as hub,
         raw_client(hub, make_token(alice)) as a,

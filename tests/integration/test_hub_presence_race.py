@@ -27,6 +27,7 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 from tests.integration.presence_calls import watch, watched
 
 RUNS = 20
@@ -108,12 +109,10 @@ async def test_a_watch_loop_racing_a_removal_leaks_nothing_across_replicas(
     assert left == [0] * RUNS
 
 
-async def test_watch_presence_drops_the_ids_it_may_no_longerwatch(pool, start_hub):
+async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(pool, start_hub):
     """Bob blocks Alice and no ``blacklist_changed`` reaches her replica (a sharded backplane
     routes it only where Bob is): her next ``WatchPresence([Bob])`` ends the watch it kept."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
         start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
@@ -133,9 +132,7 @@ async def test_watch_presence_drops_the_ids_it_may_no_longerwatch(pool, start_hu
 @pytest.mark.parametrize("connections", [1, 3])
 async def test_watch_presence_past_the_rate_is_refused(database_url, pool, connections):
     """Ten at once, then two a second per user, whatever the number of connections."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     settings = hub_settings()
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as hub,

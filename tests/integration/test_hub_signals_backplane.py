@@ -15,7 +15,8 @@ from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
-    create_shared_chat,
+    RawClient,
+    RunningHub,
     hub_settings,
     make_token,
     raw_client,
@@ -33,6 +34,18 @@ def backplane_settings(request):
     return hub_settings(backplane="redis-cluster", redis_url=url)
 
 
+async def settled(*replicas: RunningHub) -> None:
+    """Until each replica's backplane interest is settled."""
+    for replica in replicas:
+        assert await replica.hub.interest_settled()
+
+
+async def typing_answered(client: RawClient, invocation_id: str, chat: uuid.UUID) -> None:
+    """``Typing(chat)`` from ``client``, answered with a plain completion."""
+    await client.send_record(invoke(invocation_id, "Typing", str(chat)))
+    assert await client.next_of([3]) == {"type": 3, "invocationId": invocation_id}
+
+
 async def test_typing_reaches_members_on_the_other_replica(pool, start_hub, backplane_settings):
     alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
@@ -42,10 +55,8 @@ async def test_typing_reaches_members_on_the_other_replica(pool, start_hub, back
         raw_client(two, make_token(alice)) as a2,
         raw_client(two, make_token(bob)) as b,
     ):
-        assert await one.hub.interest_settled()
-        assert await two.hub.interest_settled()
-        await a1.send_record(invoke("1", "Typing", str(chat)))
-        assert await a1.next_of([3]) == {"type": 3, "invocationId": "1"}
+        await settled(one, two)
+        await typing_answered(a1, "1", chat)
         [record] = await b.invocations(1)
         assert record["target"] == "user_typing"
         assert record["arguments"][0]["userId"] == str(alice)
@@ -68,10 +79,8 @@ async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
         raw_client(one, make_token(alice)) as a,
         raw_client(two, make_token(bob)) as b,
     ):
-        assert await one.hub.interest_settled()
-        assert await two.hub.interest_settled()
-        await a.send_record(invoke("1", "Typing", str(chat)))
-        assert await a.next_of([3]) == {"type": 3, "invocationId": "1"}
+        await settled(one, two)
+        await typing_answered(a, "1", chat)
         assert (await b.invocations(1))[0]["target"] == "user_typing"
         async with pool.acquire() as conn:
             await block_user(conn, owner=bob, blocked=alice)
@@ -83,9 +92,7 @@ async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
 
 
 async def test_watcher_sees_a_user_on_the_other_replica(pool, start_hub, backplane_settings):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
         start_hub(settings=backplane_settings, presence_grace=0.5) as one,
         start_hub(settings=backplane_settings, presence_grace=0.5) as two,
@@ -165,9 +172,7 @@ async def test_the_users_of_a_replica_that_died_go_offline(pool, start_hub, back
         replica_users_key,
     )
 
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     ghost = f"ghost-{uuid.uuid4().hex}"
     async with (
         start_hub(settings=backplane_settings, presence_refresh=0.2) as one,

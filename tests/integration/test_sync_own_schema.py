@@ -59,12 +59,8 @@ async def own_url(pg_server_url: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def own_pool(own_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(own_url, min_size=1, max_size=6)
-    assert pool is not None
-    try:
+    async with asyncpg.create_pool(own_url, min_size=1, max_size=6) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 def _service(pool: asyncpg.Pool, options: SyncOptions | None = None) -> SyncService:
