@@ -146,20 +146,24 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 def start_hub(database_url: str, pool: asyncpg.Pool) -> Callable[..., Any]:
     """Starts a hub on this test's database and pool: ``start_hub(**changes)`` is an async
     context manager yielding the running hub, its options those of ``settings`` (by default
-    ``hub_settings()``) with ``changes`` applied (``limits``: a dict of changes to
+    ``hub_settings()``) and ``manifest`` with ``changes`` applied (``limits``: a dict of changes to
     ``options.limits``); ``direct=False`` serves WebSockets and the batch endpoint through the
     ASGI app."""
-    from tests.hub_fixtures import hub_settings, options_for, running_hub
+    from realtime_dispatch.cli.serve import hub_options
+    from tests.hub_fixtures import hub_settings, running_hub
 
     def start(
         *,
         settings: Any = None,
         direct: bool = True,
+        manifest: Any = None,
         limits: dict[str, Any] | None = None,
         **changes: Any,
     ) -> Any:
         settings = hub_settings() if settings is None else settings
-        options = options_for(settings, **changes) if changes or limits else None
+        options = None
+        if changes or limits or manifest is not None:
+            options = dataclasses.replace(hub_options(settings, manifest=manifest), **changes)
         if options is not None and limits:
             options = dataclasses.replace(
                 options, limits=dataclasses.replace(options.limits, **limits)
