@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import shutil
@@ -12,8 +13,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
 
@@ -138,6 +140,54 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         except TimeoutError:
             p.terminate()
             raise
+
+
+@pytest.fixture
+def start_hub(database_url: str, pool: asyncpg.Pool) -> Callable[..., Any]:
+    """Starts a hub on this test's database and pool: ``start_hub(**changes)`` is an async
+    context manager yielding the running hub, its options those of ``settings`` (by default
+    ``hub_settings()``) and ``manifest`` with ``changes`` applied (``limits``: a dict of changes to
+    ``options.limits``); ``direct=False`` serves WebSockets and the batch endpoint through the
+    ASGI app."""
+    from tests.hub_fixtures import hub_settings, running_hub
+
+    def start(
+        *,
+        settings: Any = None,
+        direct: bool = True,
+        manifest: Any = None,
+        limits: dict[str, Any] | None = None,
+        **changes: Any,
+    ) -> Any:
+        settings = hub_settings() if settings is None else settings
+        options = None
+        if changes or limits or manifest is not None:
+            options = dataclasses.replace(settings.hub_options(manifest=manifest), **changes)
+        if options is not None and limits:
+            options = dataclasses.replace(
+                options, limits=dataclasses.replace(options.limits, **limits)
+            )
+        return running_hub(settings, dsn=database_url, pool=pool, options=options, direct=direct)
+
+    return start
+
+
+@pytest.fixture
+async def hub(request: pytest.FixtureRequest, start_hub: Callable[..., Any]) -> AsyncIterator[Any]:
+    """A running hub on ``hub_settings()``. Indirectly parametrized (see ``HUB_SERVINGS``) with
+    ``"asgi"`` it serves WebSockets and the batch endpoint through the ASGI app, as any other
+    server would, rather than directly as ``realtime-dispatch hub`` does."""
+    serving = getattr(request, "param", "direct")
+    async with start_hub(direct=serving == "direct") as running:
+        yield running
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test module that sets ``HUB_SERVINGS = ["direct", "asgi"]`` runs each of its tests that
+    takes the ``hub`` fixture once per way of serving."""
+    servings = getattr(metafunc.module, "HUB_SERVINGS", None)
+    if servings and "hub" in metafunc.fixturenames:
+        metafunc.parametrize("hub", servings, indirect=True)
 
 
 @pytest.fixture(scope="session")

@@ -24,20 +24,12 @@ from tests.hub_fixtures import (
     REPO,
     SECRET,
     NodeClient,
-    hub_settings,
     push,
-    running_hub,
 )
 
 pytestmark = pytest.mark.e2e
 
 RECONNECT_DELAYS = [0, 200, 500, 1000, 2000]
-
-
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
 
 
 async def next_event(client: NodeClient, kinds: set[str]) -> dict[str, Any]:

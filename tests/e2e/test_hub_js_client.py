@@ -17,20 +17,12 @@ from tests.hub_fixtures import (
     NodeClient,
     TcpProxy,
     create_shared_chat,
-    hub_settings,
     make_token,
-    options_for,
     push,
-    running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
 
 
 async def test_connects_receives_and_gets_unknown_method_error(hub, pool):
@@ -119,9 +111,7 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
 async def test_typing_with_the_official_client(hub, pool, transport, protocol):
     """``connection.invoke("Typing", chatId)`` completes; the other member gets ``user_typing``
     on the same transport and protocol; a chat the caller is not in fails the invocation."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     url = f"{hub.http_url}/hubs/messenger"
     options = {"transport": transport, "protocol": protocol}
     typist = await NodeClient.start(url, make_token(alice), **options)
@@ -146,16 +136,14 @@ async def test_typing_with_the_official_client(hub, pool, transport, protocol):
 
 
 @pytest.mark.parametrize(("transport", "protocol"), NODE_TRANSPORTS)
-async def test_presence_with_the_official_client(database_url, pool, transport, protocol):
+async def test_presence_with_the_official_client(pool, start_hub, transport, protocol):
     """``connection.invoke("WatchPresence", [ids])`` answers the states of the people the
     caller shares a chat with; ``presence_changed`` follows one online and, after the grace,
     offline; ``UnwatchPresence`` completes; a list past the limit fails the invocation."""
     alice, bob, stranger = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.2, presence_watch_limit=10)
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
+    async with start_hub(presence_grace=0.2, presence_watch_limit=10) as hub:
         url = f"{hub.http_url}/hubs/messenger"
         config = {"transport": transport, "protocol": protocol}
         watcher = await NodeClient.start(
@@ -189,7 +177,7 @@ async def test_presence_with_the_official_client(database_url, pool, transport, 
             await watcher.stop()
 
 
-async def test_the_typescript_sdk_watches_again_after_a_reconnect(database_url, pool):
+async def test_the_typescript_sdk_watches_again_after_a_reconnect(pool, start_hub):
     """Watches belong to a connection: the hub drops the TypeScript SDK's, the official client
     reconnects, and the SDK watches Bob again on its own (the answer reaches the
     ``presence_changed`` handlers), so Bob coming online reaches Alice without a new watch."""
@@ -199,9 +187,7 @@ async def test_the_typescript_sdk_watches_again_after_a_reconnect(database_url, 
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.2)
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
+    async with start_hub(presence_grace=0.2) as hub:
         watcher = await sdk_client(hub.http_url, alice, "WebSockets", ["presence_changed"])
         other = None
         try:

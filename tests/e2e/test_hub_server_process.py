@@ -8,10 +8,10 @@ import signal
 import sys
 import uuid
 
-import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.e2e.processes import wait_ready
 from tests.hub_fixtures import SECRET, SERVICE_KEY, RunningHub, make_token, raw_client
 
 pytestmark = pytest.mark.e2e
@@ -33,15 +33,7 @@ async def test_sigterm_sends_close_message_and_exits_cleanly(database_url):
         sys.executable, "-c", SCRIPT, SECRET, SERVICE_KEY, str(port), database_url
     )
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            async with asyncio.timeout(15):
-                while True:
-                    try:
-                        if (await http.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(0.05)
+        await wait_ready(process, f"http://127.0.0.1:{port}", within=15)
         running = RunningHub(hub=None, port=port, server=None)  # type: ignore[arg-type]
         async with raw_client(running, make_token(uuid.uuid4())) as client:
             process.send_signal(signal.SIGTERM)

@@ -27,8 +27,8 @@ from signalrcore.protocol.json_hub_protocol import JsonHubProtocol
 from signalrcore.protocol.messagepack_protocol import MessagePackHubProtocol
 
 from realtime_dispatch.hub.connections.registry import user_group
-from realtime_dispatch.messenger.commands import create_chat
 from tests.hub_fixtures import RunningHub, hub_settings, make_token, push, running_hub
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 pytestmark = pytest.mark.e2e
 
@@ -102,9 +102,7 @@ async def _wait_for_connections(hub: RunningHub, count: int) -> None:
 async def test_signalrcore_receives_pushes_and_invokes_typing(
     database_url, pool, protocol: str, skip_negotiation: bool
 ) -> None:
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
         running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
         signalrcore_client(hub, alice, protocol=protocol, skip_negotiation=skip_negotiation) as (
@@ -144,9 +142,7 @@ async def test_signalrcore_receives_pushes_and_invokes_typing(
 
 @pytest.mark.parametrize("protocol", ["json", "messagepack"])
 async def test_pysignalr_receives_pushes_and_invokes_typing(database_url, pool, protocol: str):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
         inbox = Inbox()
         clients = {}

@@ -14,7 +14,7 @@ from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
-from tests.hub_fixtures import NodeClient, hub_settings, make_token, push, running_hub
+from tests.hub_fixtures import NodeClient, make_token, push
 
 pytestmark = pytest.mark.e2e
 
@@ -26,12 +26,6 @@ COMBINATIONS = [
     ("LongPolling", "messagepack"),
 ]
 PAYLOAD = {"s": "héllo", "i": 2**40, "f": 1.5, "b": True, "n": None, "l": [1, "x"], "o": {"k": 1}}
-
-
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
 
 
 async def _message(client: NodeClient) -> dict:

@@ -21,9 +21,10 @@ import jwt
 import orjson
 import pytest
 
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, running
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, require_node_client
+from tests.conftest import free_port
+from tests.e2e.hub_and_worker import hub_and_worker_env
+from tests.e2e.processes import cli_env, run_cli, running, wait_ready
+from tests.hub_fixtures import SECRET, NodeClient, require_node_client
 
 pytestmark = pytest.mark.e2e
 
@@ -97,16 +98,11 @@ async def test_node_writer_on_a_prisma_schema_is_delivered_and_resumed(
 
     conn = await asyncpg.connect(url)
     port = free_port()
-    hub_env = {**env, "REALTIME_HUB_JWT_SECRET": SECRET, "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY}
-    worker_env = {
-        **env,
-        "REALTIME_HUB_URL": f"http://127.0.0.1:{port}",
-        "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-    }
+    hub_env, worker_env = hub_and_worker_env(env, port)
     hub_url = f"http://127.0.0.1:{port}/hubs/messenger"
     try:
         async with (
-            running("hub", "--port", str(port), env=hub_env, ready=b"listening on"),
+            running("hub", "--port", str(port), env=hub_env, ready=b"listening on") as hub,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
         ):
 
@@ -119,13 +115,7 @@ async def test_node_writer_on_a_prisma_schema_is_delivered_and_resumed(
                 page: dict[str, Any] = answer.json()
                 return page
 
-            async def ready() -> bool:
-                try:
-                    return (await http.get("/readyz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await wait_until(ready, within=30)
+            await wait_ready(hub, f"http://127.0.0.1:{port}")
             cursor = (await sync(None))["nextCursor"]
             ana = await NodeClient.start(hub_url, token("ana"), targets=["message_received"])
             ben = await NodeClient.start(hub_url, token("ben"), targets=["message_received"])

@@ -1,6 +1,5 @@
 """The /ops page in headless Chromium and its API's access rules, on a real database."""
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from uuid import uuid4
@@ -8,16 +7,15 @@ from uuid import uuid4
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 from playwright.async_api import async_playwright
 from starlette.applications import Starlette
 
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
-from tests.conftest import free_port, wait_until
 from tests.errors_support import quarantine_rows
 from tests.hub_fixtures import SECRET, make_token
+from tests.local_server import serving
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -34,15 +32,8 @@ CHROMIUM_ARGS = [
 @contextlib.asynccontextmanager
 async def ops_server(pool: asyncpg.Pool) -> AsyncIterator[str]:
     app = Starlette(routes=ops_routes(OpsService(pool), TokenVerifier(SECRET)))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+    async with serving(app) as url:
+        yield url
 
 
 async def test_api_refuses_missing_bad_and_non_admin_tokens(pool: asyncpg.Pool) -> None:

@@ -23,8 +23,9 @@ import jwt
 import pytest
 
 from tests.conftest import free_port
+from tests.e2e.hub_and_worker import hub_and_worker_env
 from tests.e2e.processes import cli_env, run_cli, running, side_by_side
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient
+from tests.hub_fixtures import SECRET, NodeClient
 
 pytestmark = pytest.mark.e2e
 
@@ -93,16 +94,7 @@ async def test_bigint_keys_end_to_end(empty_database: str) -> None:
         )
 
         port = free_port()
-        hub_env = {
-            **env,
-            "REALTIME_HUB_JWT_SECRET": SECRET,
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-        }
-        worker_env = {
-            **env,
-            "REALTIME_HUB_URL": f"http://127.0.0.1:{port}",
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-        }
+        hub_env, worker_env = hub_and_worker_env(env, port)
         hub_url = f"http://127.0.0.1:{port}/hubs/messenger"
         async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on"):
             # A JSON-number sub and a decimal-string sub are both the user's key; a UUID is not.
@@ -278,16 +270,7 @@ async def test_text_keys_deliver_string_ids(empty_database: str, tmp_path: Path)
             " ('design', 'ben')"
         )
         port = free_port()
-        hub_env = {
-            **env,
-            "REALTIME_HUB_JWT_SECRET": SECRET,
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-        }
-        worker_env = {
-            **env,
-            "REALTIME_HUB_URL": f"http://127.0.0.1:{port}",
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-        }
+        hub_env, worker_env = hub_and_worker_env(env, port)
         hub_url = f"http://127.0.0.1:{port}/hubs/messenger"
         async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on"):
             ben = await NodeClient.start(hub_url, token("ben"), targets=EVENTS)

@@ -17,9 +17,10 @@ import jwt
 import pytest
 
 from realtime_dispatch.outbox.queries import parse_queries
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, running
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
+from tests.conftest import free_port
+from tests.e2e.hub_and_worker import hub_and_worker_env
+from tests.e2e.processes import cli_env, run_cli, running, wait_ready
+from tests.hub_fixtures import SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e
 
@@ -64,29 +65,17 @@ async def test_hub_and_worker_on_an_own_schema(empty_database: str) -> None:
                 await conn.execute(WRITES["add_member"], uuid4(), chat, user)
 
         port = free_port()
-        hub_env = {
-            **env,
-            "REALTIME_HUB_JWT_SECRET": SECRET,
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-        }
-        worker_env = {
-            **env,
-            "REALTIME_HUB_URL": f"http://127.0.0.1:{port}",
-            "REALTIME_HUB_SERVICE_KEY": SERVICE_KEY,
-            "REALTIME_MEDIA_JITSI_APP_SECRET": JITSI_SECRET,
-            "REALTIME_MEDIA_TURN_URLS": "turn:turn.adopter.example:3478",
-            "REALTIME_MEDIA_TURN_SECRET": TURN_SECRET,
-        }
-        async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on"):
+        hub_env, worker_env = hub_and_worker_env(
+            env,
+            port,
+            REALTIME_MEDIA_JITSI_APP_SECRET=JITSI_SECRET,
+            REALTIME_MEDIA_TURN_URLS="turn:turn.adopter.example:3478",
+            REALTIME_MEDIA_TURN_SECRET=TURN_SECRET,
+        )
+        async with running("hub", "--port", str(port), env=hub_env, ready=b"listening on") as hub:
+            # The line comes just before the socket: until /readyz answers.
+            await wait_ready(hub, f"http://127.0.0.1:{port}")
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-
-                async def ready() -> bool:
-                    try:
-                        return (await http.get("/readyz")).status_code == 200
-                    except httpx.TransportError:  # the line comes just before the socket
-                        return False
-
-                await wait_until(ready, within=30)
                 # Nothing of the reference messenger: no REST API, no docs, no demo page; sync
                 # is there (the manifest has member_spans), behind a token.
                 for path in ("/api/chats", "/docs", "/openapi.json", "/"):

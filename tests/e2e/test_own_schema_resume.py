@@ -30,7 +30,15 @@ from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
 from tests.conftest import free_port, wait_until
-from tests.e2e.processes import LogTail, cli_env, run_cli, start_cli, stop, wait_for_line
+from tests.e2e.processes import (
+    LogTail,
+    cli_env,
+    run_cli,
+    start_cli,
+    stop,
+    wait_for_line,
+    wait_ready,
+)
 from tests.e2e.test_own_schema import EXAMPLE, WRITES
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
 
@@ -69,15 +77,7 @@ class Hub:
         self.proc = await start_cli("hub", "--port", str(self.port), env={**self.env, **env})
         await wait_for_line(self.proc, b"listening on")
         self._logs = LogTail(self.proc)  # so that a full pipe never stalls the hub
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}") as http:
-
-            async def ready() -> bool:
-                try:
-                    return (await http.get("/readyz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await wait_until(ready, within=30)
+        await wait_ready(self.proc, f"http://127.0.0.1:{self.port}")
 
     async def kill(self) -> None:
         assert self.proc is not None

@@ -1,21 +1,19 @@
 """A real ``worker`` process exports its pass and row spans over OTLP/HTTP when
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set."""
 
-import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
 
 import asyncpg
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, start_cli, stop
-from tests.integration.support import new_chat, row, send
+from tests.integration.support import new_chat, send, wait_done
+from tests.local_server import serving
 
 
 @contextlib.asynccontextmanager
@@ -35,15 +33,8 @@ async def collector(bodies: list[bytes]) -> AsyncIterator[str]:
             Route("/v1/traces", traces, methods=["POST"]),
         ]
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+    async with serving(app) as url:
+        yield url
 
 
 async def test_worker_exports_spans_over_otlp(pool: asyncpg.Pool, database_url: str) -> None:
@@ -61,10 +52,7 @@ async def test_worker_exports_spans_over_otlp(pool: asyncpg.Pool, database_url: 
         try:
             sent = await send(pool, chat, sender, "traced")
 
-            async def done() -> bool:
-                return (await row(pool, sent.outbox_id))["status"] == "Done"
-
-            await wait_until(done, within=30)
+            await wait_done(pool, sent.outbox_id)
         finally:
             assert await stop(worker, signal.SIGTERM) == 0  # flushes pending spans
     exported = b"".join(bodies)

@@ -8,15 +8,14 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until
 from tests.e2e.processes import cli_env, start_cli, stop
-from tests.integration.support import new_chat, row, send
+from tests.integration.support import new_chat, row, send, wait_done
+from tests.local_server import serving
 
 
 class PushTarget:
@@ -45,16 +44,23 @@ async def serve_target(target: PushTarget) -> AsyncIterator[str]:
     app = Starlette(
         routes=[Route("/api/v1/hubs/messenger/groups/{group}", target.push, methods=["POST"])]
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        target.released.set()
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+    async with serving(app) as url:
+        try:
+            yield url
+        finally:
+            target.released.set()
+
+
+def worker_env(database_url: str, hub_url: str, **values: str) -> dict[str, str]:
+    """A worker's environment: quick backoffs, pushing to ``hub_url`` with a service key."""
+    return cli_env(
+        REALTIME_DATABASE_URL=database_url,
+        REALTIME_HUB_URL=hub_url,
+        REALTIME_HUB_SERVICE_KEY="svc-key",
+        REALTIME_DISPATCH_BACKOFF_BASE="0.3",
+        REALTIME_DISPATCH_BACKOFF_CAP="1",
+        **values,
+    )
 
 
 async def test_kill_between_commit_and_push_then_restart_delivers(
@@ -63,12 +69,9 @@ async def test_kill_between_commit_and_push_then_restart_delivers(
     target = PushTarget()
     chat, sender = await new_chat(pool)
     async with serve_target(target) as url:
-        env = cli_env(
-            REALTIME_DATABASE_URL=database_url,
-            REALTIME_HUB_URL=url,
-            REALTIME_HUB_SERVICE_KEY="svc-key",
-            REALTIME_DISPATCH_BACKOFF_BASE="0.3",
-            REALTIME_DISPATCH_BACKOFF_CAP="1",
+        env = worker_env(
+            database_url,
+            url,
             REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
         )
         worker = await start_cli("worker", env=env)
@@ -87,11 +90,7 @@ async def test_kill_between_commit_and_push_then_restart_delivers(
         target.hang = False
         worker = await start_cli("worker", env=env)
         try:
-
-            async def delivered() -> bool:
-                return (await row(pool, sent.outbox_id))["status"] == "Done"
-
-            await wait_until(delivered, within=30)
+            await wait_done(pool, sent.outbox_id)
         finally:
             assert await stop(worker, signal.SIGTERM) == 0
     [push] = target.received
@@ -113,12 +112,9 @@ async def test_a_frozen_worker_loses_the_lock_and_another_delivers(
     chat, sender = await new_chat(pool)
     lock_ttl, polling = 3.0, 0.2
     async with serve_target(target) as url:
-        env = cli_env(
-            REALTIME_DATABASE_URL=database_url,
-            REALTIME_HUB_URL=url,
-            REALTIME_HUB_SERVICE_KEY="svc-key",
-            REALTIME_DISPATCH_BACKOFF_BASE="0.3",
-            REALTIME_DISPATCH_BACKOFF_CAP="1",
+        env = worker_env(
+            database_url,
+            url,
             REALTIME_DISPATCH_POLLING_INTERVAL=str(polling),
             REALTIME_DISPATCH_MAX_RUN_DURATION="2",
             REALTIME_DISPATCH_LOCK_TTL=str(lock_ttl),
@@ -133,10 +129,7 @@ async def test_a_frozen_worker_loses_the_lock_and_another_delivers(
             target.hang = False
             second = await start_cli("worker", env=env)
 
-            async def delivered() -> bool:
-                return (await row(pool, sent.outbox_id))["status"] == "Done"
-
-            await wait_until(delivered, within=30)
+            await wait_done(pool, sent.outbox_id)
             took = asyncio.get_running_loop().time() - stopped
             # lock_ttl + polling, plus the second worker's start-up and the row's backoff
             assert took < lock_ttl + polling + 5, took

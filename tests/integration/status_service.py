@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator
 from uuid import UUID
 
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until
+from tests.local_server import serving
 
 
 class StatusService:
@@ -49,15 +48,8 @@ class StatusService:
 async def status_service(service: StatusService) -> AsyncIterator[str]:
     """Serve ``service`` on a free loopback port; yields its base URL."""
     app = Starlette(routes=[Route("/status/{recording_id}", service.status)])
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    try:
-        yield f"http://127.0.0.1:{port}/status"
-    finally:
-        service.released.set()
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+    async with serving(app) as url:
+        try:
+            yield f"{url}/status"
+        finally:
+            service.released.set()

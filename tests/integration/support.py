@@ -15,6 +15,7 @@ from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
+from tests.conftest import wait_until
 from tests.fakes import RecordingAlerts, RecordingPublisher
 
 FAST = RealtimeDispatchOptions(
@@ -87,6 +88,15 @@ async def row(pool: asyncpg.Pool, entry_id: UUID) -> asyncpg.Record:
     record = await pool.fetchrow("SELECT * FROM messenger.realtime_outbox WHERE id = $1", entry_id)
     assert record is not None
     return record
+
+
+async def wait_done(pool: asyncpg.Pool, entry_id: UUID, within: float = 30) -> None:
+    """Until the outbox row ``entry_id`` is ``Done``."""
+
+    async def done() -> bool:
+        return bool((await row(pool, entry_id))["status"] == "Done")
+
+    await wait_until(done, within=within)
 
 
 async def make_due(pool: asyncpg.Pool) -> None:

@@ -56,6 +56,21 @@ async def _event_id(pool: asyncpg.Pool, chat: str, kind: str) -> str:
     return str(row_id)
 
 
+async def _chat_event(
+    pool: asyncpg.Pool, chat: str, kind: str, pushed: dict[str, Any], **users: str
+) -> dict[str, Any]:
+    """The ``chat_updated`` payload of the chat event ``kind``: the outbox row's id as its
+    ``eventId``, the chat, ``users`` (actor, subject), and the event's id and time as pushed."""
+    return {
+        "eventId": await _event_id(pool, chat, kind),
+        "chatId": chat,
+        "chatEventId": pushed["eventId"],
+        "eventKind": kind,
+        **users,
+        "occurredAt": pushed["occurredAt"],
+    }
+
+
 async def test_creating_a_chat_and_adding_a_member_push_chat_updated_to_the_members(
     database_url: str, pool: asyncpg.Pool
 ) -> None:
@@ -78,14 +93,9 @@ async def test_creating_a_chat_and_adding_a_member_push_chat_updated_to_the_memb
             assert created.status_code == 201, created.text
             chat = created.json()["chatId"]
             announced = await _chat_updated(bob_client)
-            assert announced == {
-                "eventId": await _event_id(pool, chat, "ChatCreated"),
-                "chatId": chat,
-                "chatEventId": announced["eventId"],
-                "eventKind": "ChatCreated",
-                "actorUserId": str(alice),
-                "occurredAt": announced["occurredAt"],
-            }
+            assert announced == await _chat_event(
+                pool, chat, "ChatCreated", announced, actorUserId=str(alice)
+            )
             assert await _chat_updated(alice_client) == announced
             async with stack.http(bob) as bob_http:
                 listed = (await bob_http.get("/api/chats")).json()["items"]
@@ -97,15 +107,9 @@ async def test_creating_a_chat_and_adding_a_member_push_chat_updated_to_the_memb
             assert added.status_code == 204, added.text
             # Carol's connection joined chat:{chatId} before the push: it is her first event.
             joined = await _chat_updated(carol_client)
-            assert joined == {
-                "eventId": await _event_id(pool, chat, "MemberAdded"),
-                "chatId": chat,
-                "chatEventId": joined["eventId"],
-                "eventKind": "MemberAdded",
-                "actorUserId": str(alice),
-                "subjectUserId": str(carol),
-                "occurredAt": joined["occurredAt"],
-            }
+            assert joined == await _chat_event(
+                pool, chat, "MemberAdded", joined, actorUserId=str(alice), subjectUserId=str(carol)
+            )
             for client in (alice_client, bob_client):
                 assert await _chat_updated(client) == joined
             await dave_client.assert_silent(0.3)

@@ -22,16 +22,35 @@ def drop_everyone(hub: Hub) -> None:
         connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))
 
 
+def heard(client: MessengerClient) -> tuple[list[MessageReceived], list[int]]:
+    """The messages ``client`` reports from now on, and the resumes (their event counts)."""
+    live: list[MessageReceived] = []
+    resumed: list[int] = []
+    client.on(MessageReceived, live.append)
+    client.on_resumed(resumed.append)
+    return live, resumed
+
+
+async def pushed_to_nobody_then_resumed(
+    pool: asyncpg.Pool, hub: Hub, client: MessengerClient, resumed: list[int]
+) -> int:
+    """Every row marked Done as if pushed while the client was away, then its connection
+    dropped: once it has resumed and settled, its REST refetches before the drop."""
+    await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
+    refetches = client.stats.refetches
+    drop_everyone(hub)
+    await wait_until(lambda: resumed)
+    await client.settled()
+    return refetches
+
+
 async def test_a_reconnect_resumes_every_missed_event_once(
     database_url: str, pool: asyncpg.Pool
 ) -> None:
     async with messenger_stack(database_url, pool) as stack, stack.client(stack.bob) as bob:
-        live: list[MessageReceived] = []
+        live, resumed = heard(bob)
         requests: list[ContactRequestReceived] = []
-        resumed: list[int] = []
-        bob.on(MessageReceived, live.append)
         bob.on(ContactRequestReceived, requests.append)
-        bob.on_resumed(resumed.append)
         async with stack.client(stack.alice) as alice:
             chat = await alice.rest.create_chat("t", [stack.bob])
             await bob.wait_connected()
@@ -48,11 +67,7 @@ async def test_a_reconnect_resumes_every_missed_event_once(
                 await alice.rest.send_message(chat, f"missed {n}")
             async with pool.acquire() as conn:
                 await contacts.request_contact(conn, requester=stack.alice, addressee=stack.bob)
-            await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
-            refetches = bob.stats.refetches
-            drop_everyone(stack.hub)
-            await wait_until(lambda: resumed)
-            await bob.settled()
+            refetches = await pushed_to_nobody_then_resumed(pool, stack.hub, bob, resumed)
 
             # "live" came again in the page (its push was before the cursor moved): dropped.
             assert resumed == [4]
@@ -87,10 +102,7 @@ async def test_a_resume_pages_on_through_empty_pages_that_say_more(
         messenger_stack(database_url, pool, settings=settings) as stack,
         stack.client(stack.bob) as bob,
     ):
-        live: list[MessageReceived] = []
-        resumed: list[int] = []
-        bob.on(MessageReceived, live.append)
-        bob.on_resumed(resumed.append)
+        live, resumed = heard(bob)
         async with stack.client(stack.alice) as alice:
             chat = await alice.rest.create_chat("t", [stack.bob])
             await bob.wait_connected()
@@ -110,11 +122,7 @@ async def test_a_resume_pages_on_through_empty_pages_that_say_more(
                 """
             )
             await alice.rest.send_message(chat, "missed")
-            await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
-            refetches = bob.stats.refetches
-            drop_everyone(stack.hub)
-            await wait_until(lambda: resumed)
-            await bob.settled()
+            refetches = await pushed_to_nobody_then_resumed(pool, stack.hub, bob, resumed)
             assert resumed == [1]
             assert [m.body for m in live] == ["missed"]
             assert bob.stats.refetches == refetches  # from the sync pages, not REST history

@@ -51,8 +51,7 @@ async def test_a_second_delivery_of_one_chat_seq_shows_one_message(
         bob.on(MessageReceived, live.append)
         bob.on_duplicate(lambda chat_id, seq: dropped.append((chat_id, seq)))
         await bob.track(chat)
-        await bob.wait_connected()
-        await bob.settled()  # the connect's own resume/resync is done: the test starts from here
+        await connected_and_settled(bob)
         async with stack.http(stack.alice) as alice:
             sent = (await alice.post(f"/api/chats/{chat}/messages", json={"body": "once"})).json()
         await wait_until(lambda: len(live) == 1)
@@ -70,6 +69,13 @@ async def test_a_second_delivery_of_one_chat_seq_shows_one_message(
     assert bob.stats.duplicates_dropped == 1
 
 
+async def connected_and_settled(client: MessengerClient) -> None:
+    """Until ``client`` is connected and its connect's own resume or resync is done: a test
+    starts from there."""
+    await client.wait_connected()
+    await client.settled()
+
+
 async def _all_done(pool: asyncpg.Pool) -> bool:
     return set(await outbox_statuses(pool)) == {"Done"}
 
@@ -83,8 +89,7 @@ async def test_rows_committed_while_the_dispatcher_is_down_arrive_later_and_rest
     ):
         chat = await _chat(stack)
         await bob.track(chat)
-        await bob.wait_connected()
-        await bob.settled()  # the connect's own resume/resync is done: the test starts from here
+        await connected_and_settled(bob)
         live: list[int] = []
         bob.on(MessageReceived, lambda e: live.append(e.seq))
         async with stack.http(stack.alice) as alice:
@@ -101,8 +106,7 @@ async def test_rows_committed_while_the_dispatcher_is_down_arrive_later_and_rest
             await tablet.track(chat)
             assert seqs(tablet, chat) == [1, 2, 3]
             assert tablet.stats.recovered == 3
-            await tablet.wait_connected()
-            await tablet.settled()
+            await connected_and_settled(tablet)
             # The dispatcher comes back: the rows survived and are delivered.
             await stack.start_dispatcher()
             await wait_until(lambda: _all_done(pool))
@@ -121,8 +125,7 @@ async def test_a_seq_gap_in_the_pushes_is_filled_over_rest(
         stack.http(stack.alice) as alice,
     ):
         chat = await _chat(stack)
-        await bob.wait_connected()
-        await bob.settled()  # the connect's own resume/resync is done: the test starts from here
+        await connected_and_settled(bob)
         resyncs: list[list[int]] = []
         bob.on_resync(lambda _, found: resyncs.append([m.seq for m in found]))
         sent = [
@@ -160,8 +163,7 @@ async def test_edits_deletions_and_read_receipts_reach_the_timeline(
     ):
         chat = await alice.rest.create_chat("t", [stack.bob])
         await bob.track(chat)
-        await bob.wait_connected()
-        await bob.settled()  # the connect's own resume/resync is done: the test starts from here
+        await connected_and_settled(bob)
         events: list[str] = []
         for kind in (MessageReceived, MessageEdited, MessageDeleted, ReadReceiptUpdated):
             bob.on(kind, lambda e: events.append(type(e).__name__))

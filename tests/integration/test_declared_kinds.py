@@ -283,22 +283,21 @@ async def test_ids_only_kind_is_written_beside_the_delete(
     stack = make_stack(pool, builder=default_payload_builder(manifest=app))
     assert (await stack.dispatcher.run_pass()).dispatched == 2
     by_target = {p.target: p for p in stack.publisher.pushes}
-    removed = by_target["reaction_removed"]
-    assert removed.group == f"chat:{chat}"
-    assert orjson.loads(removed.payload_json) == {
-        "eventId": str(entry),
-        "chatId": str(chat),
-        "refId": str(ref),
-        "messageId": str(message),
-        "seq": 4,
-    }
-    nudged = by_target["user_nudged"]
-    assert nudged.group == f"user:{user}"
-    assert orjson.loads(nudged.payload_json) == {
-        "eventId": str(nudge),
-        "refId": str(ref),
-        "targetUserId": str(user),
-    }
+    removed, nudged = by_target["reaction_removed"], by_target["user_nudged"]
+    assert (removed.group, orjson.loads(removed.payload_json)) == (
+        f"chat:{chat}",
+        {
+            "eventId": str(entry),
+            "chatId": str(chat),
+            "refId": str(ref),
+            "messageId": str(message),
+            "seq": 4,
+        },
+    )
+    assert (nudged.group, orjson.loads(nudged.payload_json)) == (
+        f"user:{user}",
+        {"eventId": str(nudge), "refId": str(ref), "targetUserId": str(user)},
+    )
 
 
 async def test_the_outbox_refuses_an_undeclared_kind_in_the_writers_transaction(

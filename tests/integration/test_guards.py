@@ -3,9 +3,12 @@ every outcome statement (a runner whose rows were taken over writes nothing over
 claim) and the jitter in the claim's backoff (rows that failed together do not come back as one
 burst)."""
 
+from collections.abc import Sequence
+
 import asyncpg
 
 from realtime_dispatch.outbox.backoff import JITTER, Backoff
+from realtime_dispatch.outbox.model import ClaimedRow
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.outbox.store import OutboxStore, Outcomes
 from tests.integration.support import new_chat, send
@@ -15,6 +18,17 @@ INSERT INTO messenger.realtime_outbox (kind, target_kind, target_user_id, ref_id
 SELECT 'ContactRemoved', 'User', gen_random_uuid(), gen_random_uuid()
 FROM generate_series(1, $1)
 """
+
+
+def one_of_each(rows: Sequence[ClaimedRow], error: str) -> Outcomes:
+    """Four claimed rows' outcomes: the first done, then a retry, a quarantine and a gone."""
+    a, b, c, d = rows
+    return Outcomes(
+        done=[(a.id, a.row_version)],
+        retry=[(b.id, b.row_version, error)],
+        quarantine=[(c.id, c.row_version, error)],
+        gone=[(d.id, d.row_version, error)],
+    )
 
 
 async def test_no_outcome_is_written_over_a_newer_claim(pool: asyncpg.Pool) -> None:
@@ -36,15 +50,7 @@ async def test_no_outcome_is_written_over_a_newer_claim(pool: asyncpg.Pool) -> N
             "SELECT id, status, attempts, row_version, last_error FROM messenger.realtime_outbox"
         )
     }
-    a, b, c, d = stale
-    written = await store.write_outcomes(
-        Outcomes(
-            done=[(a.id, a.row_version)],
-            retry=[(b.id, b.row_version, "stale")],
-            quarantine=[(c.id, c.row_version, "stale")],
-            gone=[(d.id, d.row_version, "stale")],
-        )
-    )
+    written = await store.write_outcomes(one_of_each(stale, "stale"))
     assert (list(written.done_lags), written.done, written.retried) == ([], set(), set())
     assert (written.quarantined, written.gone) == (set(), set())
     after = {
@@ -56,14 +62,7 @@ async def test_no_outcome_is_written_over_a_newer_claim(pool: asyncpg.Pool) -> N
     assert after == before
     # The new owner's outcomes do land.
     e, f, g, h = fresh
-    written = await store.write_outcomes(
-        Outcomes(
-            done=[(e.id, e.row_version)],
-            retry=[(f.id, f.row_version, "x")],
-            quarantine=[(g.id, g.row_version, "x")],
-            gone=[(h.id, h.row_version, "x")],
-        )
-    )
+    written = await store.write_outcomes(one_of_each(fresh, "x"))
     assert (len(written.done_lags), written.done, written.retried) == (1, {e.id}, {f.id})
     assert (written.quarantined, written.gone) == ({g.id}, {h.id})
 

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,9 +15,10 @@ from starlette.routing import Route
 from realtime_dispatch.delivery.push import BATCH_PATH, Push, hub_problem
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, running_hub
 from tests.integration.support import make_stack, new_chat, send
+from tests.local_server import serving
 
 
 @contextlib.asynccontextmanager
@@ -41,16 +41,8 @@ async def target(
         return Response((bodies or {}).get(group, b""), status_code=statuses.get(group, 202))
 
     app = Starlette(routes=[Route("/api/v1/hubs/messenger/groups/{group}", push, methods=["POST"])])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        server.force_exit = True
-        await asyncio.wait_for(task, 10)
+    async with serving(app, force_exit=True) as url:
+        yield url
 
 
 HUB_REFUSAL = orjson.dumps(hub_problem("invalid group name", "InvalidGroup"))

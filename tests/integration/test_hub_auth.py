@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,7 +29,7 @@ from realtime_dispatch.auth.tokens import TokenOptions, mint_token
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.wire.protocols import JSON, Transport
 from realtime_dispatch.messenger.api.app import ApiOptions, create_api
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
 from tests.hub_fixtures import (
     SECRET,
     hub_settings,
@@ -40,6 +39,7 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
+from tests.local_server import serving
 from tests.unit.test_tokens import AUDIENCE, ISSUER, public_jwk
 
 EXPIRED = {"type": 7, "error": "token expired", "allowReconnect": True}
@@ -50,8 +50,8 @@ def token_for(user: uuid.UUID, *, ttl: float = 300, now: float | None = None) ->
     return mint_token(SECRET, user, ttl=ttl, now=now)
 
 
-async def test_connection_closes_at_exp_and_gets_nothing_after(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as hub:
+async def test_connection_closes_at_exp_and_gets_nothing_after(pool, start_hub):
+    async with start_hub() as hub:
         user = uuid.uuid4()
         # The hub's timer closes the connection at exp, with reconnect allowed.
         async with raw_client(hub, token_for(user, ttl=3)) as client:
@@ -136,12 +136,12 @@ WHERE datname = current_database() AND application_name = 'realtime-dispatch-hub
 """
 
 
-async def test_a_revocation_made_while_the_listener_is_down_still_cuts(database_url, pool):
+async def test_a_revocation_made_while_the_listener_is_down_still_cuts(pool, start_hub):
     """The NOTIFY is lost while the hub's listening connection is down; the reload after it
     reconnects finds the revocation and cuts the user."""
     alice = uuid.uuid4()
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, token_for(alice, now=time.time() - 5)) as client,
     ):
         assert await pool.fetchval(KILL_FEED) == 1
@@ -175,17 +175,10 @@ async def jwks_server(*keys: dict[str, Any]) -> AsyncIterator[JwksServer]:
             return Response("down", status_code=503)
         return JSONResponse({"keys": state.keys})
 
-    port = free_port()
     app = Starlette(routes=[Route("/jwks", jwks)])
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started)
-    state.url = f"http://127.0.0.1:{port}/jwks"
-    try:
+    async with serving(app) as url:
+        state.url = f"{url}/jwks"
         yield state
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 def idp_token(kid: str, key: Any, user: uuid.UUID, **claims: Any) -> str:

@@ -21,23 +21,21 @@ from realtime_dispatch.hub.backplane.subscriber import (
     redis_client,
 )
 from realtime_dispatch.hub.connections.registry import chat_group
-from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
+from realtime_dispatch.messenger.commands import send_message, set_participant
 from tests.conftest import free_port
-from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
 def backplane_settings(redis_url):
     return hub_settings(backplane_enabled=True, redis_url=redis_url)
 
 
-async def test_two_replicas_each_client_receives_a_chat_message(database_url, pool, redis_url):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
-    settings = backplane_settings(redis_url)
+async def test_two_replicas_each_client_receives_a_chat_message(pool, start_hub, redis_url):
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(alice)) as on_one,
         raw_client(two, make_token(bob)) as on_two,
     ):
@@ -56,14 +54,11 @@ async def test_two_replicas_each_client_receives_a_chat_message(database_url, po
             assert record == {"type": 1, "target": "message_received", "arguments": [payload]}
 
 
-async def test_membership_changes_across_replicas(database_url, pool, redis_url):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t")
-    settings = backplane_settings(redis_url)
+async def test_membership_changes_across_replicas(pool, start_hub, redis_url):
+    _alice, bob, chat = await alice_bob_and_a_chat(pool, bob_member=False)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(bob)) as bob_one,
         raw_client(two, make_token(bob)) as bob_two,
     ):
@@ -83,14 +78,21 @@ async def test_membership_changes_across_replicas(database_url, pool, redis_url)
             assert (await client.invocations(1))[0]["target"] == "marker"
 
 
-async def test_redis_outage_is_transient():
-    publisher = RedisHubPublisher(f"redis://127.0.0.1:{free_port()}/0")
+async def publish_two_then_close(publisher: RedisHubPublisher) -> list[object]:
+    """A chat push and a user push published; the results, once the publisher is closed."""
     try:
-        results = await publisher.publish(
-            [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
+        return list(
+            await publisher.publish(
+                [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
+            )
         )
     finally:
         await publisher.aclose()
+
+
+async def test_redis_outage_is_transient():
+    publisher = RedisHubPublisher(f"redis://127.0.0.1:{free_port()}/0")
+    results = await publish_two_then_close(publisher)
     assert len(results) == 2
     assert all(isinstance(r, HubUnavailable) for r in results)
 
@@ -99,12 +101,7 @@ async def test_publish_that_no_replica_receives_is_transient(redis_url):
     """With no hub replica subscribed (all down, or re-subscribing after a Redis restart) nobody
     can deliver: the rows must be retried, not marked Done, every push the message carried."""
     publisher = RedisHubPublisher(redis_url, channel=f"realtime-dispatch:test:{free_port()}")
-    try:
-        results = await publisher.publish(
-            [Push("chat:x", "message_received", {}), Push("user:y", "contact_added", {})]
-        )
-    finally:
-        await publisher.aclose()
+    results = await publish_two_then_close(publisher)
     assert len(results) == 2
     assert all(isinstance(r, HubUnavailable) and r.code == "NoSubscribers" for r in results)
 
@@ -186,11 +183,8 @@ def test_batch_message_format():
     assert decode_batch(b"g\n2\n\xff\xfe") == [("g", b"\xff\xfe")]
 
 
-async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
-    database_url, pool, redis_url
-):
+async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(pool, start_hub, redis_url):
     alice, bob = uuid.uuid4(), uuid.uuid4()
-    settings = backplane_settings(redis_url)
     auth = {"Authorization": f"Bearer {SERVICE_KEY}"}
     pushes = [
         {"group": f"user:{alice}", "target": "one", "arguments": [1]},
@@ -199,8 +193,8 @@ async def test_an_http_batch_to_one_replica_reaches_the_members_on_both(
         {"group": f"user:{alice}", "target": "three", "arguments": [3]},
     ]
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings(redis_url)) as one,
+        start_hub(settings=backplane_settings(redis_url)) as two,
         raw_client(one, make_token(alice)) as on_one,
         raw_client(two, make_token(bob)) as on_two,
         httpx.AsyncClient(base_url=one.http_url, headers=auth) as http,

@@ -10,17 +10,18 @@ import uuid
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, push, raw_client, running_hub
+from tests.hub_fixtures import make_token, push, raw_client
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
-async def test_initial_groups_are_active_chats(database_url, pool):
+async def test_initial_groups_are_active_chats(pool, start_hub):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         chat = await create_chat(conn, creator=alice, title="t", members=[bob])
         other = await create_chat(conn, creator=alice, title="u", members=[bob])
         await set_participant(conn, chat_id=other, user_id=bob, active=False)
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, make_token(bob)) as client,
     ):
         [cid] = hub.hub.connections
@@ -32,7 +33,7 @@ async def test_initial_groups_are_active_chats(database_url, pool):
         assert [r["arguments"][0]["seq"] for r in records] == [1, 2]
 
 
-async def test_connections_opening_together_share_membership_queries(database_url, pool):
+async def test_connections_opening_together_share_membership_queries(pool, start_hub):
     """Forty users connecting at once, each in a chat of their own and all in one shared chat:
     each joins exactly its chats, with fewer queries than connections."""
     alice = uuid.uuid4()
@@ -41,7 +42,7 @@ async def test_connections_opening_together_share_membership_queries(database_ur
         shared = await create_chat(conn, creator=alice, title="all", members=users)
         own = [await create_chat(conn, creator=u, title="own") for u in users]
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         contextlib.AsyncExitStack() as stack,
     ):
         feed = hub.hub.membership
@@ -65,12 +66,10 @@ async def test_connections_opening_together_share_membership_queries(database_ur
             assert [r["arguments"][0]["seq"] for r in records] == expected
 
 
-async def test_live_add_and_remove_on_one_replica(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t")
+async def test_live_add_and_remove_on_one_replica(pool, start_hub):
+    _alice, bob, chat = await alice_bob_and_a_chat(pool, bob_member=False)
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, make_token(bob)) as b1,
         raw_client(hub, make_token(bob)) as b2,
     ):
@@ -91,13 +90,11 @@ async def test_live_add_and_remove_on_one_replica(database_url, pool):
             assert record["target"] == "marker"  # seq 2 never arrived
 
 
-async def test_removal_is_applied_before_every_push_after_it(database_url, pool):
+async def test_removal_is_applied_before_every_push_after_it(pool, start_hub):
     """Many rounds of remove → push with no pause: the removed member never gets the push."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    _alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, make_token(bob)) as client,
     ):
         group = chat_group(chat)
@@ -112,12 +109,10 @@ async def test_removal_is_applied_before_every_push_after_it(database_url, pool)
         assert [r["arguments"][0] for r in records] == [{"ok": n} for n in range(20)]
 
 
-async def test_resync_after_listener_connection_is_killed(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t")
+async def test_resync_after_listener_connection_is_killed(pool, start_hub):
+    _alice, bob, chat = await alice_bob_and_a_chat(pool, bob_member=False)
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as hub,
+        start_hub() as hub,
         raw_client(hub, make_token(bob)) as client,
     ):
         feed = hub.hub.membership

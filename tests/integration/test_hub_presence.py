@@ -26,21 +26,12 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
-
-
-def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[str, object]:
-    record: dict[str, object] = {"type": 1, "target": target, "arguments": list(arguments)}
-    if invocation_id is not None:
-        record["invocationId"] = invocation_id
-    return record
+from tests.integration.chat_pairs import alice_bob_and_a_chat
+from tests.integration.presence_calls import invoke, leave_quietly_then_hint, watch, watched
 
 
 def _member_chats_calls(hub) -> int:
     return hub.hub.signals.presence.member_chats_queries
-
-
-def _watch(invocation_id: str, ids: list[object]) -> dict[str, object]:
-    return _invoke(invocation_id, "WatchPresence", [str(i) for i in ids])
 
 
 async def _writes(pool) -> int:
@@ -49,19 +40,17 @@ async def _writes(pool) -> int:
     )
 
 
-async def test_watch_answers_shared_chats_only_and_follows_online_offline(database_url, pool):
+async def test_watch_answers_shared_chats_only_and_follows_online_offline(pool, start_hub):
     alice, bob, carol, stranger, blocker = (uuid.uuid4() for _ in range(5))
     async with pool.acquire() as conn:
         await create_shared_chat(conn, creator=alice, title="t", members=[bob, carol, blocker])
         await block_user(conn, owner=blocker, blocked=alice)
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.3)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.3) as hub,
         raw_client(hub, make_token(alice)) as a,
         raw_client(hub, make_token(carol)),
     ):
-        await a.send_record(_watch("1", [bob, carol, stranger, blocker]))
+        await a.send_record(watch("1", [bob, carol, stranger, blocker]))
         answer = await a.next_of([3])
         assert answer["invocationId"] == "1"
         assert answer["result"] == [
@@ -86,26 +75,23 @@ async def test_watch_answers_shared_chats_only_and_follows_online_offline(databa
         await a.invocations(1, within=3)  # offline at last
         assert await _writes(pool) == writes  # no PostgreSQL write per connect / disconnect
         # Unwatch: no more events.
-        await a.send_record(_invoke("2", "UnwatchPresence", [str(bob)]))
+        await a.send_record(invoke("2", "UnwatchPresence", [str(bob)]))
         assert await a.next_of([3]) == {"type": 3, "invocationId": "2"}
         async with raw_client(hub, make_token(bob)):
             await a.assert_silent(0.3)
         assert hub.hub.metrics.presence.labels("watched")._value.get() == 2
 
 
-async def test_removed_member_stops_seeing_presence(database_url, pool):
+async def test_removed_member_stops_seeing_presence(pool, start_hub):
     alice, bob = uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
         other = await create_shared_chat(conn, creator=alice, title="u", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
-        await a.send_record(_watch("1", [bob]))
-        assert len((await a.next_of([3]))["result"]) == 1
+        assert len(await watched(a, "1", [bob])) == 1
         presence = hub.hub.signals.presence
         async with pool.acquire() as conn:
             await set_participant(conn, chat_id=chat, user_id=bob, active=False)
@@ -116,64 +102,48 @@ async def test_removed_member_stops_seeing_presence(database_url, pool):
         await wait_until(lambda: presence.watch_count == 0)
         async with raw_client(hub, make_token(bob)):
             await a.assert_silent(0.3)
-        await a.send_record(_watch("2", [bob]))
-        assert (await a.next_of([3]))["result"] == []
+        assert (await watched(a, "2", [bob])) == []
 
 
-async def test_a_hint_that_removes_the_watcher_ends_the_watch(database_url, pool):
+async def test_a_hint_that_removes_the_watcher_ends_the_watch(pool, start_hub):
     """A membership hint (no ``active``: the hub reads the user's chats again) that takes the
     watcher out of the only chat shared ends the watch, as a live change does."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
+    alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
-        await a.send_record(_watch("1", [bob]))
-        assert len((await a.next_of([3]))["result"]) == 1
+        assert len(await watched(a, "1", [bob])) == 1
         presence = hub.hub.signals.presence
-        await pool.execute(
-            "UPDATE messenger.participants SET active = false WHERE chat_id = $1 AND user_id = $2",
-            chat,
-            alice,
-        )
-        hint = orjson.dumps({"chatId": str(chat), "userId": str(alice)}).decode()
-        await pool.execute("SELECT pg_notify('realtime_membership', $1)", hint)
+        await leave_quietly_then_hint(pool, chat, alice)
         await wait_until(lambda: presence.watch_count == 0)
         async with raw_client(hub, make_token(bob)):
             await a.assert_silent(0.3)
 
 
-async def test_bad_presence_input_is_refused(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_watch_limit=3)
+async def test_bad_presence_input_is_refused(pool, start_hub):
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_watch_limit=3) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
         # More calls than the per-user rate lets through (its own test: test_hub_presence_race).
         hub.hub.signals.presence.rate = WatchRate(rate=1000, burst=1000)
         bad = [[], [None], ["x"], [[1]], [[None]], [["not-a-uuid"]], [[str(bob)], 2]]
         for index, arguments in enumerate(bad):
-            await a.send_record(_invoke(f"b{index}", "WatchPresence", *arguments))
+            await a.send_record(invoke(f"b{index}", "WatchPresence", *arguments))
             assert "list of user ids" in (await a.next_of([3]))["error"]
-        await a.send_record(_invoke("u", "UnwatchPresence", {"a": 1}))
+        await a.send_record(invoke("u", "UnwatchPresence", {"a": 1}))
         assert "list of user ids" in (await a.next_of([3]))["error"]
         # Past the limit (3), including a huge list: refused, nothing watched.
         many = [str(uuid.uuid4()) for _ in range(4)]
-        await a.send_record(_invoke("l1", "WatchPresence", many))
+        await a.send_record(invoke("l1", "WatchPresence", many))
         assert "at most 3" in (await a.next_of([3]))["error"]
         huge = [str(uuid.uuid4()) for _ in range(600)]  # under the frame limit
-        await a.send_record(_invoke("l2", "WatchPresence", huge))
+        await a.send_record(invoke("l2", "WatchPresence", huge))
         assert "at most 3" in (await a.next_of([3]))["error"]
         # Unknown ids (nobody shares a chat with them) answer empty and count nothing.
-        await a.send_record(_invoke("ok", "WatchPresence", many[:3]))
+        await a.send_record(invoke("ok", "WatchPresence", many[:3]))
         assert (await a.next_of([3]))["result"] == []
         assert hub.hub.signals.presence.watch_count == 0
         refused = hub.hub.metrics.presence.labels("refused")._value.get()
@@ -182,7 +152,7 @@ async def test_bad_presence_input_is_refused(database_url, pool):
         # is in flight, are refused at once.
         queries = _member_chats_calls(hub)
         text = "".join(
-            orjson.dumps(_invoke(f"f{n}", "WatchPresence", [str(bob)])).decode() + "\x1e"
+            orjson.dumps(invoke(f"f{n}", "WatchPresence", [str(bob)])).decode() + "\x1e"
             for n in range(300)
         )
         for start in range(0, len(text), 30_000):  # under the frame limit
@@ -195,22 +165,19 @@ async def test_bad_presence_input_is_refused(database_url, pool):
         assert _member_chats_calls(hub) - queries <= len(done)
 
 
-async def test_a_block_made_after_the_watch_ends_it(database_url, pool):
+async def test_a_block_made_after_the_watch_ends_it(pool, start_hub):
     """Bob blocks Alice while she watches him: the ``blacklist_changed`` push to Bob's own group
     ends her watch (she is not told), and her next ``WatchPresence`` leaves him out."""
     alice, bob, carol = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     async with pool.acquire() as conn:
         await create_shared_chat(conn, creator=alice, title="t", members=[bob, carol])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
         raw_client(hub, make_token(carol)) as c,
     ):
         for client in (a, c):
-            await client.send_record(_watch("1", [bob]))
-            assert len((await client.next_of([3]))["result"]) == 1
+            assert len(await watched(client, "1", [bob])) == 1
         presence = hub.hub.signals.presence
         assert presence.watch_count == 2
         async with pool.acquire() as conn:
@@ -223,8 +190,7 @@ async def test_a_block_made_after_the_watch_ends_it(database_url, pool):
             [online] = await c.invocations(1)
             assert online["arguments"][0]["userId"] == str(bob)
             await a.assert_silent(0.3)
-        await a.send_record(_watch("2", [bob]))
-        assert (await a.next_of([3]))["result"] == []
+        assert (await watched(a, "2", [bob])) == []
         # A lifted block (or any other push to Bob) ends nothing.
         await push(hub, f"user:{bob}", "blacklist_changed", {**payload, "blocked": False})
         await push(hub, f"user:{carol}", "blacklist_changed", {**payload, "blockedUserId": "x"})
@@ -232,30 +198,19 @@ async def test_a_block_made_after_the_watch_ends_it(database_url, pool):
         assert presence.watch_count == 1
 
 
-async def test_a_hint_for_a_watched_user_not_connected_here_is_read(database_url, pool):
+async def test_a_hint_for_a_watched_user_not_connected_here_is_read(pool, start_hub):
     """Bob has no connection on this hub: a hint that takes him out of the only chat he shares
     with Alice is read by presence (the membership feed reads only connected users), and her
     watch ends."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
+    alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
-        await a.send_record(_watch("1", [bob]))
-        assert (await a.next_of([3]))["result"][0]["online"] is False
+        assert (await watched(a, "1", [bob]))[0]["online"] is False
         presence = hub.hub.signals.presence
         queries = _member_chats_calls(hub)
-        await pool.execute(
-            "UPDATE messenger.participants SET active = false WHERE chat_id = $1 AND user_id = $2",
-            chat,
-            bob,
-        )
-        hint = orjson.dumps({"chatId": str(chat), "userId": str(bob)}).decode()
-        await pool.execute("SELECT pg_notify('realtime_membership', $1)", hint)
+        await leave_quietly_then_hint(pool, chat, bob)
         await wait_until(lambda: presence.watch_count == 0)
         assert _member_chats_calls(hub) == queries + 1
         async with raw_client(hub, make_token(bob)):
@@ -277,16 +232,14 @@ async def test_presence_shows_only_through_a_chat_the_watched_user_took_part_in(
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
-        await a.send_record(_watch("1", [stranger, reader]))
-        assert (await a.next_of([3]))["result"] == []
+        assert (await watched(a, "1", [stranger, reader])) == []
         async with raw_client(hub, make_token(stranger)):
             await a.assert_silent(0.3)
         assert hub.hub.signals.presence.watch_count == 0
         async with pool.acquire() as conn:
             await mark_read(conn, chat_id=chat, user_id=reader, seq=1)  # a read takes part
             await send_message(conn, chat_id=chat, sender=stranger, body="hi")  # so does a send
-        await a.send_record(_watch("2", [stranger, reader]))
-        answer = (await a.next_of([3]))["result"]
+        answer = await watched(a, "2", [stranger, reader])
         assert {e["userId"] for e in answer} == {str(stranger), str(reader)}
     # The hook unset: every active membership shows.
     other = uuid.uuid4()
@@ -297,11 +250,10 @@ async def test_presence_shows_only_through_a_chat_the_watched_user_took_part_in(
         running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
-        await a.send_record(_watch("3", [other]))
-        assert [e["userId"] for e in (await a.next_of([3]))["result"]] == [str(other)]
+        assert [e["userId"] for e in (await watched(a, "3", [other]))] == [str(other)]
 
 
-async def test_a_first_read_or_send_is_hinted_so_a_kept_watch_scope_learns_it(database_url, pool):
+async def test_a_first_read_or_send_is_hinted_so_a_kept_watch_scope_learns_it(pool, start_hub):
     """Issue 47, point 4: Carol watches Bob and Dave through a chat they took part in, so this
     replica keeps their chats. Alice makes a chat with them: her watch is refused (they have not
     taken part there). Bob (connected here) sends there and Dave (not connected) reads there:
@@ -312,18 +264,14 @@ async def test_a_first_read_or_send_is_hinted_so_a_kept_watch_scope_learns_it(da
         await create_shared_chat(conn, creator=carol, title="c", members=[bob, dave])
         chat = await create_chat(conn, creator=alice, title="a", members=[bob, dave])
         await send_message(conn, chat_id=chat, sender=alice, body="lunch?")
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(carol)) as c,
         raw_client(hub, make_token(bob)),
         raw_client(hub, make_token(alice)) as a,
     ):
-        await c.send_record(_watch("1", [bob, dave]))
-        assert {e["userId"] for e in (await c.next_of([3]))["result"]} == {str(bob), str(dave)}
-        await a.send_record(_watch("2", [bob, dave]))
-        assert (await a.next_of([3]))["result"] == []
+        assert {e["userId"] for e in (await watched(c, "1", [bob, dave]))} == {str(bob), str(dave)}
+        assert (await watched(a, "2", [bob, dave])) == []
         queries = _member_chats_calls(hub)
         async with pool.acquire() as conn:
             await send_message(conn, chat_id=chat, sender=bob, body="yes")
@@ -338,8 +286,7 @@ async def test_a_first_read_or_send_is_hinted_so_a_kept_watch_scope_learns_it(da
             )
         )
         assert _member_chats_calls(hub) - queries <= 2  # the two first take-parts, no more
-        await a.send_record(_watch("3", [bob, dave]))
-        answer = (await a.next_of([3]))["result"]
+        answer = await watched(a, "3", [bob, dave])
         assert {e["userId"] for e in answer} == {str(bob), str(dave)}
 
 

@@ -27,17 +27,10 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
+from tests.integration.presence_calls import watch, watched
 
 RUNS = 20
-
-
-def _watch(invocation_id: str, ids: list[object]) -> dict[str, object]:
-    return {
-        "type": 1,
-        "target": "WatchPresence",
-        "invocationId": invocation_id,
-        "arguments": [[str(i) for i in ids]],
-    }
 
 
 async def _race(pool, alice_hub, bob_hub, *, leaves: bool = False) -> int:
@@ -57,7 +50,7 @@ async def _race(pool, alice_hub, bob_hub, *, leaves: bool = False) -> int:
                 n = 0
                 while not stop.is_set():
                     n += 1
-                    await a.send_record(_watch(str(n), [bob]))
+                    await a.send_record(watch(str(n), [bob]))
                     await a.next_of([3])
 
             looping = asyncio.create_task(loop())
@@ -79,7 +72,7 @@ async def _race(pool, alice_hub, bob_hub, *, leaves: bool = False) -> int:
             stop.set()
             await looping
         leaks = presence.scope.watches.get(connection, 0)
-        await a.send_record(_watch("fresh", [bob]))
+        await a.send_record(watch("fresh", [bob]))
         fresh = await a.next_of([3])
         leaks += len(fresh["result"])
         # Bob reconnects (online, after his grace): nothing reaches Alice.
@@ -93,10 +86,8 @@ async def _race(pool, alice_hub, bob_hub, *, leaves: bool = False) -> int:
             return leaks + 1
 
 
-async def test_a_watch_loop_racing_a_removal_leaks_nothing_on_one_hub(database_url, pool):
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as hub:
+async def test_a_watch_loop_racing_a_removal_leaks_nothing_on_one_hub(pool, start_hub):
+    async with start_hub(presence_grace=0.05) as hub:
         leaks = [await _race(pool, hub, hub) for _ in range(RUNS)]
         left = [await _race(pool, hub, hub, leaves=True) for _ in range(RUNS)]
     assert leaks == [0] * RUNS
@@ -118,27 +109,21 @@ async def test_a_watch_loop_racing_a_removal_leaks_nothing_across_replicas(
     assert left == [0] * RUNS
 
 
-async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(database_url, pool):
+async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(pool, start_hub):
     """Bob blocks Alice and no ``blacklist_changed`` reaches her replica (a sharded backplane
     routes it only where Bob is): her next ``WatchPresence([Bob])`` ends the watch it kept."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, presence_grace=0.05)
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(presence_grace=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
     ):
         presence = hub.hub.signals.presence
-        await a.send_record(_watch("1", [bob]))
-        assert len((await a.next_of([3]))["result"]) == 1
+        assert len(await watched(a, "1", [bob])) == 1
         assert presence.watch_count == 1
         async with pool.acquire() as conn:
             await block_user(conn, owner=bob, blocked=alice)  # not pushed to the hub here
         assert presence.watch_count == 1
-        await a.send_record(_watch("2", [bob]))
-        assert (await a.next_of([3]))["result"] == []
+        assert (await watched(a, "2", [bob])) == []
         assert presence.watch_count == 0
         async with raw_client(hub, make_token(bob)):
             await a.assert_silent(0.3)
@@ -147,9 +132,7 @@ async def test_watch_presence_drops_the_ids_it_may_no_longer_watch(database_url,
 @pytest.mark.parametrize("connections", [1, 3])
 async def test_watch_presence_past_the_rate_is_refused(database_url, pool, connections):
     """Ten at once, then two a second per user, whatever the number of connections."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     settings = hub_settings()
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as hub,
@@ -162,7 +145,7 @@ async def test_watch_presence_past_the_rate_is_refused(database_url, pool, conne
         answers = []
         for n in range(12):
             client = clients[n % connections]
-            await client.send_record(_watch(str(n), [bob]))
+            await client.send_record(watch(str(n), [bob]))
             answers.append(await client.next_of([3]))
         errors = [a.get("error") for a in answers]
         assert errors[:10] == [None] * 10
@@ -189,7 +172,7 @@ async def test_the_queries_a_watch_flood_causes_are_bounded_per_replica(database
             await tx.start()
             await locker.execute("LOCK TABLE messenger.participants IN ACCESS EXCLUSIVE MODE")
             for n, client in enumerate(clients):
-                await client.send_record(_watch(str(n), [users[(n + 1) % len(users)]]))
+                await client.send_record(watch(str(n), [users[(n + 1) % len(users)]]))
 
             async def waiting() -> int:
                 return await pool.fetchval(

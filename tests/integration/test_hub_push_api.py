@@ -25,14 +25,9 @@ from tests.hub_fixtures import (
     running_hub,
 )
 
-
-@pytest.fixture(params=["direct", "asgi"])
-async def hub(request, database_url, pool):
-    """The hub as ``realtime-dispatch hub`` serves the batch endpoint (by its HTTP protocol,
-    without the app), and through the ASGI app."""
-    direct = request.param == "direct"
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool, direct=direct) as running:
-        yield running
+# The hub as ``realtime-dispatch hub`` serves the batch endpoint (by its HTTP protocol, without
+# the app), and through the ASGI app.
+HUB_SERVINGS = ["direct", "asgi"]
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "x"}])

@@ -21,6 +21,7 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
 def cluster_settings(url: str):
@@ -98,9 +99,7 @@ async def test_a_join_applies_before_the_next_push(database_url, pool, redis_clu
 
 
 async def test_a_removed_member_receives_nothing_more(database_url, pool, redis_cluster_url):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    _alice, bob, chat = await alice_bob_and_a_chat(pool)
     settings = cluster_settings(redis_cluster_url)
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as one,

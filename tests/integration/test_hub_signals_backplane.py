@@ -13,16 +13,16 @@ import pytest
 
 from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
-from realtime_dispatch.messenger.commands import create_chat
 from tests.conftest import wait_until
 from tests.hub_fixtures import (
-    create_shared_chat,
+    RawClient,
+    RunningHub,
     hub_settings,
     make_token,
-    options_for,
     raw_client,
-    running_hub,
 )
+from tests.integration.chat_pairs import alice_bob_and_a_chat
+from tests.integration.presence_calls import invoke
 
 
 @pytest.fixture(params=["redis", "redis-cluster"])
@@ -34,29 +34,29 @@ def backplane_settings(request):
     return hub_settings(backplane="redis-cluster", redis_url=url)
 
 
-def _invoke(invocation_id: str | None, target: str, *arguments: object) -> dict[str, object]:
-    record: dict[str, object] = {"type": 1, "target": target, "arguments": list(arguments)}
-    if invocation_id is not None:
-        record["invocationId"] = invocation_id
-    return record
+async def settled(*replicas: RunningHub) -> None:
+    """Until each replica's backplane interest is settled."""
+    for replica in replicas:
+        assert await replica.hub.interest_settled()
 
 
-async def test_typing_reaches_members_on_the_other_replica(database_url, pool, backplane_settings):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
-    settings = backplane_settings
+async def typing_answered(client: RawClient, invocation_id: str, chat: uuid.UUID) -> None:
+    """``Typing(chat)`` from ``client``, answered with a plain completion."""
+    await client.send_record(invoke(invocation_id, "Typing", str(chat)))
+    assert await client.next_of([3]) == {"type": 3, "invocationId": invocation_id}
+
+
+async def test_typing_reaches_members_on_the_other_replica(pool, start_hub, backplane_settings):
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool) as one,
-        running_hub(settings, dsn=database_url, pool=pool) as two,
+        start_hub(settings=backplane_settings) as one,
+        start_hub(settings=backplane_settings) as two,
         raw_client(one, make_token(alice)) as a1,
         raw_client(two, make_token(alice)) as a2,
         raw_client(two, make_token(bob)) as b,
     ):
-        assert await one.hub.interest_settled()
-        assert await two.hub.interest_settled()
-        await a1.send_record(_invoke("1", "Typing", str(chat)))
-        assert await a1.next_of([3]) == {"type": 3, "invocationId": "1"}
+        await settled(one, two)
+        await typing_answered(a1, "1", chat)
         [record] = await b.invocations(1)
         assert record["target"] == "user_typing"
         assert record["arguments"][0]["userId"] == str(alice)
@@ -68,50 +68,40 @@ async def test_typing_reaches_members_on_the_other_replica(database_url, pool, b
 
 
 async def test_typing_of_a_blocked_user_reaches_nobody_on_either_replica(
-    database_url, pool, backplane_settings
+    pool, start_hub, backplane_settings
 ):
     """Bob (on replica two) blocks Alice (on replica one) in their 1:1 chat: her ``Typing`` on
     replica one is refused as her messages are, and nothing crosses to Bob."""
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = backplane_settings
-    options = options_for(settings, typing_interval=0.05)
+    alice, bob, chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
+        start_hub(settings=backplane_settings, typing_interval=0.05) as one,
+        start_hub(settings=backplane_settings, typing_interval=0.05) as two,
         raw_client(one, make_token(alice)) as a,
         raw_client(two, make_token(bob)) as b,
     ):
-        assert await one.hub.interest_settled()
-        assert await two.hub.interest_settled()
-        await a.send_record(_invoke("1", "Typing", str(chat)))
-        assert await a.next_of([3]) == {"type": 3, "invocationId": "1"}
+        await settled(one, two)
+        await typing_answered(a, "1", chat)
         assert (await b.invocations(1))[0]["target"] == "user_typing"
         async with pool.acquire() as conn:
             await block_user(conn, owner=bob, blocked=alice)
         await asyncio.sleep(0.1)  # past the interval
-        await a.send_record(_invoke("2", "Typing", str(chat)))
+        await a.send_record(invoke("2", "Typing", str(chat)))
         assert (await a.next_of([3]))["error"] == BLOCKED
         await b.assert_silent(0.5)
         assert two.hub.metrics.typing.labels("received")._value.get() == 1  # the first only
 
 
-async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, backplane_settings):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = backplane_settings
-    options = options_for(settings, presence_grace=0.5)
+async def test_watcher_sees_a_user_on_the_other_replica(pool, start_hub, backplane_settings):
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
+        start_hub(settings=backplane_settings, presence_grace=0.5) as one,
+        start_hub(settings=backplane_settings, presence_grace=0.5) as two,
         raw_client(one, make_token(alice)) as a,
     ):
         async with raw_client(two, make_token(bob)):
             announced = two.hub.metrics.presence.labels("online")
             await wait_until(lambda: announced._value.get() == 1)  # claimed in Redis
-            await a.send_record(_invoke("1", "WatchPresence", [str(bob)]))
+            await a.send_record(invoke("1", "WatchPresence", [str(bob)]))
             answer = await a.next_of([3])
             assert answer["result"] == [{"userId": str(bob), "online": True, "lastSeenAt": None}]
         # (Bob's online announcement may still be on its way: states only, no order promised
@@ -134,7 +124,7 @@ async def test_watcher_sees_a_user_on_the_other_replica(database_url, pool, back
         assert offline["arguments"][0]["online"] is False
         # A new watcher, on the other replica, reads the cluster-wide state.
         async with raw_client(two, make_token(alice)) as a2:
-            await a2.send_record(_invoke("2", "WatchPresence", [str(bob)]))
+            await a2.send_record(invoke("2", "WatchPresence", [str(bob)]))
             [state] = (await a2.next_of([3]))["result"]
             assert state["online"] is False
             assert state["lastSeenAt"] is not None
@@ -169,7 +159,7 @@ async def test_two_replicas_racing_claims_announce_once(redis_url):
         await client.aclose()
 
 
-async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, backplane_settings):
+async def test_the_users_of_a_replica_that_died_go_offline(pool, start_hub, backplane_settings):
     """Bob's only claim is a replica's that died without closing (written here as it would
     have: its claim, its set of users, a heartbeat that has just expired): the watcher first
     reads him online, then a live replica sweeps the dead one and announces him offline, with
@@ -182,14 +172,10 @@ async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, b
         replica_users_key,
     )
 
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        await create_shared_chat(conn, creator=alice, title="t", members=[bob])
-    settings = backplane_settings
-    options = options_for(settings, presence_refresh=0.2)
+    alice, bob, _chat = await alice_bob_and_a_chat(pool, taken_part=True)
     ghost = f"ghost-{uuid.uuid4().hex}"
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
+        start_hub(settings=backplane_settings, presence_refresh=0.2) as one,
         raw_client(one, make_token(alice)) as a,
     ):
         client = one.hub.signals.relay.client
@@ -197,7 +183,7 @@ async def test_the_users_of_a_replica_that_died_go_offline(database_url, pool, b
         await client.hset(presence_key(bob), f"r:{ghost}", now + 30)
         await client.sadd(replica_users_key(ghost), str(bob))
         await client.zadd(REPLICAS_KEY, {ghost: now + 1.0})
-        await a.send_record(_invoke("1", "WatchPresence", [str(bob)]))
+        await a.send_record(invoke("1", "WatchPresence", [str(bob)]))
         [state] = (await a.next_of([3]))["result"]
         assert state["online"] is True
         [offline] = await a.invocations(1, within=5)

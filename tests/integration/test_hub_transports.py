@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -33,7 +32,6 @@ from tests.hub_fixtures import (
     hub_settings,
     make_token,
     negotiate,
-    options_for,
     push,
     running_hub,
 )
@@ -41,12 +39,6 @@ from tests.hub_fixtures import (
 HUB = "/hubs/messenger"
 JSON_HANDSHAKE = b'{"protocol":"json","version":1}\x1e'
 MSGPACK_HANDSHAKE = b'{"protocol":"messagepack","version":1}\x1e'
-
-
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
 
 
 def _records(body: bytes) -> list[dict[str, Any]]:
@@ -91,11 +83,17 @@ async def http_client(running: RunningHub) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def test_long_polling_json(hub):
+@contextlib.asynccontextmanager
+async def long_poller(running: RunningHub) -> AsyncIterator[tuple[uuid.UUID, str, LongPoller]]:
+    """A new user, their token and their long-polling client (not opened yet) on ``running``."""
     user = uuid.uuid4()
     token = make_token(user)
-    async with http_client(hub) as http:
-        client = LongPoller(http, token)
+    async with http_client(running) as http:
+        yield user, token, LongPoller(http, token)
+
+
+async def test_long_polling_json(hub):
+    async with long_poller(hub) as (user, token, client):
         assert _records(await client.open(hub, token, JSON_HANDSHAKE)) == [{}]
         [connection] = hub.hub.connections.values()
         assert connection.transport is Transport.LONG_POLLING
@@ -128,10 +126,7 @@ async def test_long_polling_json(hub):
 
 async def test_long_polling_after_negotiate_version_0(hub):
     """Version 0 has no connection token: its clients send the connection id as ``id``."""
-    user = uuid.uuid4()
-    token = make_token(user)
-    async with http_client(hub) as http:
-        client = LongPoller(http, token)
+    async with long_poller(hub) as (user, token, client):
         assert _records(await client.open(hub, token, JSON_HANDSHAKE, version=0)) == [{}]
         await push(hub, user_group(user), "t", {"n": 1})
         assert _records((await client.get()).content)[0]["arguments"] == [{"n": 1}]
@@ -139,10 +134,7 @@ async def test_long_polling_after_negotiate_version_0(hub):
 
 
 async def test_long_polling_delete_ends_the_waiting_poll(hub):
-    user = uuid.uuid4()
-    token = make_token(user)
-    async with http_client(hub) as http:
-        client = LongPoller(http, token)
+    async with long_poller(hub) as (_user, token, client):
         await client.open(hub, token, JSON_HANDSHAKE)
         waiting = asyncio.create_task(client.get())
         await wait_until(lambda: hub.hub.connections, within=5)
@@ -178,10 +170,7 @@ async def test_unknown_token_other_user_and_no_token(hub):
 
 
 async def test_long_polling_messagepack(hub):
-    user = uuid.uuid4()
-    token = make_token(user)
-    async with http_client(hub) as http:
-        client = LongPoller(http, token)
+    async with long_poller(hub) as (user, token, client):
         assert await client.open(hub, token, MSGPACK_HANDSHAKE) == b"{}\x1e"
         await push(hub, user_group(user), "t", {"n": 1, "s": "é"})
         polled = await client.get()
@@ -259,18 +248,10 @@ async def test_messagepack_over_server_sent_events_is_refused(hub):
     assert not hub.hub.connections
 
 
-async def test_long_polling_slow_consumer_is_closed(database_url, pool):
+async def test_long_polling_slow_consumer_is_closed(pool, start_hub):
     """A long-polling client that stops polling is closed like a WebSocket that stops reading."""
-    settings = hub_settings()
-    options = options_for(settings)
-    options = dataclasses.replace(
-        options, limits=dataclasses.replace(options.limits, max_pending=20, close_grace=5)
-    )
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
-        user = uuid.uuid4()
-        token = make_token(user)
-        async with http_client(running) as http:
-            client = LongPoller(http, token)
+    async with start_hub(limits={"max_pending": 20, "close_grace": 5}) as running:
+        async with long_poller(running) as (user, token, client):
             await client.open(running, token, JSON_HANDSHAKE)
             for n in range(25):
                 await push(running, user_group(user), "t", {"n": n})
@@ -287,30 +268,22 @@ async def test_long_polling_slow_consumer_is_closed(database_url, pool):
         assert value == 1
 
 
-async def test_long_polling_slow_consumer_gets_its_close_message_after_the_grace(
-    database_url, pool
-):
+async def test_long_polling_slow_consumer_gets_its_close_message_after_the_grace(pool, start_hub):
     """H12: the client polls again only well after the close grace: its close message still
     comes before the 204 (it used to be dropped when no poll came within the grace)."""
-    settings = hub_settings()
-    options = options_for(settings)
-    options = dataclasses.replace(
-        options, limits=dataclasses.replace(options.limits, max_pending=20, close_grace=0.2)
-    )
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
-        user = uuid.uuid4()
-        token = make_token(user)
-        async with http_client(running) as http:
-            client = LongPoller(http, token)
-            await client.open(running, token, JSON_HANDSHAKE)
-            for n in range(25):
-                await push(running, user_group(user), "t", {"n": n})
-            await wait_until(lambda: not running.hub.connections, within=5)
-            await asyncio.sleep(1.0)  # five close graces
-            [close] = _records((await client.get()).content)
-            assert close["type"] == 7
-            assert "not reading fast enough" in close["error"]
-            assert (await client.get()).status_code == 204
+    async with (
+        start_hub(limits={"max_pending": 20, "close_grace": 0.2}) as running,
+        long_poller(running) as (user, token, client),
+    ):
+        await client.open(running, token, JSON_HANDSHAKE)
+        for n in range(25):
+            await push(running, user_group(user), "t", {"n": n})
+        await wait_until(lambda: not running.hub.connections, within=5)
+        await asyncio.sleep(1.0)  # five close graces
+        [close] = _records((await client.get()).content)
+        assert close["type"] == 7
+        assert "not reading fast enough" in close["error"]
+        assert (await client.get()).status_code == 204
 
 
 async def test_group_of_json_and_messagepack_members_is_encoded_once_per_protocol(
@@ -396,35 +369,27 @@ async def test_two_replicas_backplane_and_a_token_from_the_other_replica(
         assert (await client.delete()).status_code == 202
 
 
-async def test_long_polling_client_that_only_polls_is_not_idle(database_url, pool):
+async def test_long_polling_client_that_only_polls_is_not_idle(pool, start_hub):
     """The official clients send no pings over long polling: polls keep the connection."""
-    settings = hub_settings()
-    options = dataclasses.replace(options_for(settings), ping_interval=0.2, idle_timeout=0.6)
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
-        user = uuid.uuid4()
-        token = make_token(user)
-        async with http_client(running) as http:
-            client = LongPoller(http, token)
-            await client.open(running, token, JSON_HANDSHAKE)
-            [connection] = running.hub.connections.values()
-            pings = 0
-            while pings < 8:  # each poll is answered by a ping: well past the idle timeout
-                records = _records((await client.get()).content)
-                assert {"type": 7} not in [{"type": r["type"]} for r in records], records
-                pings += sum(r == {"type": 6} for r in records)
-            assert connection.closing is None
-            assert running.hub.connections
-            assert (await client.delete()).status_code == 202
+    async with (
+        start_hub(ping_interval=0.2, idle_timeout=0.6) as running,
+        long_poller(running) as (_user, token, client),
+    ):
+        await client.open(running, token, JSON_HANDSHAKE)
+        [connection] = running.hub.connections.values()
+        pings = 0
+        while pings < 8:  # each poll is answered by a ping: well past the idle timeout
+            records = _records((await client.get()).content)
+            assert {"type": 7} not in [{"type": r["type"]} for r in records], records
+            pings += sum(r == {"type": 6} for r in records)
+        assert connection.closing is None
+        assert running.hub.connections
+        assert (await client.delete()).status_code == 202
 
 
-async def test_server_sent_events_slow_consumer_is_closed(database_url, pool):
+async def test_server_sent_events_slow_consumer_is_closed(pool, start_hub):
     """An SSE client that stops reading is closed like a WebSocket that stops reading."""
-    settings = hub_settings()
-    options = options_for(settings)
-    options = dataclasses.replace(
-        options, limits=dataclasses.replace(options.limits, max_pending=50, close_grace=0.5)
-    )
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
+    async with start_hub(limits={"max_pending": 50, "close_grace": 0.5}) as running:
         user = uuid.uuid4()
         token = make_token(user)
         connection_token = (await negotiate(running, token)).json()["connectionToken"]
@@ -453,10 +418,7 @@ async def test_server_sent_events_slow_consumer_is_closed(database_url, pool):
 
 
 async def test_long_polling_refused_handshake_is_answered_then_204(hub):
-    user = uuid.uuid4()
-    token = make_token(user)
-    async with http_client(hub) as http:
-        client = LongPoller(http, token)
+    async with long_poller(hub) as (_user, token, client):
         [reply] = _records(await client.open(hub, token, b'{"protocol":"xml","version":1}\x1e'))
         assert "not supported" in reply["error"]
         assert (await client.get()).status_code == 204

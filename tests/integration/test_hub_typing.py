@@ -18,6 +18,7 @@ from realtime_dispatch.messenger.blacklist import block_user, unblock_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from tests.conftest import wait_until
 from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 
 def _typing(invocation_id: str | None, *arguments: object) -> dict[str, object]:
@@ -81,14 +82,10 @@ async def test_typing_reaches_other_members_only(database_url, pool):
         assert counts.labels("refused")._value.get() == 6
 
 
-async def test_removed_member_stops_getting_typing(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
-    settings = hub_settings()
-    options = options_for(settings, typing_interval=0.05)
+async def test_removed_member_stops_getting_typing(pool, start_hub):
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(typing_interval=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
         raw_client(hub, make_token(bob)) as b,
     ):
@@ -107,9 +104,7 @@ async def test_removed_member_stops_getting_typing(database_url, pool):
 
 
 async def test_flood_of_typing_costs_one_fan_out(database_url, pool):
-    alice, bob = uuid.uuid4(), uuid.uuid4()
-    async with pool.acquire() as conn:
-        chat = await create_chat(conn, creator=alice, title="t", members=[bob])
+    alice, bob, chat = await alice_bob_and_a_chat(pool)
     settings = hub_settings()
     async with (
         running_hub(settings, dsn=database_url, pool=pool) as hub,
@@ -126,7 +121,7 @@ async def test_flood_of_typing_costs_one_fan_out(database_url, pool):
         assert len(hub.hub.methods.typing.gate) == 1
 
 
-async def test_typing_follows_the_block_rule_of_sending(database_url, pool):
+async def test_typing_follows_the_block_rule_of_sending(pool, start_hub):
     """Bob blocks Alice in their 1:1 chat: her ``Typing`` is refused as her messages are
     (403's text) and Bob gets nothing; in a group that never came down to the two of them the
     block does not silence her (a send goes through there too); lifted, she is heard again."""
@@ -134,10 +129,8 @@ async def test_typing_follows_the_block_rule_of_sending(database_url, pool):
     async with pool.acquire() as conn:
         direct = await create_chat(conn, creator=alice, title="d", members=[bob])
         group = await create_chat(conn, creator=alice, title="g", members=[bob, carol])
-    settings = hub_settings()
-    options = options_for(settings, typing_interval=0.05)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(typing_interval=0.05) as hub,
         raw_client(hub, make_token(alice)) as a,
         raw_client(hub, make_token(bob)) as b,
     ):

@@ -15,21 +15,14 @@ from tests.hub_fixtures import (
     hub_settings,
     make_token,
     negotiate,
-    options_for,
     push,
     raw_client,
     running_hub,
 )
 
-
-@pytest.fixture(params=["direct", "asgi"])
-async def hub(request, database_url, pool):
-    """The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and
-    through the ASGI app as any other server would."""
-    settings = hub_settings()
-    direct = request.param == "direct"
-    async with running_hub(settings, dsn=database_url, pool=pool, direct=direct) as running:
-        yield running
+# The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and through
+# the ASGI app as any other server would.
+HUB_SERVINGS = ["direct", "asgi"]
 
 
 async def test_negotiate_shape(hub):
@@ -212,15 +205,8 @@ async def test_close_message_on_shutdown(database_url, pool):
         assert close.get("allowReconnect") is True
 
 
-async def test_slow_consumer_is_closed(database_url, pool):
-    settings = hub_settings()
-    options = options_for(settings)
-    import dataclasses
-
-    options = dataclasses.replace(
-        options, limits=dataclasses.replace(options.limits, max_pending=50, close_grace=0.5)
-    )
-    async with running_hub(settings, dsn=database_url, pool=pool, options=options) as running:
+async def test_slow_consumer_is_closed(pool, start_hub):
+    async with start_hub(limits={"max_pending": 50, "close_grace": 0.5}) as running:
         user = uuid.uuid4()
         async with raw_client(running, make_token(user)):
             big = {"blob": "x" * 20_000}

@@ -16,13 +16,7 @@ from websockets.exceptions import ConnectionClosed
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
 from tests.conftest import wait_until
-from tests.hub_fixtures import RS, hub_settings, make_token, raw_client, running_hub
-
-
-@pytest.fixture
-async def hub(database_url, pool):
-    async with running_hub(hub_settings(), dsn=database_url, pool=pool) as running:
-        yield running
+from tests.hub_fixtures import RS, make_token, raw_client
 
 
 def record(n: int) -> bytes:

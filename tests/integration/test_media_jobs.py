@@ -84,6 +84,15 @@ async def new_conference(pool: asyncpg.Pool, *others: UUID) -> tuple[UUID, UUID,
     return chat, conference, starter
 
 
+async def emptied_long_ago(pool: asyncpg.Pool, count: int) -> None:
+    """``count`` conferences whose one participant, the starter, left 400 s ago."""
+    for _ in range(count):
+        _, conference, starter = await new_conference(pool)
+        async with pool.acquire() as conn:
+            await conferences.leave_conference(conn, conference_id=conference, actor=starter)
+        await age_roster(pool, conference, 400)
+
+
 async def age_roster(pool: asyncpg.Pool, conference: UUID, seconds: float) -> None:
     """Every roster entry that left, left ``seconds`` ago; the conference started before."""
     await pool.execute(
@@ -337,11 +346,7 @@ class RecordedRests(JobRun):
 
 
 async def test_a_backlog_is_swept_with_a_rest_after_each_full_batch(pool: asyncpg.Pool) -> None:
-    for _ in range(3):
-        _, conference, starter = await new_conference(pool)
-        async with pool.acquire() as conn:
-            await conferences.leave_conference(conn, conference_id=conference, actor=starter)
-        await age_roster(pool, conference, 400)
+    await emptied_long_ago(pool, 3)
     metrics = MediaJobMetrics(CollectorRegistry())
     work = ConferenceRoomReaper(pool, REAPER, metrics, batch_size=2)
     run = RecordedRests(deadline=time.monotonic() + 60, stop=asyncio.Event(), pause=1.0)
@@ -378,11 +383,7 @@ class StopAfterFirstBatch(JobRun):
 
 
 async def test_a_stop_ends_the_run_before_the_next_batch(pool: asyncpg.Pool) -> None:
-    for _ in range(3):
-        _, conference, starter = await new_conference(pool)
-        async with pool.acquire() as conn:
-            await conferences.leave_conference(conn, conference_id=conference, actor=starter)
-        await age_roster(pool, conference, 400)
+    await emptied_long_ago(pool, 3)
     metrics = MediaJobMetrics(CollectorRegistry())
     work = ConferenceRoomReaper(pool, REAPER, metrics, batch_size=1)
     run = StopAfterFirstBatch(deadline=time.monotonic() + 60, stop=asyncio.Event())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from typing import Any
 
 import asyncpg
 
@@ -65,7 +66,7 @@ async def adopter_manifest(pool: asyncpg.Pool) -> Manifest:
 
 
 async def test_a_data_fix_on_a_left_row_keeps_a_rejoined_member_on_both_replicas(
-    database_url: str, pool: asyncpg.Pool, redis_url: str
+    pool: asyncpg.Pool, start_hub: Any, redis_url: str
 ) -> None:
     manifest = await adopter_manifest(pool)
     alice, bob = uuid.uuid4(), uuid.uuid4()
@@ -74,12 +75,11 @@ async def test_a_data_fix_on_a_left_row_keeps_a_rejoined_member_on_both_replicas
     first = await pool.fetchval(
         "INSERT INTO talk.member (room_id, account_id) VALUES ($1, $2) RETURNING id", room, bob
     )
-    settings = hub_settings(backplane_enabled=True, redis_url=redis_url)
-    options = settings.hub_options(manifest=manifest)
+    backplane = hub_settings(backplane_enabled=True, redis_url=redis_url)
     group = chat_group(room)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as one,
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as two,
+        start_hub(settings=backplane, manifest=manifest) as one,
+        start_hub(settings=backplane, manifest=manifest) as two,
         raw_client(one, make_token(bob)) as bob_one,
         raw_client(two, make_token(bob)) as bob_two,
     ):
@@ -122,16 +122,14 @@ async def test_a_data_fix_on_a_left_row_keeps_a_rejoined_member_on_both_replicas
         assert one.hub.membership.hint_queries == queries
 
 
-async def test_a_hint_and_the_active_form_mix(database_url: str, pool: asyncpg.Pool) -> None:
+async def test_a_hint_and_the_active_form_mix(pool: asyncpg.Pool, start_hub: Any) -> None:
     """``active`` keeps its meaning (the writer knows the whole state) beside hints."""
     manifest = await adopter_manifest(pool)
     bob = uuid.uuid4()
     room = uuid.uuid4()
     await pool.execute("INSERT INTO talk.room VALUES ($1, 'r')", room)
-    settings = hub_settings()
-    options = settings.hub_options(manifest=manifest)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(manifest=manifest) as hub,
         raw_client(hub, make_token(bob)) as client,
     ):
         active = f'{{"chatId":"{room}","userId":"{bob}","active":true}}'
@@ -150,7 +148,7 @@ async def test_a_hint_and_the_active_form_mix(database_url: str, pool: asyncpg.P
 
 
 async def test_hints_that_come_together_share_queries_and_precede_the_push(
-    database_url: str, pool: asyncpg.Pool
+    pool: asyncpg.Pool, start_hub: Any
 ) -> None:
     """Thirty connected users added to a room in one transaction: thirty hints, a few queries,
     and the push right after the commit reaches every one of them."""
@@ -158,10 +156,8 @@ async def test_hints_that_come_together_share_queries_and_precede_the_push(
     users = [uuid.uuid4() for _ in range(30)]
     room = uuid.uuid4()
     await pool.execute("INSERT INTO talk.room VALUES ($1, 'all')", room)
-    settings = hub_settings()
-    options = settings.hub_options(manifest=manifest)
     async with (
-        running_hub(settings, dsn=database_url, pool=pool, options=options) as hub,
+        start_hub(manifest=manifest) as hub,
         contextlib.AsyncExitStack() as stack,
     ):
         clients = [await stack.enter_async_context(raw_client(hub, make_token(u))) for u in users]

@@ -149,13 +149,13 @@ async def test_claims_on_the_runners_own_session_skip_the_pooled_claim_settings(
 
 
 async def test_a_hub_skips_its_barrier_only_for_a_mark_its_feed_applied(
-    database_url: str, pool: asyncpg.Pool
+    pool: asyncpg.Pool, start_hub
 ) -> None:
     bob = uuid4()
     chat, _ = await new_chat(pool, bob)
     group = chat_group(chat)
     async with (
-        running_hub(hub_settings(), dsn=database_url, pool=pool) as running,
+        start_hub() as running,
         raw_client(running, make_token(bob)) as client,
     ):
         hub = running.hub

@@ -4,14 +4,12 @@ nothing written."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
-import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.messenger.api import create_api
@@ -29,14 +27,6 @@ class Api:
     ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {make_token(user)}"} if user else {}
         return await self.http.request(method, path, json=body, headers=headers, **kw)
-
-
-@pytest.fixture
-async def api(pool: asyncpg.Pool) -> AsyncIterator[Api]:
-    app = create_api(pool=pool, options=hub_settings().api_options())
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-        yield Api(http)
 
 
 async def written(pool: asyncpg.Pool) -> tuple[dict[str, str], int]:

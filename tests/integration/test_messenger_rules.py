@@ -5,8 +5,10 @@ and the builders' refusal to send an entity to a group that may not see it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
+from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -446,14 +448,20 @@ async def sweep(reaper: CallTimeoutReaper) -> dict[str, int]:
     return run.counts
 
 
+async def answered_call(conn: Any, caller: UUID, callee: UUID) -> UUID:
+    """A call from ``caller`` that ``callee`` answered."""
+    call = await calls.start_call(conn, caller=caller, callee=callee)
+    await calls.answer_call(conn, call_id=call, actor=callee)
+    return call
+
+
 async def test_reaper_turns_only_stale_ringing_calls_into_missed(
     pool: asyncpg.Pool, database_url: str
 ) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
         stale = await calls.start_call(conn, caller=alice, callee=bob)
-        answered = await calls.start_call(conn, caller=carol, callee=bob)
-        await calls.answer_call(conn, call_id=answered, actor=bob)
+        answered = await answered_call(conn, carol, bob)
         await conn.execute(
             "UPDATE messenger.call_sessions SET created_at = now() - interval '50 seconds'"
         )
@@ -495,14 +503,12 @@ async def test_reaper_ends_calls_past_the_maximum_duration_with_call_ended(
 ) -> None:
     alice, bob, carol = uuid4(), uuid4(), uuid4()
     async with pool.acquire() as conn:
-        stale = await calls.start_call(conn, caller=alice, callee=bob)
-        await calls.answer_call(conn, call_id=stale, actor=bob)
+        stale = await answered_call(conn, alice, bob)
         await conn.execute(
             "UPDATE messenger.call_sessions SET created_at = now() - interval '2 hours',"
             " answered_at = now() - interval '2 hours'"
         )
-        live = await calls.start_call(conn, caller=carol, callee=bob)
-        await calls.answer_call(conn, call_id=live, actor=bob)
+        live = await answered_call(conn, carol, bob)
         ringing = await calls.start_call(conn, caller=carol, callee=alice)
     await pool.execute("UPDATE messenger.realtime_outbox SET status = 'Done'")
     metrics = MediaJobMetrics(CollectorRegistry())
@@ -607,28 +613,23 @@ async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
     plain_hash = hashlib.sha256(canonical).hexdigest()
     async with pool.acquire() as conn:
         chat = await chats.create_chat(conn, creator=alice, title="t", members=[bob])
-        sent = await messages.send_message(
+        # Alice's send with client id c1, as a retrying client sends it.
+        send_c1 = functools.partial(
+            messages.send_message,
             conn,
             chat_id=chat,
             sender=alice,
-            content=content,
             client_message_id="c1",
             fingerprint_key=key,
         )
+        sent = await send_c1(content=content)
         stored = await conn.fetchval(
             "SELECT fingerprint FROM messenger.message_client_ids WHERE message_id = $1",
             sent.message_id,
         )
         assert bytes(stored) == content.fingerprint(key) != bytes.fromhex(plain_hash)
         with pytest.raises(Conflict):  # before delete, a reuse with other content is told apart
-            await messages.send_message(
-                conn,
-                chat_id=chat,
-                sender=alice,
-                body="other",
-                client_message_id="c1",
-                fingerprint_key=key,
-            )
+            await send_c1(body="other")
         await messages.delete_message(conn, chat_id=chat, message_id=sent.message_id, actor=alice)
         dumped = await table_texts(pool)
         hits = [
@@ -640,14 +641,7 @@ async def test_nothing_of_a_deleted_message_remains(pool: asyncpg.Pool) -> None:
         assert not hits, hits
         assert content.fingerprint(key).hex() not in "".join(dumped.values())
         # A retry of the deleted send is still a repeat: nothing is sent again.
-        again = await messages.send_message(
-            conn,
-            chat_id=chat,
-            sender=alice,
-            content=content,
-            client_message_id="c1",
-            fingerprint_key=key,
-        )
+        again = await send_c1(content=content)
         assert (again.repeated, again.message_id) == (True, sent.message_id)
 
 
@@ -667,8 +661,7 @@ async def test_the_block_reaches_media_recordings_contacts_receipts_and_deletes(
         await messages.send_message(conn, chat_id=chat, sender=bob, body="hello")
         to_alice = await contacts.request_contact(conn, requester=bob, addressee=alice)
         await contacts.request_contact(conn, requester=alice, addressee=carol)
-        call = await calls.start_call(conn, caller=bob, callee=alice)
-        await calls.answer_call(conn, call_id=call, actor=alice)
+        call = await answered_call(conn, bob, alice)
         running = await recordings.start_recording(conn, actor=bob, call_id=call)
         await blacklist.block_user(conn, owner=bob, blocked=alice)
         await blacklist.block_user(conn, owner=carol, blocked=alice)

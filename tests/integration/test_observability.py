@@ -1,7 +1,8 @@
 """Spans per pass and per row, and log lines that never carry a message body."""
 
 import asyncio
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -27,13 +28,31 @@ def spans() -> InMemorySpanExporter:
     return _exporter
 
 
+def first_attempt_line(event: str, level: str, sent: Any, error_code: str) -> dict[str, object]:
+    """The log line of a message's row that failed its first attempt with ``error_code``."""
+    return {
+        "event": event,
+        "log_level": level,
+        "entry_id": str(sent.outbox_id),
+        "kind": "MessageReceived",
+        "attempts": 1,
+        "error_code": error_code,
+    }
+
+
+async def three_sent(pool: asyncpg.Pool, body: str) -> UUID:
+    """Three messages sent in a new chat, its id: ``body`` followed by 0, 1 and 2."""
+    chat, sender = await new_chat(pool)
+    for i in range(3):
+        await send(pool, chat, sender, f"{body}{i}")
+    return chat
+
+
 async def test_one_span_per_pass_and_per_row(
     pool: asyncpg.Pool, spans: InMemorySpanExporter
 ) -> None:
     spans.clear()
-    chat, sender = await new_chat(pool)
-    for i in range(3):
-        await send(pool, chat, sender, f"secret body {i}")
+    chat = await three_sent(pool, "secret body ")
     await make_stack(pool).dispatcher.run_pass()
     finished = spans.get_finished_spans()
     passes = [s for s in finished if s.name == "realtime_dispatch.pass"]
@@ -98,9 +117,7 @@ async def test_job_run_id_on_the_pass_span_and_every_log_line_of_the_pass(
     pool: asyncpg.Pool, spans: InMemorySpanExporter
 ) -> None:
     spans.clear()
-    chat, sender = await new_chat(pool)
-    for i in range(3):
-        await send(pool, chat, sender, f"m{i}")
+    await three_sent(pool, "m")
     publisher = pushes_with({2: HubUnavailable("down"), 3: PushRejected("no")})
     with structlog.testing.capture_logs(
         processors=[structlog.contextvars.merge_contextvars]
@@ -154,22 +171,8 @@ async def test_per_row_retry_and_quarantine_lines_at_the_default_level(
     loud = [e for e in logs if e["log_level"] not in ("debug",)]
     assert [e["event"] for e in loud] == ["dispatch_retry", "quarantined", "job_completed"], loud
     retry, quarantined, summary = loud
-    assert retry == {
-        "event": "dispatch_retry",
-        "log_level": "info",
-        "entry_id": str(sent[1].outbox_id),
-        "kind": "MessageReceived",
-        "attempts": 1,
-        "error_code": "HubUnavailable",
-    }
-    assert quarantined == {
-        "event": "quarantined",
-        "log_level": "warning",
-        "entry_id": str(sent[2].outbox_id),
-        "kind": "MessageReceived",
-        "attempts": 1,
-        "error_code": "Http400",
-    }
+    assert retry == first_attempt_line("dispatch_retry", "info", sent[1], "HubUnavailable")
+    assert quarantined == first_attempt_line("quarantined", "warning", sent[2], "Http400")
     quiet = {e["event"] for e in logs if e["log_level"] == "debug"}
     assert {"dispatched", "batch_claimed"} <= quiet
     assert summary["log_level"] == "info"

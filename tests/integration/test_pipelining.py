@@ -44,6 +44,15 @@ async def warm(pool: asyncpg.Pool, connections: int) -> None:
         await pool.release(conn)
 
 
+async def done_at_first_attempt(pool: asyncpg.Pool) -> int:
+    """How many outbox rows are Done after one attempt."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Done' AND attempts = 1"
+        )
+    )
+
+
 async def test_pipelined_pass_delivers_every_row_once_in_order(pool: asyncpg.Pool) -> None:
     await backlog(pool, chats=4, per_chat=150)
     await warm(pool, PIPELINE_LANES)  # the lanes are in by the second batch (see below)
@@ -59,12 +68,7 @@ async def test_pipelined_pass_delivers_every_row_once_in_order(pool: asyncpg.Poo
     for push in stack.publisher.pushes:
         seqs[push.payload["chatId"]].append(push.payload["seq"])
     assert all(order == list(range(1, 151)) for order in seqs.values())
-    assert (
-        await pool.fetchval(
-            "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Done' AND attempts = 1"
-        )
-        == 600
-    )
+    assert await done_at_first_attempt(pool) == 600
 
 
 async def test_two_pipelined_dispatchers_never_claim_the_same_row(pool: asyncpg.Pool) -> None:
@@ -76,12 +80,7 @@ async def test_two_pipelined_dispatchers_never_claim_the_same_row(pool: asyncpg.
     ids_b = [p.payload["messageId"] for p in b.publisher.pushes]
     assert len(ids_a) + len(ids_b) == 1000
     assert not set(ids_a) & set(ids_b)
-    assert (
-        await pool.fetchval(
-            "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Done' AND attempts = 1"
-        )
-        == 1000
-    )
+    assert await done_at_first_attempt(pool) == 1000
 
 
 async def test_stop_releases_the_batch_claimed_ahead(pool: asyncpg.Pool) -> None:

@@ -19,7 +19,7 @@ from realtime_dispatch.manifest.check import check_manifest, require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest, shipped_manifest
 from realtime_dispatch.messenger import calls, commands, conferences
 from tests.fakes import RecordingPublisher
-from tests.integration.support import make_stack, new_chat, row, send
+from tests.integration.support import Stack, make_stack, new_chat, row, send
 
 
 def edited(**queries: str | None) -> Manifest:
@@ -95,18 +95,26 @@ async def _read_receipt(pool: asyncpg.Pool, chat: UUID, user: UUID) -> UUID:
     return entry
 
 
+def stack_failing_at_run_time(pool: asyncpg.Pool, name: str, select: str, table: str) -> Stack:
+    """A stack (slow retries) whose manifest's ``name`` query is ``select`` made to fail at run
+    time, a division by zero over ``table``: it prepares fine."""
+    failing = f"{select} AND 1 / (SELECT count(*) - count(*) FROM {table})::int = 1"
+    return make_stack(pool, builder=builder_over(edited(**{name: failing})), **SLOW_RETRY)
+
+
 async def test_a_failing_query_fails_only_the_rows_it_serves(pool: asyncpg.Pool) -> None:
     """Two kinds in one batch: the read receipts' query fails at run time (it prepares fine);
     the message is delivered, the receipt retries with the query named, nothing else."""
     chat, sender = await new_chat(pool)
     sent = await send(pool, chat, sender)
     receipt = await _read_receipt(pool, chat, sender)
-    failing = (
+    stack = stack_failing_at_run_time(
+        pool,
+        "read_receipts",
         "SELECT id, chat_id, user_id, last_read_seq, last_read_at FROM messenger.participants"
-        " WHERE id = ANY($1::uuid[])"
-        " AND 1 / (SELECT count(*) - count(*) FROM messenger.participants)::int = 1"
+        " WHERE id = ANY($1::uuid[])",
+        "messenger.participants",
     )
-    stack = make_stack(pool, builder=builder_over(edited(read_receipts=failing)), **SLOW_RETRY)
 
     report = await stack.dispatcher.run_pass()
     assert (report.claimed, report.dispatched, report.retried, report.quarantined) == (2, 1, 1, 0)
@@ -329,12 +337,13 @@ async def test_one_kind_reading_two_queries_keeps_each_failure_apart(pool: async
             ("ChatGroup", chat, None, conference, "Conference"),
         )
     ]
-    failing = (
+    stack = stack_failing_at_run_time(
+        pool,
+        "calls",
         "SELECT id, caller_user_id, callee_user_id, room_name, status, created_at, answered_at,"
-        " ended_at, ended_by_user_id FROM messenger.call_sessions WHERE id = ANY($1::uuid[])"
-        " AND 1 / (SELECT count(*) - count(*) FROM messenger.call_sessions)::int = 1"
+        " ended_at, ended_by_user_id FROM messenger.call_sessions WHERE id = ANY($1::uuid[])",
+        "messenger.call_sessions",
     )
-    stack = make_stack(pool, builder=builder_over(edited(calls=failing)), **SLOW_RETRY)
 
     report = await stack.dispatcher.run_pass()
 

@@ -45,12 +45,8 @@ async def rails_pool(pg_server_url: str) -> AsyncIterator[asyncpg.Pool]:
             )
         finally:
             await conn.close()
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
-        assert pool is not None
-        try:
+        async with asyncpg.create_pool(url, min_size=1, max_size=4) as pool:
             yield pool
-        finally:
-            await pool.close()
 
 
 async def test_the_manifest_holds_on_bigint_keys(rails_pool: asyncpg.Pool) -> None:

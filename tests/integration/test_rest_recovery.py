@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
-import httpx
 import pytest
 
-from realtime_dispatch.messenger.api import create_api
-from tests.hub_fixtures import hub_settings
 from tests.integration.messenger_world import JITSI_SECRET, MEDIA
 from tests.integration.test_media_delivery import verify_media
 from tests.integration.test_messenger_api import Api, written
@@ -32,18 +29,7 @@ MEDIA_SETTINGS = {
 FILE = {"fileId": "f-1", "name": "plan.pdf", "size": 12345, "contentType": "application/pdf"}
 
 
-async def _api(pool: asyncpg.Pool, **settings: Any) -> AsyncIterator[Api]:
-    app = create_api(pool=pool, options=hub_settings(**settings).api_options())
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as http:
-        yield Api(http)
-
-
-@pytest.fixture
-async def api(pool: asyncpg.Pool) -> AsyncIterator[Api]:
-    async for a in _api(pool, **MEDIA_SETTINGS):
-        yield a
+API_SETTINGS = MEDIA_SETTINGS  # the ``api`` fixture's (tests/integration/conftest.py)
 
 
 async def _chat(api: Api, owner: UUID, *members: UUID, title: str = "t") -> str:
@@ -299,10 +285,10 @@ async def test_conference_recording_and_screen_share_are_readable(api: Api) -> N
 
 
 async def test_no_media_secret_means_503_never_a_payload_without_credentials(
-    pool: asyncpg.Pool,
+    open_api: Callable[..., Any],
 ) -> None:
     alice, bob = uuid4(), uuid4()
-    async for api in _api(pool):
+    async with open_api() as api:
         call_id = (await api.call("POST", "/api/calls", alice, {"calleeUserId": str(bob)})).json()
         r = await api.call("POST", f"/api/calls/{call_id['callId']}/media", bob)
         assert r.status_code == 503

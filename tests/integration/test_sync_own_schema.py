@@ -59,12 +59,8 @@ async def own_url(pg_server_url: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def own_pool(own_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(own_url, min_size=1, max_size=6)
-    assert pool is not None
-    try:
+    async with asyncpg.create_pool(own_url, min_size=1, max_size=6) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 def _service(pool: asyncpg.Pool, options: SyncOptions | None = None) -> SyncService:
@@ -74,7 +70,7 @@ def _service(pool: asyncpg.Pool, options: SyncOptions | None = None) -> SyncServ
 
 
 @pytest.fixture
-async def sync(own_pool: asyncpg.Pool) -> AsyncIterator[Sync]:
+async def own_sync(own_pool: asyncpg.Pool) -> AsyncIterator[Sync]:
     app = FastAPI(routes=sync_routes(_service(own_pool), TokenVerifier(SECRET)))
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://hub"
@@ -124,17 +120,17 @@ async def test_check_names_member_spans_and_the_example_holds(own_pool: asyncpg.
 
 
 async def test_pages_of_the_callers_chats_and_user_rows_built_as_pushed(
-    own_pool: asyncpg.Pool, sync: Sync
+    own_pool: asyncpg.Pool, own_sync: Sync
 ) -> None:
     alice, bob, eve = uuid4(), uuid4(), uuid4()
-    start = {user: await sync.cursor(user) for user in (alice, bob, eve)}
+    start = {user: await own_sync.cursor(user) for user in (alice, bob, eve)}
     chat = await _conversation(own_pool, alice, bob)
     other = await _conversation(own_pool, eve)
     post = await _post(own_pool, chat, alice, "while the hub was down")
     await _post(own_pool, other, eve, "not for bob")
     call = await _call(own_pool, alice, bob)
 
-    events, after = await sync.drain(bob, start[bob], limit=1)
+    events, after = await own_sync.drain(bob, start[bob], limit=1)
     assert [e["target"] for e in events] == ["message_received", "call_invited"]
     ids = await own_pool.fetch(
         "SELECT id::text FROM messenger.realtime_outbox"
@@ -151,20 +147,20 @@ async def test_pages_of_the_callers_chats_and_user_rows_built_as_pushed(
     # A user-targeted row: built now, with media credentials minted for this page.
     assert (invited["callId"], invited["calleeUserId"]) == (str(call), str(bob))
     assert invited["media"]["roomName"] == f"call-{call}"
-    assert (await sync.get(bob, since=after)).json()["events"] == []
+    assert (await own_sync.get(bob, since=after)).json()["events"] == []
 
     # alice: her chat, not bob's call; eve: her own chat alone.
-    events, _ = await sync.drain(alice, start[alice])
+    events, _ = await own_sync.drain(alice, start[alice])
     assert [e["target"] for e in events] == ["message_received"]
-    events, _ = await sync.drain(eve, start[eve])
+    events, _ = await own_sync.drain(eve, start[eve])
     assert _bodies(events) == ["not for bob"]
 
 
 async def test_a_chat_row_is_the_callers_only_when_written_within_a_membership(
-    own_pool: asyncpg.Pool, sync: Sync
+    own_pool: asyncpg.Pool, own_sync: Sync
 ) -> None:
     alice, dana = uuid4(), uuid4()
-    since = await sync.cursor(dana)
+    since = await own_sync.cursor(dana)
     chat = await _conversation(own_pool, alice)
     await _post(own_pool, chat, alice, "before dana")
     async with own_pool.acquire() as conn:
@@ -178,10 +174,10 @@ async def test_a_chat_row_is_the_callers_only_when_written_within_a_membership(
     )
     await _post(own_pool, chat, alice, "after dana")
     # Resumed after she left: what was written while she was in, nothing before or after.
-    events, since = await sync.drain(dana, since)
+    events, since = await own_sync.drain(dana, since)
     assert _bodies(events) == ["while dana"]
     await _post(own_pool, chat, alice, "still after dana")
-    events, _ = await sync.drain(dana, since)
+    events, _ = await own_sync.drain(dana, since)
     assert events == []
 
 

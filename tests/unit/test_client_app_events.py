@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -32,6 +32,19 @@ def _page(*events: tuple[str, dict[str, Any]]) -> SyncPageOut:
     )
 
 
+def _text_message(chat: UUID, seq: int) -> dict[str, object]:
+    """A ``message_received`` payload: a text message "hi" at ``seq`` in ``chat``."""
+    return {
+        "eventId": str(uuid4()),
+        "chatId": str(chat),
+        "messageId": str(uuid4()),
+        "seq": seq,
+        "kind": "Text",
+        "body": "hi",
+        "sentAt": "2026-01-01T00:00:00Z",
+    }
+
+
 async def test_a_sync_page_of_declared_events_reaches_on_by_name_once() -> None:
     client = MessengerClient("http://127.0.0.1:9", "token")
     got: list[Any] = []
@@ -40,15 +53,7 @@ async def test_a_sync_page_of_declared_events_reaches_on_by_name_once() -> None:
     client.on("message_received", got.append)
     chat = uuid4()
     added = {"eventId": str(uuid4()), "chatId": str(chat), "emoji": "👍", "refId": "r1"}
-    message = {
-        "eventId": str(uuid4()),
-        "chatId": str(chat),
-        "messageId": str(uuid4()),
-        "seq": 1,
-        "kind": "Text",
-        "body": "hi",
-        "sentAt": "2026-01-01T00:00:00Z",
-    }
+    message = _text_message(chat, 1)
     removed = {"eventId": str(uuid4()), "chatId": str(chat), "refId": "r1"}
     page = _page(
         ("reaction_added", added),
@@ -131,15 +136,7 @@ async def test_a_chat_first_heard_of_by_a_read_receipt_starts_at_its_first_messa
         "lastReadSeq": 5,
         "readAt": "2026-01-01T00:00:00Z",
     }
-    message = {
-        "eventId": str(uuid4()),
-        "chatId": str(chat),
-        "messageId": str(uuid4()),
-        "seq": 6,
-        "kind": "Text",
-        "body": "hi",
-        "sentAt": "2026-01-01T00:00:00Z",
-    }
+    message = _text_message(chat, 6)
     assert await client._deliver("read_receipt_updated", (receipt,), live=True)
     assert await client._deliver("message_received", (message,), live=True)
     timeline = client.timeline(chat)

@@ -84,12 +84,18 @@ def test_tracker_change_during_load_wins_over_snapshot():
     assert registry.groups_of("a") == {chat_group(C2)}
 
 
-def test_tracker_resync_replaces_chat_groups():
+def _a_of_u1_in_c1_and_b_of_u2() -> tuple[GroupRegistry, MembershipTracker]:
+    """Connection ``a`` of U1 in chat C1's group, ``b`` of U2 in none; their tracker."""
     registry = GroupRegistry()
     tracker = MembershipTracker(registry)
     registry.add_connection("a", U1)
     registry.add_connection("b", U2)
     registry.join("a", chat_group(C1))
+    return registry, tracker
+
+
+def test_tracker_resync_replaces_chat_groups():
+    registry, tracker = _a_of_u1_in_c1_and_b_of_u2()
     token = tracker.begin_load()
     tracker.finish_load(token, [(U1, C2)], users=[U1, U2])
     assert registry.groups_of("a") == {chat_group(C2)}
@@ -99,11 +105,7 @@ def test_tracker_resync_replaces_chat_groups():
 def test_tracker_hint_leaves_the_user_to_a_later_load():
     """A hint while a snapshot is in flight: that snapshot may predate the change, so it sets
     nobody of the hinted user; the re-read begun after the hint sets every connection."""
-    registry = GroupRegistry()
-    tracker = MembershipTracker(registry)
-    registry.add_connection("a", U1)
-    registry.add_connection("b", U2)
-    registry.join("a", chat_group(C1))
+    registry, tracker = _a_of_u1_in_c1_and_b_of_u2()
     in_flight = tracker.begin_load()
     assert tracker.hint(U1)
     assert not tracker.hint(uuid.uuid4())  # nobody of that user here: nothing to read

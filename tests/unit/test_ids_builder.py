@@ -49,6 +49,12 @@ def _row(
     )
 
 
+def _sent(result: object) -> tuple[str, str, object]:
+    """A built push's group, target and decoded payload."""
+    assert isinstance(result, Push)
+    return result.group, result.target, orjson.loads(result.payload_json)
+
+
 async def test_the_payload_is_the_row_s_ids_as_its_contract_has_them() -> None:
     builder = IdsPayloadBuilder(
         kinds=frozenset({K.CHAT_UPDATED, K.RECORDING_FAILED}),
@@ -60,21 +66,17 @@ async def test_the_payload_is_the_row_s_ids_as_its_contract_has_them() -> None:
     to_user = _row("RecordingFailed", user=user, ref_id=ref, session_kind="Direct")
     results = await composite.build(None, [to_chat, to_user])  # type: ignore[arg-type]
     pushed = results[to_chat.id]
-    assert isinstance(pushed, Push)
-    assert (pushed.group, pushed.target) == (f"chat:{chat}", "chat_updated")
-    assert orjson.loads(pushed.payload_json) == {
-        "eventId": str(to_chat.id),
-        "chatId": str(chat),
-        "refId": str(ref),
-    }
+    assert _sent(pushed) == (
+        f"chat:{chat}",
+        "chat_updated",
+        {"eventId": str(to_chat.id), "chatId": str(chat), "refId": str(ref)},
+    )
     direct = results[to_user.id]
-    assert isinstance(direct, Push)
-    assert (direct.group, direct.target) == (f"user:{user}", "recording_failed")
-    assert orjson.loads(direct.payload_json) == {
-        "eventId": str(to_user.id),
-        "refId": str(ref),
-        "sessionKind": "Direct",
-    }
+    assert _sent(direct) == (
+        f"user:{user}",
+        "recording_failed",
+        {"eventId": str(to_user.id), "refId": str(ref), "sessionKind": "Direct"},
+    )
     # The reference encoder writes the same JSON.
     again = IdsPayloadBuilder(
         encoder=ModelEncoder(), kinds=frozenset({K.CHAT_UPDATED}), models={K.CHAT_UPDATED: _Cleared}

@@ -12,6 +12,13 @@ from realtime_dispatch.settings import Settings, load_settings
 from realtime_dispatch.values.ids import id_floor
 
 
+def refused_variable(*args: object, **values: object) -> str:
+    """The variable named by the :class:`ConfigurationError` that ``load_settings`` raises."""
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(*args, **values)  # type: ignore[arg-type]
+    return info.value.variable
+
+
 def test_defaults_are_the_specs() -> None:
     o = load_settings(_env_file=None).dispatch_options()
     assert (o.polling_interval, o.batch_size, o.max_run_duration, o.max_attempts) == (1, 200, 5, 8)
@@ -90,21 +97,16 @@ def test_settings_past_their_bound_name_the_variable(name: str, value: float) ->
 
 
 def test_settings_validate_dispatch_options_too() -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(dispatch_batch_size=-5)
-    assert info.value.variable == "REALTIME_DISPATCH_BATCH_SIZE"
+    assert refused_variable(dispatch_batch_size=-5) == "REALTIME_DISPATCH_BATCH_SIZE"
 
 
 def test_type_errors_name_the_variable() -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(dispatch_polling_interval="soon")
-    assert info.value.variable == "REALTIME_DISPATCH_POLLING_INTERVAL"
+    variable = refused_variable(dispatch_polling_interval="soon")
+    assert variable == "REALTIME_DISPATCH_POLLING_INTERVAL"
 
 
 def test_backplane_needs_redis_url() -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(backplane_enabled=True, redis_url=None)
-    assert info.value.variable == "REALTIME_REDIS_URL"
+    assert refused_variable(backplane_enabled=True, redis_url=None) == "REALTIME_REDIS_URL"
 
 
 def test_secrets_are_masked_in_repr() -> None:
@@ -129,9 +131,7 @@ def test_call_timeouts_default_and_validate() -> None:
         ({"call_max_duration": 30, "call_ring_timeout": 45}, "REALTIME_CALL_MAX_DURATION"),
     ]
     for overrides, variable in bad:
-        with pytest.raises(ConfigurationError) as info:
-            load_settings(**overrides)
-        assert info.value.variable == variable, overrides
+        assert refused_variable(**overrides) == variable, overrides
 
 
 @pytest.mark.parametrize(
@@ -150,9 +150,7 @@ def test_call_timeouts_default_and_validate() -> None:
     ],
 )
 def test_token_settings_name_the_variable(values: dict[str, str], variable: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(**values)
-    assert info.value.variable == variable
+    assert refused_variable(**values) == variable
 
 
 def test_token_settings_become_token_options() -> None:
@@ -203,9 +201,7 @@ def test_every_float_setting_is_listed() -> None:
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", float("inf"), float("nan")])
 @pytest.mark.parametrize("name", FLOAT_SETTINGS)
 def test_float_settings_must_be_finite(name: str, value: object) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(_env_file=None, **{name: value})
-    assert info.value.variable == f"REALTIME_{name.upper()}"
+    assert refused_variable(_env_file=None, **{name: value}) == f"REALTIME_{name.upper()}"
 
 
 DISPATCH_FLOATS = [f.name for f in fields(RealtimeDispatchOptions) if isinstance(f.default, float)]
@@ -250,9 +246,7 @@ def test_media_job_options_default_and_validate() -> None:
         ({"media_jobs_pause_factor": "nan"}, "REALTIME_MEDIA_JOBS_PAUSE_FACTOR"),
     ]
     for overrides, variable in bad:
-        with pytest.raises(ConfigurationError) as info:
-            load_settings(**overrides)
-        assert info.value.variable == variable, overrides
+        assert refused_variable(**overrides) == variable, overrides
 
 
 @pytest.mark.parametrize(
@@ -266,9 +260,7 @@ def test_media_job_options_default_and_validate() -> None:
     ],
 )
 def test_send_rate_settings_name_the_variable(values: dict[str, object], variable: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        load_settings(**values)
-    assert info.value.variable == variable
+    assert refused_variable(**values) == variable
 
 
 def test_send_rate_defaults_and_settings_become_api_options() -> None:

@@ -100,6 +100,23 @@ def verifier_for(
     return TokenVerifier(settings, keys=keys), keys
 
 
+async def k1_verified(
+    clock: Clock | None = None, **options: Any
+) -> tuple[Provider, TokenVerifier, JwksKeys]:
+    """A provider publishing k1, and a verifier that has checked a k1 token (its set fetched)."""
+    provider = Provider(public_jwk("k1", RSA_KEY))
+    verifier, keys = verifier_for(provider, clock, **options)
+    await verifier.verify(idp_token("k1", RSA_KEY))
+    return provider, verifier, keys
+
+
+async def refused_code(verifier: Any, token: str) -> str:
+    """The code of the :class:`AuthError` with which ``verifier`` refuses ``token``."""
+    with pytest.raises(AuthError) as refused:
+        await verifier.verify(token)
+    return refused.value.code
+
+
 async def test_rs256_and_es256_tokens_verify_into_an_identity():
     provider = Provider(public_jwk("rsa-1", RSA_KEY), public_jwk("ec-1", EC_KEY))
     verifier, keys = verifier_for(provider)
@@ -117,29 +134,22 @@ async def test_rs256_and_es256_tokens_verify_into_an_identity():
 
 
 async def test_rotation_is_followed_by_kid_and_a_retired_key_is_refused():
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified()
     new_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     provider.keys = [public_jwk("k2", new_key)]  # the provider rotates
     assert (await verifier.verify(idp_token("k2", new_key))).user_id == USER
     assert provider.requests == 2
-    with pytest.raises(AuthError) as refused:  # k1 is gone from the set now
-        await verifier.verify(idp_token("k1", RSA_KEY))
-    assert refused.value.code == "UnknownKey"
+    # K1 is gone from the set now:
+    assert await refused_code(verifier, idp_token("k1", RSA_KEY)) == "UnknownKey"
     await keys.aclose()
 
 
 async def test_unknown_kids_are_fetched_at_most_once_per_interval():
     clock = Clock()
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider, clock, min_refetch=30.0)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified(clock, min_refetch=30.0)
     stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     for n in range(5):  # a flood of made-up kids, and one signed by a key nobody published
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(idp_token(f"made-up-{n}", stranger))
-        assert refused.value.code == "UnknownKey"
+        assert await refused_code(verifier, idp_token(f"made-up-{n}", stranger)) == "UnknownKey"
     assert provider.requests == 1
     clock.now += 31
     with pytest.raises(AuthError):
@@ -150,9 +160,7 @@ async def test_unknown_kids_are_fetched_at_most_once_per_interval():
 
 async def test_a_failed_fetch_keeps_the_known_keys():
     clock = Clock()
-    provider = Provider(public_jwk("k1", RSA_KEY))
-    verifier, keys = verifier_for(provider, clock, refresh_after=60.0)
-    await verifier.verify(idp_token("k1", RSA_KEY))
+    provider, verifier, keys = await k1_verified(clock, refresh_after=60.0)
     provider.failing = True
     clock.now += 120  # stale: refetched on use, which fails
     assert (await verifier.verify(idp_token("k1", RSA_KEY))).user_id == USER
@@ -181,24 +189,19 @@ async def test_issuer_audience_and_user_claim_are_enforced():
         "Expired": idp_token("k1", RSA_KEY, exp=int(time.time()) - 60),
     }
     for code, token in cases.items():
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(token)
-        assert refused.value.code == code, code
+        assert await refused_code(verifier, token) == code, code
     for missing in ("iss", "aud"):
         claims = jwt.decode(idp_token("k1", RSA_KEY), options={"verify_signature": False})
         del claims[missing]
         token = jwt.encode(claims, RSA_KEY, algorithm="RS256", headers={"kid": "k1"})
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(token)
-        assert refused.value.code == "InvalidToken"
+        assert await refused_code(verifier, token) == "InvalidToken"
 
     by_oid, oid_keys = verifier_for(provider, user_claim="oid")
     oid = uuid.uuid4()
     token = idp_token("k1", RSA_KEY, sub="not-a-uuid", oid=str(oid))
     assert (await by_oid.verify(token)).user_id == oid
-    with pytest.raises(AuthError) as refused:  # the claim is required
-        await by_oid.verify(idp_token("k1", RSA_KEY))
-    assert refused.value.code == "InvalidToken"
+    # The claim is required:
+    assert await refused_code(by_oid, idp_token("k1", RSA_KEY)) == "InvalidToken"
     await keys.aclose()
     await oid_keys.aclose()
 
@@ -221,19 +224,13 @@ async def test_dates_are_numbers_and_the_user_claim_is_canonical():
         ("iat", str(now)),
         ("exp", f"{now + 300}.0"),
     ]:
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(token(**{claim: value}))
-        assert refused.value.code == "InvalidToken", claim
+        assert await refused_code(verifier, token(**{claim: value})) == "InvalidToken", claim
     for name in ("nbf", "iat"):  # a bool is an int to Python, not a number to JSON
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(token(**{name: False}))
-        assert refused.value.code == "InvalidToken", name
+        assert await refused_code(verifier, token(**{name: False})) == "InvalidToken", name
     with pytest.raises(AuthError):
         await verifier.verify(token(exp=True))
     for sub in (f"{{{USER}}}", f"urn:uuid:{USER}", str(USER).upper(), USER.hex, f" {USER}"):
-        with pytest.raises(AuthError) as refused:
-            await verifier.verify(token(sub=sub))
-        assert refused.value.code == "InvalidSubject", sub
+        assert await refused_code(verifier, token(sub=sub)) == "InvalidSubject", sub
 
 
 async def test_algorithm_confusion_is_refused():
@@ -248,9 +245,7 @@ async def test_algorithm_confusion_is_refused():
     with pytest.raises(AuthError):
         await verifier.verify(hs_with_public)
     secret_only = TokenVerifier(TokenOptions(secret="s" * 40, issuer=ISSUER, audience=AUDIENCE))
-    with pytest.raises(AuthError) as refused:
-        await secret_only.verify(idp_token("k1", RSA_KEY))
-    assert refused.value.code == "InvalidToken"
+    assert await refused_code(secret_only, idp_token("k1", RSA_KEY)) == "InvalidToken"
     await keys.aclose()
 
 
@@ -286,9 +281,7 @@ async def test_revocations_refuse_tokens_issued_before():
     verifier = TokenVerifier(TokenOptions(secret=secret), revocations=revocations)
     before = mint_token(secret, USER, now=time.time() - 10)
     revocations.apply(RevocationChange(USER, time.time() - 5))
-    with pytest.raises(AuthError) as refused:
-        await verifier.verify(before)
-    assert refused.value.code == "Revoked"
+    assert await refused_code(verifier, before) == "Revoked"
     assert (await verifier.verify(mint_token(secret, USER))).user_id == USER  # issued after
     no_iat = jwt.encode({"sub": str(USER), "exp": time.time() + 60}, secret, algorithm="HS256")
     with pytest.raises(AuthError):
