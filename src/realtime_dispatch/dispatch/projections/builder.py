@@ -79,6 +79,7 @@ class DeclaredBuilder(Protocol):
 
     def ids_payload(self, row: ClaimedRow) -> Push: ...
 
+
 Spare: TypeAlias = Callable[[int], Sequence[DbConnection]]
 """Up to the number asked of further connections a batch's statements may run on now."""
 
