@@ -60,7 +60,6 @@ from bench._common import (
     server_facts,
     write_json,
 )
-
 from lag import lag_run
 from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions
 from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper

@@ -26,7 +26,7 @@ from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings
-from tests.conftest import free_port
+from support.procs import free_port
 
 SECRET = "test-hub-secret-with-at-least-32-bytes!"
 SERVICE_KEY = "test-service-key"

@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
+from support.procs import wait_until
 from tests.chaos.harness import (
     SERVICE_KEY,
     Listener,
@@ -23,7 +24,6 @@ from tests.chaos.harness import (
     processes,
     report,
 )
-from tests.conftest import wait_until
 from tests.hub_fixtures import SECRET, make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

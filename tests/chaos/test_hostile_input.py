@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from realtime_dispatch.messenger import commands
+from support.procs import wait_until
 from tests.chaos.harness import (
     RS,
     SERVICE_KEY,
@@ -37,7 +38,6 @@ from tests.chaos.harness import (
     report,
     scale,
 )
-from tests.conftest import wait_until
 from tests.hub_fixtures import SECRET, make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]

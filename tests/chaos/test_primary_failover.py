@@ -19,6 +19,7 @@ import pytest
 
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.messenger.schema import migrate
+from support.procs import wait_until
 from tests.chaos.harness import (
     RETRYABLE,
     Listener,
@@ -32,7 +33,6 @@ from tests.chaos.harness import (
 )
 from tests.chaos.pipeline import time_to_progress
 from tests.chaos.test_hostile_input import invariants
-from tests.conftest import wait_until
 from tests.replication import replicated_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

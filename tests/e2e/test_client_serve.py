@@ -19,8 +19,7 @@ import orjson
 import pytest
 
 from realtime_dispatch.client import ClientOptions, ConnectionOptions, MessengerClient
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop
+from support.procs import cli_env, free_port, start_cli, stop, wait_until
 from tests.hub_fixtures import make_token
 
 pytestmark = pytest.mark.e2e

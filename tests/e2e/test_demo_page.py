@@ -17,8 +17,7 @@ import httpx
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, stop, wait_ready
+from support.procs import cli_env, free_port, start_cli, stop, wait_ready
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e

@@ -92,7 +92,7 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
             assert (await client.event())["args"] == [{"seq": 1}]
             await push(hub, group, "message_received", {"seq": 2})
             proxy.cut()  # seq 2 may or may not have reached the client
-            from tests.conftest import wait_until
+            from support.procs import wait_until
 
             await wait_until(lambda: connection.attachment is None, within=5)
             for seq in (3, 4, 5):  # sent while the client has no transport

@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from support.procs import free_port
 from tests.hub_fixtures import SECRET, SERVICE_KEY, RunningHub, make_token, raw_client
 
 pytestmark = pytest.mark.e2e

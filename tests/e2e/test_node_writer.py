@@ -21,8 +21,7 @@ import jwt
 import orjson
 import pytest
 
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, running
+from support.procs import cli_env, free_port, run_cli, running, wait_until
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, require_node_client
 
 pytestmark = pytest.mark.e2e

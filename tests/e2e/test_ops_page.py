@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
-from tests.conftest import free_port, wait_until
+from support.procs import free_port, wait_until
 from tests.errors_support import quarantine_rows
 from tests.hub_fixtures import SECRET, make_token
 

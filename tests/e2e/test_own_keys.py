@@ -22,8 +22,7 @@ import asyncpg
 import jwt
 import pytest
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, run_cli, running, side_by_side
+from support.procs import cli_env, free_port, run_cli, running, side_by_side
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient
 
 pytestmark = pytest.mark.e2e

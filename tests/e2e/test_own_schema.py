@@ -17,8 +17,7 @@ import jwt
 import pytest
 
 from realtime_dispatch.outbox.queries import parse_queries
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, running
+from support.procs import cli_env, free_port, run_cli, running, wait_until
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e

@@ -29,8 +29,16 @@ from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import LogTail, cli_env, run_cli, start_cli, stop, wait_for_line
+from support.procs import (
+    LogTail,
+    cli_env,
+    free_port,
+    run_cli,
+    start_cli,
+    stop,
+    wait_for_line,
+    wait_until,
+)
 from tests.e2e.test_own_schema import EXAMPLE, WRITES
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
 

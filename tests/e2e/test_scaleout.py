@@ -12,8 +12,7 @@ import asyncpg
 import httpx
 
 from realtime_dispatch.messenger import commands
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop, wait_for_line
+from support.procs import cli_env, free_port, start_cli, stop, wait_for_line, wait_until
 from tests.hub_fixtures import SECRET, make_token, raw_client
 from tests.integration.support import send
 

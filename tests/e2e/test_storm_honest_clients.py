@@ -20,8 +20,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, wait_ready
+from support.procs import cli_env, free_port, start_cli, wait_ready
 from tests.hub_fixtures import SECRET, SERVICE_KEY, make_token
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop
+from support.procs import cli_env, free_port, start_cli, stop, wait_until
 from tests.integration.support import new_chat, row, send
 
 

@@ -27,7 +27,7 @@ from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.settings import Settings
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncService
-from tests.conftest import free_port
+from support.procs import free_port
 from tests.hub_fixtures import hub_settings, make_token
 
 FAST = RealtimeDispatchOptions(

@@ -22,7 +22,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import (
     RawClient,
     RunningHub,

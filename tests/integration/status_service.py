@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until
+from support.procs import free_port, wait_until
 
 
 class StatusService:

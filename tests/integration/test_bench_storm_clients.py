@@ -17,7 +17,7 @@ from uuid import uuid4
 
 import asyncpg
 
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import make_token
 from tests.integration.client_stack import messenger_stack
 

@@ -15,7 +15,7 @@ from realtime_dispatch.client.events import AppEvent, ContactRequestReceived
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.messenger import contacts
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import make_token
 from tests.integration.client_stack import QUICK_CLIENT, messenger_stack
 from tests.integration.test_client_resume import drop_everyone

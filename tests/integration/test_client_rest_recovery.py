@@ -13,7 +13,7 @@ import httpx
 from realtime_dispatch.client import MessageEdited, MessageReceived, MessengerClient
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.contracts.calls import CallAnswered, CallInvited
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.fakes import RecordingPublisher
 from tests.hub_fixtures import hub_settings, make_token
 from tests.integration.client_stack import messenger_stack

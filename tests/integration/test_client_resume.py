@@ -11,7 +11,7 @@ from realtime_dispatch.client.events import ContactRequestReceived
 from realtime_dispatch.hub import Hub
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger import contacts
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import hub_settings, make_token
 from tests.integration.client_stack import QUICK_CLIENT, messenger_stack
 

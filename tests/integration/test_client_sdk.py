@@ -22,7 +22,7 @@ from realtime_dispatch.client import (
     RestError,
 )
 from realtime_dispatch.delivery.push import Push
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import make_token
 from tests.integration.client_stack import QUICK_CLIENT, Stack, messenger_stack
 

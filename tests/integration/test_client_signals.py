@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.client import HubMethodError, PresenceChanged, UserTyping
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import create_shared_chat, hub_settings
 from tests.integration.client_stack import messenger_stack
 from tests.integration.test_client_resume import drop_everyone

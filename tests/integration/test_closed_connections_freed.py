@@ -21,7 +21,7 @@ from realtime_dispatch.hub.connections.connection import HubConnection
 from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import RS, RunningHub, hub_settings, make_token, running_hub
 
 HUB = "/hubs/messenger"

@@ -30,7 +30,7 @@ from realtime_dispatch.auth.tokens import TokenOptions, mint_token
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.wire.protocols import JSON, Transport
 from realtime_dispatch.messenger.api.app import ApiOptions, create_api
-from tests.conftest import free_port, wait_until
+from support.procs import free_port, wait_until
 from tests.hub_fixtures import (
     SECRET,
     hub_settings,

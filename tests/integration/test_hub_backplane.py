@@ -22,7 +22,7 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
-from tests.conftest import free_port
+from support.procs import free_port
 from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
 
 

@@ -9,7 +9,7 @@ import uuid
 
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import hub_settings, make_token, push, raw_client, running_hub
 
 

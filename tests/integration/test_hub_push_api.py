@@ -15,7 +15,7 @@ from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_BYTES, Push
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable, PushRejected
 from realtime_dispatch.hub.serving.http_protocol import HttpLimits
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import (
     SERVICE_KEY,
     SlowPostgresProxy,

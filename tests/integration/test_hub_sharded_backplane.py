@@ -12,7 +12,7 @@ from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import (
     SlowPostgresProxy,
     hub_settings,

@@ -14,7 +14,7 @@ import pytest
 from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import (
     create_shared_chat,
     hub_settings,

@@ -25,7 +25,7 @@ from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.messagepack import BinaryRecordBuffer, length_prefixed
 from realtime_dispatch.hub.wire.protocols import Transport
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import (
     RS,
     SECRET,

@@ -170,7 +170,7 @@ async def test_oversized_frame_is_refused(hub):
 
 
 async def _no_connections(hub):
-    from tests.conftest import wait_until
+    from support.procs import wait_until
 
     await wait_until(lambda: not hub.hub.connections, within=5)
 

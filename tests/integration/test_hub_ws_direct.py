@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import RS, hub_settings, make_token, raw_client, running_hub
 
 

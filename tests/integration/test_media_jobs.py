@@ -32,7 +32,7 @@ from realtime_dispatch.messenger.jobs.scheduled import JobRun, JobWork, Schedule
 from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 from realtime_dispatch.messenger.refusals import Conflict
 from realtime_dispatch.outbox.backoff import Backoff
-from tests.conftest import free_port, wait_until
+from support.procs import free_port, wait_until
 from tests.integration.status_service import StatusService, status_service
 from tests.integration.support import make_stack
 

@@ -24,7 +24,7 @@ from realtime_dispatch.sync.cursor import SyncCursor, parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import TAIL_SCAN, SyncOptions, SyncService, SyncTimeout
 from realtime_dispatch.sync.store import QUERIES
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import SECRET, hub_settings, make_token
 from tests.integration.messenger_world import MEDIA
 

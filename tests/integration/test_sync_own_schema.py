@@ -32,7 +32,8 @@ from realtime_dispatch.sync.cursor import parse_cursor
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncOptions, SyncService
 from realtime_dispatch.sync.store import spans_page
-from tests.conftest import scratch_database, wait_until
+from support.databases import scratch_database
+from support.procs import wait_until
 from tests.hub_fixtures import SECRET, hub_settings
 from tests.integration.messenger_world import MEDIA
 from tests.integration.test_sync import Sync
