@@ -326,3 +326,38 @@ def delivery_figures(totals: dict[str, int]) -> dict[str, int]:
     """The client side of a chaos report from :func:`check_timelines`' totals: nothing lost and
     nothing duplicated after resync (it asserts both), and the pushes and resyncs behind that."""
     return {"lost": 0, "duplicated_at_client_after_resync": 0, **totals}
+
+
+async def invariants(pool: asyncpg.Pool) -> None:
+    """No partial write: every message has exactly one MessageReceived row and vice versa; the
+    schema is intact."""
+    orphans = await pool.fetchval(
+        """
+        SELECT count(*) FROM messenger.messages AS m
+        WHERE (SELECT count(*) FROM messenger.realtime_outbox AS o
+               WHERE o.message_id = m.id AND o.kind = 'MessageReceived') <> 1
+        """
+    )
+    assert orphans == 0
+    dangling = await pool.fetchval(
+        """
+        SELECT count(*) FROM messenger.realtime_outbox AS o
+        WHERE o.kind = 'MessageReceived'
+          AND NOT EXISTS (SELECT 1 FROM messenger.messages AS m WHERE m.id = o.message_id)
+        """
+    )
+    assert dangling == 0
+
+
+@contextlib.asynccontextmanager
+async def serving(database_url: str, tmp_path: Path, **env: str) -> Any:
+    # A media secret as a deployment configures it: outside development mode none is made up,
+    # and the media routes would answer 503.
+    env = {"REALTIME_MEDIA_JITSI_APP_SECRET": "hostile-input-jitsi-secret", **env}
+    async with processes() as procs:
+        serve = hub_proc(base_env(database_url, **env), tmp_path, name="serve", command="serve")
+        procs.append(serve)
+        await serve.start()
+        yield serve
+        assert serve.alive, serve.log_text()[-3000:]
+        assert await serve.stop() == 0

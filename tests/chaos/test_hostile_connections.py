@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from support.procs import rss_kib
 from tests.chaos.harness import base_env, hub_proc, processes, report
-from tests.chaos.test_soak import rss_kib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from realtime_dispatch.messenger import commands
-from tests.chaos.harness import report, scale
-from tests.chaos.test_hostile_input import invariants, serving
+from tests.chaos.harness import invariants, report, scale, serving
 from tests.hub_fixtures import make_token
 
 schemathesis = pytest.importorskip("schemathesis")

@@ -25,6 +25,7 @@ from tests.chaos.harness import (
     Listener,
     base_env,
     hub_proc,
+    invariants,
     make_chats,
     message_rows_status,
     processes,
@@ -32,7 +33,6 @@ from tests.chaos.harness import (
     worker_proc,
 )
 from tests.chaos.pipeline import time_to_progress
-from tests.chaos.test_hostile_input import invariants
 from tests.replication import replicated_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -25,8 +25,7 @@ from realtime_dispatch.messenger.jobs.recording_finalize import RecordingFinaliz
 from realtime_dispatch.messenger.jobs.scheduled import JobRun
 from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 from support.procs import cli_env, free_port, start_cli, stop, wait_until
-from tests.integration.status_service import StatusService, status_service
-from tests.integration.test_media_jobs import stopped_call_recording
+from tests.integration.status_service import StatusService, status_service, stopped_call_recording
 
 
 async def overlong_conference(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:

@@ -16,14 +16,12 @@ import httpx
 import jwt
 import pytest
 
-from realtime_dispatch.outbox.queries import parse_queries
 from support.procs import cli_env, free_port, run_cli, running, wait_until
+from tests.e2e.own_schema import EXAMPLE, WRITES
 from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-schema"
-WRITES = dict(parse_queries((EXAMPLE / "writes.sql").read_text()))
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 TURN_SECRET = "turn-shared-secret-of-the-adopter"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
-import orjson
 import pytest
 import structlog
 
@@ -39,8 +37,9 @@ from support.procs import (
     wait_for_line,
     wait_until,
 )
+from tests.e2e.browser import TARGETS, build_sdk, sdk_client
 from tests.e2e.test_own_schema import EXAMPLE, WRITES
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
+from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +51,6 @@ TRANSPORT_CLASSES = {
     "ServerSentEvents": "ServerSentEventsTransport",
     "LongPolling": "LongPollingTransport",
 }
-TARGETS = ["message_received", "call_invited"]
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 QUICK = ClientOptions(connection=ConnectionOptions(reconnect_base=0.05, reconnect_cap=0.3))
 # What the Python SDK logs when it calls reference routes a hub on an own schema does not have.
@@ -102,36 +100,6 @@ class Hub:
         if self._logs is not None:
             await self._logs.finished()
             self._logs = None
-
-
-def build_sdk() -> None:
-    """``clients/js/dist``, what the driver imports (as ``test_js_sdk`` builds it)."""
-    require_node_client()
-    built = subprocess.run(
-        ["node_modules/.bin/tsc", "-p", "clients/js"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-
-
-async def sdk_client(
-    url: str, user: UUID, transport: str, targets: list[str] = TARGETS
-) -> NodeClient:
-    """``tests/js/sdk_client.mjs``: the TypeScript SDK with its own resync hook."""
-    config = {"url": url, "token": make_token(user), "transport": transport, "targets": targets}
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(REPO / "tests" / "js" / "sdk_client.mjs"),
-        orjson.dumps(config).decode(),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        cwd=REPO,
-    )
-    return NodeClient(process)
 
 
 async def next_of(client: NodeClient, kind: str, within: float = 30) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub, hub_routes
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.settings import Settings
@@ -105,3 +106,9 @@ async def messenger_stack(
             await stack.stop_dispatcher()
             server.should_exit = True
             await task
+
+
+def drop_everyone(hub: Hub) -> None:
+    """Every connection closed from the server side, reconnect allowed (a lost socket)."""
+    for connection in list(hub.connections.values()):
+        connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))

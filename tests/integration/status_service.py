@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import asyncpg
 import orjson
 import uvicorn
 from starlette.applications import Starlette
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from realtime_dispatch.messenger import calls, recordings
 from support.procs import free_port, wait_until
 
 
@@ -61,3 +63,14 @@ async def status_service(service: StatusService) -> AsyncIterator[str]:
         service.released.set()
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+
+
+async def stopped_call_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
+    """A stopped recording of an answered call; returns (recording, caller, callee)."""
+    caller, callee = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        call = await calls.start_call(conn, caller=caller, callee=callee)
+        await calls.answer_call(conn, call_id=call, actor=callee)
+        recording = await recordings.start_recording(conn, actor=caller, call_id=call)
+        await recordings.stop_recording(conn, recording_id=recording, actor=caller)
+    return recording, caller, callee

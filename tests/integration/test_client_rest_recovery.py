@@ -17,8 +17,7 @@ from support.procs import wait_until
 from tests.fakes import RecordingPublisher
 from tests.hub_fixtures import hub_settings, make_token
 from tests.integration.client_stack import messenger_stack
-from tests.integration.test_media_delivery import verify_media
-from tests.integration.test_rest_recovery import MEDIA_SETTINGS
+from tests.integration.messenger_world import MEDIA_SETTINGS, verify_media
 
 FILE = {"fileId": "f-9", "name": "a.png", "size": 10, "contentType": "image/png"}
 

@@ -40,7 +40,7 @@ from tests.hub_fixtures import (
     raw_client,
     running_hub,
 )
-from tests.unit.test_tokens import AUDIENCE, ISSUER, public_jwk
+from tests.jwks import AUDIENCE, ISSUER, public_jwk
 
 EXPIRED = {"type": 7, "error": "token expired", "allowReconnect": True}
 REVOKED = {"type": 7, "error": "token revoked"}

@@ -36,7 +36,7 @@ from support.databases import scratch_database
 from support.procs import wait_until
 from tests.hub_fixtures import SECRET, hub_settings
 from tests.integration.messenger_world import MEDIA
-from tests.integration.test_sync import Sync
+from tests.integration.sync_client import Sync
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-schema"
 WRITES = dict(parse_queries((EXAMPLE / "writes.sql").read_text()))
