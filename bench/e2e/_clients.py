@@ -34,10 +34,9 @@ import orjson
 import uvloop
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
-RS = b"\x1e"
-HANDSHAKE = b'{"protocol":"json","version":1}' + RS
-HANDSHAKE_ANSWER = b"{}" + RS
-PING = b'{"type":6}' + RS
+from support.hub_wire import HANDSHAKE, HANDSHAKE_ANSWER, PING, emit
+from support.hub_wire import RS_BYTES as RS
+
 PING_EVERY = 10.0  # the hub protocol's keepalive interval, seconds
 INVOCATION = 1
 TARGET = "message_received"
@@ -162,11 +161,6 @@ async def client(url: str, token: str, deliveries: Deliveries, failures: list[st
     assert isinstance(listener, HubClient)
     await asyncio.wait_for(asyncio.shield(listener.ready), 60)
     return listener
-
-
-def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
 
 
 async def main(spec: dict[str, Any]) -> tuple[Deliveries, list[str]]:

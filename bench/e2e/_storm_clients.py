@@ -39,10 +39,9 @@ import aiohttp
 import orjson
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
-RS = b"\x1e"
-HANDSHAKE = b'{"protocol":"json","version":1}' + RS
-HANDSHAKE_ANSWER = b"{}" + RS
-PING = b'{"type":6}' + RS
+from support.hub_wire import HANDSHAKE, PING, emit
+from support.hub_wire import RS_BYTES as RS
+
 TEXT = WSMsgType.TEXT
 SYNC_LIMIT = 500
 HANDSHAKE_TIMEOUT = 15.0
@@ -328,11 +327,6 @@ class Client(WSListener):  # type: ignore[misc]
         if self.transport is not None:
             self.transport.send_close(WSCloseCode.OK)
             self.transport.disconnect()
-
-
-def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
 
 
 async def main(spec: dict[str, Any]) -> None:

@@ -46,10 +46,10 @@ from websockets.asyncio.client import connect
 
 from bench._common import parse_with_smoke
 from bench.hub.fanout import SECRET, SERVICE_KEY, drop_database, prepare_database, wait_http
+from support.hub_wire import HANDSHAKE
 from support.procs import cpu_seconds, free_port, memory_kib
 
 HUB = "/hubs/messenger"
-HANDSHAKE = b'{"protocol":"json","version":1}\x1e'
 KINDS = ("websocket", "sse", "long_polling", "http")
 
 

@@ -20,15 +20,14 @@ import asyncio
 import json
 import os
 import statistics
-import time
 import uuid
 from typing import Any
 
 import httpx
-import jwt
 
 from bench._common import module_command, parse_with_smoke
 from bench.hub.fanout import SECRET, SERVICE_KEY, drop_database, prepare_database, wait_http
+from support.hub_wire import make_token
 from support.procs import cpu_seconds, free_port
 
 
@@ -63,10 +62,7 @@ async def driver(args: argparse.Namespace) -> dict[str, Any]:
     service = {"Authorization": f"Bearer {SERVICE_KEY}"}
     group = f"/api/v1/hubs/messenger/groups/user:{uuid.uuid4()}"
     users = [str(uuid.uuid4()) for _ in range(args.concurrency * 4)]
-    tokens = [
-        jwt.encode({"sub": u, "exp": int(time.time()) + 3600}, SECRET, algorithm="HS256")
-        for u in users
-    ]
+    tokens = [make_token(u, ttl=3600, secret=SECRET) for u in users]
     turn = iter(range(10**9))
 
     def negotiate(body: bytes) -> Any:

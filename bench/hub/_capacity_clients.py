@@ -51,12 +51,10 @@ import uvloop
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from realtime_dispatch.auth.tokens import mint_token
+from support.hub_wire import HANDSHAKE, HANDSHAKE_ANSWER, PING, emit
+from support.hub_wire import RS_BYTES as RS
 from support.stats import percentiles
 
-RS = b"\x1e"
-HANDSHAKE = b'{"protocol":"json","version":1}' + RS
-HANDSHAKE_ANSWER = b"{}" + RS
-PING = b'{"type":6}' + RS
 TEXT = WSMsgType.TEXT
 TICK = 0.1  # seconds between two slots of pings
 TARGET_MARK = b'"target":"message_received"'
@@ -270,11 +268,6 @@ class Pinger:
     def stop(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
-
-
-def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
 
 
 async def connect_all(shared: Shared, tokens: list[str], pinger: Pinger) -> dict[str, Any]:

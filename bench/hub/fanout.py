@@ -30,12 +30,12 @@ from urllib.parse import urlsplit
 
 from bench._common import module_command, parse_with_smoke
 from support.databases import with_database
+from support.hub_wire import RS, make_token
 from support.procs import cpu_seconds, free_port, rss_kib
 
 SECRET = "bench-secret-bench-secret-bench-secret!"
 SERVICE_KEY = "bench-service-key"
 NAMESPACE = uuid.UUID("6f1d7c1e-6d3a-4b7e-9a51-1f5c2b3d4e5f")
-RS = "\x1e"
 MSGPACK_INVOCATIONS = (b"\x96\x01\x80\xc0", b"\x95\x01\x80\xc0")
 """How a MessagePack invocation from the hub starts: [1, {}, nil, …] as six elements (stream ids
 last, as the hub writes it) or five (as it wrote it before, and as the protocol allows); pings
@@ -83,7 +83,6 @@ def hub_main(args: argparse.Namespace) -> None:
 
 
 async def clients_main(args: argparse.Namespace) -> None:
-    import jwt
     from websockets.asyncio.client import ClientConnection, connect
     from websockets.exceptions import ConnectionClosed
 
@@ -104,8 +103,7 @@ async def clients_main(args: argparse.Namespace) -> None:
     stopping = False
 
     def token(index: int) -> str:
-        claims = {"sub": str(user_id(index)), "exp": int(time.time()) + 3600}
-        return jwt.encode(claims, SECRET, algorithm="HS256")
+        return make_token(user_id(index), ttl=3600, secret=SECRET)
 
     async def run_client(index: int, ready: asyncio.Event) -> None:
         nonlocal total

@@ -105,11 +105,11 @@ from bench.hub.fanout import (
     stop_clients,
     wait_http,
 )
+from support.hub_wire import RS_BYTES as RS
 from support.procs import cpu_seconds, cpu_seconds_ns, free_port, rss_kib
 
 HERE = Path(__file__).resolve().parent
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-RS = b"\x1e"
 
 
 # --- the floor: pre-framed records straight to transports --------------------------------------

@@ -29,21 +29,20 @@ import uuid
 from typing import Any
 
 import httpx
-import jwt
 import orjson
 from websockets.asyncio.client import connect
 
 from bench._common import module_command, parse_with_smoke
 from bench.http.header_flood import timed_requests
 from bench.hub.fanout import SECRET, drop_database, prepare_database, user_id, wait_http
+from support.hub_wire import RS_BYTES as RS
+from support.hub_wire import make_token
 from support.procs import free_port
 from support.stats import percentile
 
-RS = b"\x1e"
-
 
 def token_for(user: uuid.UUID) -> str:
-    return jwt.encode({"sub": str(user), "exp": int(time.time()) + 3600}, SECRET, algorithm="HS256")
+    return make_token(user, ttl=3600, secret=SECRET)
 
 
 async def flood_connection(

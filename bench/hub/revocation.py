@@ -32,10 +32,10 @@ from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.telemetry.logs import configure_logging
+from support.hub_wire import RS
 from support.procs import free_port
 
 SECRET = "bench-revocation-secret-of-32-bytes-or-more"
-RS = "\x1e"
 
 
 @contextlib.asynccontextmanager

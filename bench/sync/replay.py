@@ -36,7 +36,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
-import jwt
 import orjson
 from websockets.asyncio.client import connect
 
@@ -49,11 +48,11 @@ from bench._common import (
     scratch_database,
     write_json,
 )
+from support.hub_wire import RS, make_token
 from support.procs import cpu_seconds_of, free_port
 from support.stats import percentile
 
 SECRET = "bench-sync-replay-secret-0123456789abcdef"
-RS = "\x1e"
 SEED = """
 INSERT INTO messenger.realtime_outbox
     (id, kind, target_kind, chat_id, message_id, seq, status, created_at)
@@ -71,7 +70,7 @@ UNBOUNDED = {
 
 
 def token(user: UUID) -> str:
-    return jwt.encode({"sub": str(user), "exp": int(time.time()) + 7200}, SECRET, "HS256")
+    return make_token(user, ttl=7200, secret=SECRET)
 
 
 def quantiles(samples: list[float]) -> dict[str, float]:

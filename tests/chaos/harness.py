@@ -25,13 +25,12 @@ import orjson
 from websockets.asyncio.client import connect
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import RS, SECRET, make_token
 from support.procs import Proc, cli_env, free_port, wait_until
-from tests.hub_fixtures import SECRET, make_token
 
 SERVICE_KEY = "chaos-service-key"
 # What a client of a database that is going away sees.
 RETRYABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
-RS = "\x1e"
 
 
 def scale(name: str, default: int) -> int:

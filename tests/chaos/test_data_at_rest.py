@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
+from support.hub_wire import SECRET, make_token
 from support.procs import wait_until
 from tests.chaos.harness import (
     SERVICE_KEY,
@@ -24,7 +25,6 @@ from tests.chaos.harness import (
     processes,
     report,
 )
-from tests.hub_fixtures import SECRET, make_token
 from tests.integration.support import table_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -25,6 +25,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import SECRET, make_token
 from support.procs import wait_until
 from tests.chaos.harness import (
     RS,
@@ -36,7 +37,6 @@ from tests.chaos.harness import (
     scale,
     serving,
 )
-from tests.hub_fixtures import SECRET, make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import make_token
 from tests.chaos.harness import invariants, report, scale, serving
-from tests.hub_fixtures import make_token
 
 schemathesis = pytest.importorskip("schemathesis")
 

@@ -12,8 +12,9 @@ from uuid import UUID
 
 import orjson
 
+from support.hub_wire import make_token
 from support.procs import cli_env, free_port, start_cli, stop, wait_ready
-from tests.hub_fixtures import REPO, NodeClient, make_token, require_node_client
+from tests.hub_fixtures import REPO, NodeClient, require_node_client
 
 CHROMIUM = "/usr/bin/chromium"
 TARGETS = ["message_received", "call_invited"]

@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from realtime_dispatch.client import ClientOptions, ConnectionOptions, MessengerClient
+from support.hub_wire import make_token
 from support.procs import cli_env, free_port, start_cli, stop, wait_until
-from tests.hub_fixtures import make_token
 
 pytestmark = pytest.mark.e2e
 

@@ -39,8 +39,9 @@ from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.values.keys import key_codec
 from support.databases import scratch_database
+from support.hub_wire import SECRET, SERVICE_KEY
 from support.procs import cli_env, free_port, running, wait_until
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, TcpProxy
+from tests.hub_fixtures import NodeClient, TcpProxy
 
 pytestmark = pytest.mark.e2e
 

@@ -12,13 +12,13 @@ import pytest
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger.commands import create_chat, set_participant
+from support.hub_wire import make_token
 from tests.hub_fixtures import (
     NODE_TRANSPORTS,
     NodeClient,
     TcpProxy,
     create_shared_chat,
     hub_settings,
-    make_token,
     options_for,
     push,
     running_hub,

@@ -16,7 +16,8 @@ from pysignalr.protocol.messagepack import MessagepackProtocol
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub.connections.registry import user_group
-from tests.hub_fixtures import SECRET, hub_settings, make_token, push, running_hub
+from support.hub_wire import SECRET, make_token
+from tests.hub_fixtures import hub_settings, push, running_hub
 
 pytestmark = pytest.mark.e2e
 

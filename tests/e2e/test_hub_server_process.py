@@ -11,8 +11,9 @@ import uuid
 import httpx
 import pytest
 
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
 from support.procs import free_port
-from tests.hub_fixtures import SECRET, SERVICE_KEY, RunningHub, make_token, raw_client
+from tests.hub_fixtures import RunningHub, raw_client
 
 pytestmark = pytest.mark.e2e
 

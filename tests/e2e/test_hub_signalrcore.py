@@ -28,7 +28,8 @@ from signalrcore.protocol.messagepack_protocol import MessagePackHubProtocol
 
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.messenger.commands import create_chat
-from tests.hub_fixtures import RunningHub, hub_settings, make_token, push, running_hub
+from support.hub_wire import make_token
+from tests.hub_fixtures import RunningHub, hub_settings, push, running_hub
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,9 @@ import jwt
 import orjson
 import pytest
 
+from support.hub_wire import SECRET, SERVICE_KEY
 from support.procs import cli_env, free_port, run_cli, running, wait_until
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, require_node_client
+from tests.hub_fixtures import NodeClient, require_node_client
 
 pytestmark = pytest.mark.e2e
 

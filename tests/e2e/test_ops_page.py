@@ -15,10 +15,10 @@ from starlette.applications import Starlette
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
+from support.hub_wire import SECRET, make_token
 from support.procs import free_port, wait_until
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.errors_support import quarantine_rows
-from tests.hub_fixtures import SECRET, make_token
 
 
 @contextlib.asynccontextmanager

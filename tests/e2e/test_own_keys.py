@@ -22,8 +22,9 @@ import asyncpg
 import jwt
 import pytest
 
+from support.hub_wire import SECRET, SERVICE_KEY
 from support.procs import cli_env, free_port, run_cli, running, side_by_side
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 

@@ -16,9 +16,10 @@ import httpx
 import jwt
 import pytest
 
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
 from support.procs import cli_env, free_port, run_cli, running, wait_until
 from tests.e2e.own_schema import EXAMPLE, WRITES
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 

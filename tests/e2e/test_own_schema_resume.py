@@ -27,6 +27,7 @@ from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
 from support.procs import (
     LogTail,
     cli_env,
@@ -39,7 +40,7 @@ from support.procs import (
 )
 from tests.e2e.browser import TARGETS, build_sdk, sdk_client
 from tests.e2e.test_own_schema import EXAMPLE, WRITES
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,9 @@ import asyncpg
 import httpx
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import SECRET, make_token
 from support.procs import cli_env, free_port, start_cli, stop, wait_for_line, wait_until
-from tests.hub_fixtures import SECRET, make_token, raw_client
+from tests.hub_fixtures import raw_client
 from tests.integration.support import send
 
 

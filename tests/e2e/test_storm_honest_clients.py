@@ -20,8 +20,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
 from support.procs import cli_env, free_port, start_cli, wait_ready
-from tests.hub_fixtures import SECRET, SERVICE_KEY, make_token
 
 pytestmark = pytest.mark.e2e
 

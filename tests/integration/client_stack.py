@@ -28,8 +28,9 @@ from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.settings import Settings
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncService
+from support.hub_wire import make_token
 from support.procs import free_port
-from tests.hub_fixtures import hub_settings, make_token
+from tests.hub_fixtures import hub_settings
 
 FAST = RealtimeDispatchOptions(
     polling_interval=0.1, backoff_base=0.05, backoff_cap=0.2, max_run_duration=2, lock_ttl=10

@@ -29,7 +29,7 @@ from realtime_dispatch.messenger import (
 )
 from realtime_dispatch.messenger.reaper import reap_unanswered_calls
 from realtime_dispatch.outbox.model import RealtimeDispatchKind, SessionKind
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
 
 K = RealtimeDispatchKind
 D = SessionKind.DIRECT

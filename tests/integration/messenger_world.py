@@ -28,15 +28,9 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
+from support.hub_wire import make_token
 from support.procs import wait_until
-from tests.hub_fixtures import (
-    RawClient,
-    RunningHub,
-    hub_settings,
-    make_token,
-    raw_client,
-    running_hub,
-)
+from tests.hub_fixtures import RawClient, RunningHub, hub_settings, raw_client, running_hub
 from tests.integration.messenger_scenario import (
     CREATED,
     Ctx,

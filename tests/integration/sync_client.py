@@ -17,7 +17,8 @@ from realtime_dispatch.dispatch.projections.registry import default_payload_buil
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncOptions, SyncService
-from tests.hub_fixtures import SECRET, hub_settings, make_token
+from support.hub_wire import SECRET, make_token
+from tests.hub_fixtures import hub_settings
 from tests.integration.messenger_world import MEDIA
 
 

@@ -17,8 +17,8 @@ from uuid import uuid4
 
 import asyncpg
 
+from support.hub_wire import make_token
 from support.procs import wait_until
-from tests.hub_fixtures import make_token
 from tests.integration.client_stack import messenger_stack
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

@@ -13,9 +13,10 @@ import httpx
 from realtime_dispatch.client import MessageEdited, MessageReceived, MessengerClient
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.contracts.calls import CallAnswered, CallInvited
+from support.hub_wire import make_token
 from support.procs import wait_until
 from tests.fakes import RecordingPublisher
-from tests.hub_fixtures import hub_settings, make_token
+from tests.hub_fixtures import hub_settings
 from tests.integration.client_stack import messenger_stack
 from tests.integration.messenger_world import MEDIA_SETTINGS, verify_media
 

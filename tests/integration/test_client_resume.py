@@ -9,8 +9,9 @@ import asyncpg
 from realtime_dispatch.client import MessageReceived, MessengerClient
 from realtime_dispatch.client.events import ContactRequestReceived
 from realtime_dispatch.messenger import contacts
+from support.hub_wire import make_token
 from support.procs import wait_until
-from tests.hub_fixtures import hub_settings, make_token
+from tests.hub_fixtures import hub_settings
 from tests.integration.client_stack import QUICK_CLIENT, drop_everyone, messenger_stack
 
 

@@ -30,16 +30,9 @@ from realtime_dispatch.auth.tokens import TokenOptions, mint_token
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.wire.protocols import JSON, Transport
 from realtime_dispatch.messenger.api.app import ApiOptions, create_api
+from support.hub_wire import SECRET
 from support.procs import free_port, wait_until
-from tests.hub_fixtures import (
-    SECRET,
-    hub_settings,
-    negotiate,
-    options_for,
-    push,
-    raw_client,
-    running_hub,
-)
+from tests.hub_fixtures import hub_settings, negotiate, options_for, push, raw_client, running_hub
 from tests.jwks import AUDIENCE, ISSUER, public_jwk
 
 EXPIRED = {"type": 7, "error": "token expired", "allowReconnect": True}

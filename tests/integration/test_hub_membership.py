@@ -9,8 +9,9 @@ import uuid
 
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
+from support.hub_wire import make_token
 from support.procs import wait_until
-from tests.hub_fixtures import hub_settings, make_token, push, raw_client, running_hub
+from tests.hub_fixtures import hub_settings, push, raw_client, running_hub
 
 
 async def test_initial_groups_are_active_chats(database_url, pool):

@@ -14,11 +14,11 @@ import pytest
 from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat
+from support.hub_wire import make_token
 from support.procs import wait_until
 from tests.hub_fixtures import (
     create_shared_chat,
     hub_settings,
-    make_token,
     options_for,
     raw_client,
     running_hub,

@@ -10,16 +10,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from realtime_dispatch.hub.connections.registry import user_group
-from tests.hub_fixtures import (
-    RS,
-    hub_settings,
-    make_token,
-    negotiate,
-    options_for,
-    push,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import RS, make_token
+from tests.hub_fixtures import hub_settings, negotiate, options_for, push, raw_client, running_hub
 
 
 @pytest.fixture(params=["direct", "asgi"])
@@ -77,7 +69,7 @@ async def test_bad_token_is_refused(hub, token):
 async def test_token_without_exp_or_uuid_sub_is_refused(hub):
     import jwt
 
-    from tests.hub_fixtures import SECRET
+    from support.hub_wire import SECRET
 
     no_exp = jwt.encode({"sub": str(uuid.uuid4())}, SECRET, algorithm="HS256")
     bad_sub = make_token(uuid.uuid4(), sub="alice")

@@ -15,8 +15,9 @@ from websockets.exceptions import ConnectionClosed
 
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
+from support.hub_wire import RS, make_token
 from support.procs import wait_until
-from tests.hub_fixtures import RS, hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import hub_settings, raw_client, running_hub
 
 
 @pytest.fixture

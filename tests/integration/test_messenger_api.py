@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.send_rate import SendLimiter, SendRate
-from tests.hub_fixtures import SECRET, hub_settings, make_token
+from support.hub_wire import SECRET, make_token
+from tests.hub_fixtures import hub_settings
 from tests.integration.messenger_scenario import Api, written
 
 

@@ -33,8 +33,9 @@ from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncOptions, SyncService
 from realtime_dispatch.sync.store import spans_page
 from support.databases import scratch_database
+from support.hub_wire import SECRET
 from support.procs import wait_until
-from tests.hub_fixtures import SECRET, hub_settings
+from tests.hub_fixtures import hub_settings
 from tests.integration.messenger_world import MEDIA
 from tests.integration.sync_client import Sync
 
