@@ -60,9 +60,14 @@ js: $(STAMP) node_modules/.package-lock.json
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.hub.peers build
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.dispatch.drain
-	$(BIN)/python -m bench.dispatch.lag
+## bench: the headline benchmarks at short sizes, each against its floor or peer (bench/README.md);
+## every benchmark runs as `python -m bench.<group>.<name>` from here
+bench: $(STAMP) bench-peers
+	$(BIN)/python -m bench.dispatch.drain --scenarios base --runs 3
+	$(BIN)/python -m bench.dispatch.lag --scenarios raw,notify --rate 500 --runs 2
+	$(BIN)/python -m bench.hub.peers --servers hub-marked,floor-batched,go-ws,centrifuge --runs 1
+	$(BIN)/python -m bench.e2e.scenarios --scenario A --runs 1 --seconds 10
+	$(BIN)/python -m bench.e2e.storm --clients 1000
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

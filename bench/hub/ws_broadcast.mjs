@@ -1,4 +1,4 @@
-// Peer for bench/hub_peers.py: a Node.js `ws` broadcast server. It answers every client's hub
+// Peer for bench/hub/peers.py: a Node.js `ws` broadcast server. It answers every client's hub
 // handshake with "{}\x1e", and on each stdin line {"pushes": n} sends n invocation records (the
 // same JSON hub record bytes as the hub), 8 pushes per event-loop turn, to every client that
 // connected with ?member=1. Prints {"event": "listening"} once the port is open.

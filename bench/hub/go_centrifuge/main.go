@@ -1,17 +1,17 @@
-// Peer for bench/hub_peers.py and bench/hub_capacity.py: a Centrifuge node (memory broker, the
+// Peer for bench/hub/peers.py and bench/hub/capacity.py: a Centrifuge node (memory broker, the
 // library's JSON protocol on its WebSocket handler at /connection/websocket). A client may
 // subscribe to any channel; the clients subscribe to theirs.
 //
 //	go_centrifuge PORT CHAT
 //
-// bench/hub_peers.py: every client is let in (anonymous credentials); on each stdin line
+// bench/hub/peers.py: every client is let in (anonymous credentials); on each stdin line
 // {"pushes": n} it publishes n records to "chat" with node.Publish, 8 per batch (then the other
 // goroutines' turn), each record's data the same JSON hub record as the hub's (without the
 // record separator).
 //
 //	go_centrifuge -secret S -service-key K PORT
 //
-// bench/hub_capacity.py: a client is let in with an HS256 token (the hub's) in its connect
+// bench/hub/capacity.py: a client is let in with an HS256 token (the hub's) in its connect
 // command, as user "sub"; POST /api/v1/hubs/messenger/batch with "Authorization: Bearer K" and
 // the worker publisher's body publishes each push's hub record to the channel named by its
 // group and answers every push accepted; GET /readyz answers 200.

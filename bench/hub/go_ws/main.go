@@ -1,4 +1,4 @@
-// Peer for bench/hub_peers.py: a gorilla/websocket broadcast server, the floor of a compiled
+// Peer for bench/hub/peers.py: a gorilla/websocket broadcast server, the floor of a compiled
 // server. It answers every client's hub handshake with "{}\x1e" and, on each stdin line
 // {"pushes": n}, sends n invocation records (the same JSON hub record bytes as the hub), 8 per
 // batch, yielding to the other goroutines after each, to every client that connected with
