@@ -1,4 +1,4 @@
-"""Test harness for the hub: a real uvicorn server on a free port in the test's event loop, tokens,
+"""Test harness for the hub: a real uvicorn server on a free port in the test's event loop,
 and a minimal raw SignalR JSON client on ``websockets`` for wire-level assertions."""
 
 from __future__ import annotations
