@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const bundlePath = resolve(root, "src/realtime_dispatch/demo/static/messenger-client.js");
+const bundlePath = resolve(root, "src/realtime_dispatch/messenger/demo/static/messenger-client.js");
 const check = process.argv.includes("--check");
 
 const built = await esbuild.build({

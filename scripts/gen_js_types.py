@@ -1,10 +1,11 @@
 """Generate ``clients/js/src/contracts.ts`` from the server's own pydantic models: the 26 hub
 event payloads (``realtime_dispatch.contracts.events.EVENT_MODELS``, and the group shapes of
 ``call_invited`` / ``call_ended`` in ``GROUP_EVENT_MODELS``), the live signals
-(``realtime_dispatch.contracts.signals.SIGNAL_MODELS``), every REST body
-(``realtime_dispatch.contracts.rest``) and ``EVENT_NAMES``, the SDK's list of the built-in
-events (from the kinds' catalogue, ``realtime_dispatch.values.catalogue``, as ``EVENT_MODELS``
-is). pydantic gives the JSON Schema (wire names, serialization mode);
+(``realtime_dispatch.contracts.signals.SIGNAL_MODELS``), every REST body (the reference
+messenger's, ``realtime_dispatch.contracts.messenger_rest``, and the sync page,
+``realtime_dispatch.contracts.sync``) and ``EVENT_NAMES``, the SDK's list of the built-in events
+(from the kinds' catalogue, ``realtime_dispatch.values.catalogue``, as ``EVENT_MODELS`` is).
+pydantic gives the JSON Schema (wire names, serialization mode);
 ``json-schema-to-typescript`` (npm, ``node_modules/.bin/json2ts``) turns it into TypeScript.
 
     python scripts/gen_js_types.py          # rewrite the file
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from realtime_dispatch.contracts import rest as schemas
+from realtime_dispatch.contracts import messenger_rest, sync
 from realtime_dispatch.contracts.base import KEY_JSON_SCHEMA
 from realtime_dispatch.contracts.events import EVENT_MODELS, GROUP_EVENT_MODELS
 from realtime_dispatch.contracts.signals import SIGNAL_MODELS
@@ -38,10 +39,10 @@ BANNER = (
 def rest_models() -> list[type[BaseModel]]:
     found = [
         model
+        for schemas in (messenger_rest, sync)
         for name, model in inspect.getmembers(schemas, inspect.isclass)
         if issubclass(model, BaseModel)
         and model.__module__ == schemas.__name__
-        and model is not schemas.ApiModel
         and not name.startswith("_")  # a module's own base of models, never sent as itself
     ]
     return sorted(found, key=lambda m: m.__name__)

@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 
 from realtime_dispatch.cli.serve import hub_options
+from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.hub.runtime import Hub, HubOptions
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings

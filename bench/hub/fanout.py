@@ -53,7 +53,7 @@ def http_limits_off() -> dict[str, Any]:
     """No per-address cap: every client of the benchmark connects from 127.0.0.1. (Empty on a
     version without the HTTP limits, so the same script measures before and after.)"""
     try:
-        from realtime_dispatch.hub.serving.http_protocol import HttpLimits
+        from realtime_dispatch.edge.http_protocol import HttpLimits
     except ImportError:
         return {}
     return {"http_limits": HttpLimits(max_per_client=0)}

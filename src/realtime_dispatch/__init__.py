@@ -3,6 +3,12 @@
 An owner service writes a domain change and, in the same transaction, a push intent into
 ``messenger.realtime_outbox`` (:func:`enqueue`). The dispatcher worker claims those rows, builds the
 typed payload from their reference ids and pushes it to the SignalR-compatible hub.
+
+Two things ship in this package: the pipeline (``outbox``, ``dispatch``, ``hub``, ``sync``,
+``ops``, ``manifest``, ``auth``, ``contracts``, ``delivery`` and the ground floor below them) and
+the reference messenger app written against it (``messenger``: its domain, REST API, jobs,
+tables and demo page; its REST bodies are ``contracts.messenger_rest``). No pipeline package
+imports the app; ``cli`` and ``settings`` wire the two together (docs/architecture.md).
 """
 
 from __future__ import annotations

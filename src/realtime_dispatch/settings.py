@@ -25,8 +25,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from realtime_dispatch.auth.media import MediaOptions
 from realtime_dispatch.auth.tokens import TokenOptions
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
+from realtime_dispatch.edge.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.errors import ConfigurationError
-from realtime_dispatch.hub.serving.forwarded import IPNetwork, parse_networks
 from realtime_dispatch.manifest.manifest import Manifest, load_manifest
 from realtime_dispatch.messenger.api.app import ApiOptions
 from realtime_dispatch.messenger.api.send_rate import SendRate

@@ -61,8 +61,9 @@ import structlog
 
 from realtime_dispatch.contracts.base import Contract, key_context
 from realtime_dispatch.contracts.messages import MessageReceived
-from realtime_dispatch.contracts.rest import ChatSummaryOut, SyncPageOut
+from realtime_dispatch.contracts.messenger_rest import ChatSummaryOut
 from realtime_dispatch.contracts.signals import PresenceChanged
+from realtime_dispatch.contracts.sync import SyncPageOut
 from realtime_dispatch.values.keys import KEY_TYPES, UUID_KEYS, Key, key_codec
 from realtime_dispatch_client.apply import Timelines, apply_event
 from realtime_dispatch_client.connection import ConnectionOptions, HubClientConnection

@@ -16,7 +16,7 @@ from uuid import UUID, uuid4
 import httpx
 from pydantic import BaseModel
 
-from realtime_dispatch.contracts.rest import (
+from realtime_dispatch.contracts.messenger_rest import (
     ChatCreated,
     ChatOut,
     ChatPage,
@@ -24,8 +24,8 @@ from realtime_dispatch.contracts.rest import (
     MessageEditedReply,
     MessageOut,
     MessageSent,
-    SyncPageOut,
 )
+from realtime_dispatch.contracts.sync import SyncPageOut
 from realtime_dispatch_client.exceptions import RestError
 from realtime_dispatch_client.timeline import TimelineMessage
 

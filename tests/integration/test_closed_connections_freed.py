@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 import httpx
 from websockets.asyncio.client import connect
 
+from realtime_dispatch.edge.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.connections.connection import HubConnection
-from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
 from support.hub_wire import RS, make_token

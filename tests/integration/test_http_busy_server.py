@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 import uvloop
 
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits, guarded_http_protocol
+from realtime_dispatch.edge.http_protocol import HttpLimits, guarded_http_protocol
 
 HEADER_TIMEOUT = 0.3
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits, guarded_http_protocol
-from realtime_dispatch.hub.serving.pipelining import GatedFlow
+from realtime_dispatch.edge.http_protocol import HttpLimits, guarded_http_protocol
+from realtime_dispatch.edge.pipelining import GatedFlow
 from support.procs import wait_until
 
 PAD = b"p" * 200  # heads of ~260 bytes: thousands of them span many reads

@@ -13,8 +13,8 @@ import pytest
 
 from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_BYTES, Push
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
+from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from support.hub_wire import SERVICE_KEY, make_token
 from support.procs import wait_until
 from tests.hub_fixtures import SlowPostgresProxy, hub_settings, raw_client, running_hub

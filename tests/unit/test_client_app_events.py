@@ -16,7 +16,7 @@ from realtime_dispatch.client.client import _takes_two
 from realtime_dispatch.client.events import AppEvent
 from realtime_dispatch.client.timeline import Timeline, TimelineMessage
 from realtime_dispatch.contracts.calls import CallInvited, GroupCallInvited
-from realtime_dispatch.contracts.rest import SyncPageOut
+from realtime_dispatch.contracts.sync import SyncPageOut
 
 
 def _page(*events: tuple[str, dict[str, Any]]) -> SyncPageOut:

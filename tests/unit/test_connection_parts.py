@@ -4,8 +4,8 @@ tests/integration/test_http_busy_server.py, tests/chaos/test_hostile_input.py.""
 
 from __future__ import annotations
 
-from realtime_dispatch.hub.serving.forwarded import TrustedProxies, parse_networks
-from realtime_dispatch.hub.serving.http_limits import ClientConnections, ClientPlace, HeadCap
+from realtime_dispatch.edge.forwarded import TrustedProxies, parse_networks
+from realtime_dispatch.edge.http_limits import ClientConnections, ClientPlace, HeadCap
 
 
 def test_a_head_is_fed_whole_within_the_cap_and_cut_at_it() -> None:

@@ -1,9 +1,9 @@
-"""The response head of a direct POST (:mod:`realtime_dispatch.hub.serving.direct_post`):
+"""The response head of a direct POST (:mod:`realtime_dispatch.edge.direct_post`):
 uvicorn's default headers joined once, and again whenever uvicorn replaces them."""
 
 from __future__ import annotations
 
-from realtime_dispatch.hub.serving.direct_post import _DefaultHeaders
+from realtime_dispatch.edge.direct_post import _DefaultHeaders
 
 
 def test_the_head_follows_uvicorns_list_of_default_headers() -> None:

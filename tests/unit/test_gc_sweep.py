@@ -1,4 +1,4 @@
-"""The full collection after connections end (:mod:`realtime_dispatch.hub.serving.gc_sweep`)."""
+"""The full collection after connections end (:mod:`realtime_dispatch.edge.gc_sweep`)."""
 
 import asyncio
 import contextlib
@@ -6,7 +6,7 @@ import gc
 import weakref
 from collections.abc import AsyncIterator
 
-from realtime_dispatch.hub.serving.gc_sweep import MAX_CPU_SHARE, GarbageSweep, rest_after
+from realtime_dispatch.edge.gc_sweep import MAX_CPU_SHARE, GarbageSweep, rest_after
 from support.procs import wait_until
 
 

@@ -11,16 +11,16 @@ from uuid import uuid4
 
 import pytest
 
-from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.auth.tokens import AuthError
-from realtime_dispatch.demo.hosts import served_host
+from realtime_dispatch.edge.forwarded import TrustedProxies, parse_networks
+from realtime_dispatch.edge.http_refusals import RefusalLog, RefusalReason
+from realtime_dispatch.edge.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.connections.caps import Admission, ConnectionRefused
 from realtime_dispatch.hub.connections.registry import GroupRegistry
-from realtime_dispatch.hub.http_refusals import RefusalLog, RefusalReason
-from realtime_dispatch.hub.serving.forwarded import TrustedProxies, parse_networks
 from realtime_dispatch.hub.transports.http_connections import LongPollWriter
 from realtime_dispatch.hub.transports.negotiate import NegotiationStore
+from realtime_dispatch.messenger.demo.hosts import served_host
 from realtime_dispatch.settings import load_settings
 from realtime_dispatch.telemetry.logs import RedactSecrets, redact
 

@@ -8,7 +8,7 @@ import hashlib
 import orjson
 import pytest
 
-from realtime_dispatch.contracts.rest import MessageKind, content_problems
+from realtime_dispatch.contracts.messenger_rest import MessageKind, content_problems
 from realtime_dispatch.messenger.messages import MessageContent
 from realtime_dispatch.messenger.refusals import InvalidInput
 

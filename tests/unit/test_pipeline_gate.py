@@ -1,5 +1,5 @@
 """A connection's flow control for pipelined requests, apart from its I/O
-(:class:`realtime_dispatch.hub.serving.pipelining.PipelineGate`): a real parser is fed, the
+(:class:`realtime_dispatch.edge.pipelining.PipelineGate`): a real parser is fed, the
 socket is a recorder of pauses and resumes. The protocol's use of it over real connections is
 tests/integration/test_http_pipelined_requests.py."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import httptools
 
-from realtime_dispatch.hub.serving.pipelining import GatedFlow, PipelineGate
+from realtime_dispatch.edge.pipelining import GatedFlow, PipelineGate
 
 DEPTH = 8
 

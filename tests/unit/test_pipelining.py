@@ -1,10 +1,10 @@
-"""Where a pipelining connection's bytes are cut (:mod:`realtime_dispatch.hub.serving.pipelining`),
+"""Where a pipelining connection's bytes are cut (:mod:`realtime_dispatch.edge.pipelining`),
 and the parser's rule the cut rests on."""
 
 import httptools
 import pytest
 
-from realtime_dispatch.hub.serving.pipelining import last_bytes, parseable
+from realtime_dispatch.edge.pipelining import last_bytes, parseable
 
 GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 

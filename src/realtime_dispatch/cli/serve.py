@@ -45,19 +45,19 @@ from realtime_dispatch.database.connections import (
     create_pool,
     lock_connection_settings,
 )
-from realtime_dispatch.demo import demo_routes
-from realtime_dispatch.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import DispatchService, dispatch_service
+from realtime_dispatch.edge.gc_sweep import GarbageSweep
+from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.hub import Hub, HubOptions, hub_routes
 from realtime_dispatch.hub.serving.forward import forwarding
-from realtime_dispatch.hub.serving.gc_sweep import GarbageSweep
-from realtime_dispatch.hub.serving.http_protocol import HttpLimits
 from realtime_dispatch.hub.serving.routes import HUB_PATH
 from realtime_dispatch.hub.serving.server import HubServer, guarded, uvicorn_config
 from realtime_dispatch.manifest.manifest import Manifest, shipped_manifest
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.limits import API_BODY_RULES
+from realtime_dispatch.messenger.demo import demo_routes
+from realtime_dispatch.messenger.demo.routes import DEMO_BODY_RULES
 from realtime_dispatch.messenger.jobs.service import media_jobs
 from realtime_dispatch.ops.routes import OPS_BODY_RULES, ops_routes
 from realtime_dispatch.ops.service import OpsService

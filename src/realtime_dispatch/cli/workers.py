@@ -376,11 +376,7 @@ class Parent:
             self.waiting[fd] = (conn, timer)
             return
         except OSError:
-            conn.close()
-            return
-        if not head:
-            conn.close()
-            return
+            head = b""
         self.route(conn, head)
 
     def readable(self, fd: int) -> None:
@@ -392,14 +388,15 @@ class Parent:
         except (BlockingIOError, InterruptedError):
             head = b"-"  # nothing yet (the wait ran out): a worker's header timeout decides
         except OSError:
-            conn.close()
-            return
-        if not head:
-            conn.close()
-            return
+            head = b""
         self.route(conn, head)
 
     def route(self, conn: socket.socket, head: bytes) -> None:
+        """Hand ``conn`` to a worker by its first bytes ``head``; none (the client closed, or
+        the peek failed): close it."""
+        if not head:
+            conn.close()
+            return
         target = request_target(head, self.user_claim)
         if target.method == b"GET" and target.path in PARENT_PATHS:
             task = asyncio.create_task(self.answer(conn, target.path))

@@ -78,3 +78,9 @@ class PushPayload(Contract):
     model_config = ConfigDict(json_schema_extra=_event_id_always_sent)
 
     event_id: UUID | None = None
+
+
+class ApiModel(BaseModel):
+    """Base of the REST bodies: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")

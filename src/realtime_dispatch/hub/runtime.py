@@ -35,6 +35,7 @@ from realtime_dispatch.auth.revocations import Revocations
 from realtime_dispatch.auth.tokens import TokenOptions, TokenVerifier
 from realtime_dispatch.database.connections import close_pool, create_pool
 from realtime_dispatch.delivery.push import HubPublisher, PublishResult
+from realtime_dispatch.edge.http_refusals import HttpRefusals
 from realtime_dispatch.hub.backplane import choice
 from realtime_dispatch.hub.backplane.publishers import FramePublisher
 from realtime_dispatch.hub.connections.caps import (
@@ -44,7 +45,6 @@ from realtime_dispatch.hub.connections.connection import ConnectionLimits, HubCo
 from realtime_dispatch.hub.connections.fanout import Fanout, GroupFrames
 from realtime_dispatch.hub.connections.lifetime import Lifetimes
 from realtime_dispatch.hub.connections.registry import GroupRegistry
-from realtime_dispatch.hub.http_refusals import HttpRefusals
 from realtime_dispatch.hub.membership.feed import MembershipFeed
 from realtime_dispatch.hub.membership.ordering import BACKPLANE, OrderedDelivery
 from realtime_dispatch.hub.membership.revocation_watch import RevocationWatch
@@ -164,7 +164,8 @@ class Hub:
         self.metrics_registry = metrics_registry or CollectorRegistry()
         self.metrics = HubMetrics(self.metrics_registry)
         self.http_refusals = HttpRefusals(self.metrics_registry)
-        """What the HTTP server in front of this hub refuses (:mod:`.serving.http_protocol`)."""
+        """What the HTTP server in front of this hub refuses
+        (:mod:`~realtime_dispatch.edge.http_protocol`)."""
         self.keys = options.token_options().keys
         """The owner's key type (``REALTIME_KEY_TYPE``): tokens' user claim, notifications' ids,
         ``Typing``'s chat id and ``user_typing``'s user id."""

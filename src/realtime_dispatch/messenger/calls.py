@@ -14,7 +14,7 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.contracts.rest import CallOut
+from realtime_dispatch.contracts.messenger_rest import CallOut
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import refuse_to_reach
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden

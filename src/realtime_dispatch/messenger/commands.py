@@ -7,7 +7,7 @@ per area: ``chats``, ``messages``, ``reads``, ``contacts``, ``blacklist``, ``cal
 
 from __future__ import annotations
 
-from realtime_dispatch.contracts.rest import MessageKind
+from realtime_dispatch.contracts.messenger_rest import MessageKind
 from realtime_dispatch.messenger.access import require_active_member
 from realtime_dispatch.messenger.blacklist import block_user, list_blocked, unblock_user
 from realtime_dispatch.messenger.calls import (

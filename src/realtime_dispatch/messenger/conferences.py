@@ -13,7 +13,7 @@ from uuid import UUID
 
 import asyncpg
 
-from realtime_dispatch.contracts.rest import ConferenceOut, RosterOut
+from realtime_dispatch.contracts.messenger_rest import ConferenceOut, RosterOut
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.messenger.access import (
     insert_unique,

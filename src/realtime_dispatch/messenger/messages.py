@@ -20,7 +20,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from realtime_dispatch.contracts.rest import MessageKind, MessageOut, content_problems
+from realtime_dispatch.contracts.messenger_rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
 from realtime_dispatch.messenger.access import (

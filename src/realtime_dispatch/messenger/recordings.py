@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from functools import partial
 from uuid import UUID
 
-from realtime_dispatch.contracts.rest import RecordingOut
+from realtime_dispatch.contracts.messenger_rest import RecordingOut
 from realtime_dispatch.database.connections import DbConnection
-from realtime_dispatch.messenger.refusals import Conflict, InvalidInput, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, InvalidInput
 from realtime_dispatch.messenger.sessions import (
     MediaSession,
-    load_session,
+    session_record,
     start_in_session,
     visible_session_record,
 )
@@ -42,18 +42,13 @@ start_recording = partial(
 async def _recording(
     conn: DbConnection, recording_id: UUID, actor: UUID, *, refuse_blocked: bool
 ) -> tuple[MediaSession, str]:
-    row = await conn.fetchrow(
+    row, session = await session_record(
+        conn,
         "SELECT call_id, conference_id, status FROM messenger.call_recordings"
         " WHERE id = $1 FOR UPDATE",
         recording_id,
-    )
-    if row is None:
-        raise NotFound("recording not found")
-    session = await load_session(
-        conn,
-        actor=actor,
-        call_id=row["call_id"],
-        conference_id=row["conference_id"],
+        actor,
+        "recording",
         refuse_blocked=refuse_blocked,
     )
     return session, str(row["status"])

@@ -6,11 +6,11 @@ from __future__ import annotations
 from functools import partial
 from uuid import UUID
 
-from realtime_dispatch.contracts.rest import ScreenShareOut
+from realtime_dispatch.contracts.messenger_rest import ScreenShareOut
 from realtime_dispatch.database.connections import DbConnection
-from realtime_dispatch.messenger.refusals import Conflict, Forbidden, NotFound
+from realtime_dispatch.messenger.refusals import Conflict, Forbidden
 from realtime_dispatch.messenger.sessions import (
-    load_session,
+    session_record,
     start_in_session,
     visible_session_record,
 )
@@ -30,15 +30,13 @@ start_screen_share = partial(
 async def stop_screen_share(conn: DbConnection, *, share_id: UUID, actor: UUID) -> None:
     """Only the user sharing may stop it."""
     async with conn.transaction():
-        row = await conn.fetchrow(
+        row, session = await session_record(
+            conn,
             "SELECT call_id, conference_id, user_id, stopped_at FROM messenger.screen_shares"
             " WHERE id = $1 FOR UPDATE",
             share_id,
-        )
-        if row is None:
-            raise NotFound("screen share not found")
-        session = await load_session(
-            conn, actor=actor, call_id=row["call_id"], conference_id=row["conference_id"]
+            actor,
+            "screen share",
         )
         if row["user_id"] != actor:
             raise Forbidden("only the user sharing may stop it")

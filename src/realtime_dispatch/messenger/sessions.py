@@ -170,19 +170,38 @@ async def load_session(
     return session
 
 
+async def session_record(
+    conn: DbConnection,
+    sql: str,
+    record_id: UUID,
+    actor: UUID,
+    what: str,
+    *,
+    refuse_blocked: bool = False,
+) -> tuple[asyncpg.Record, MediaSession]:
+    """A recording or screen share (``sql`` selects it by id, with ``call_id`` and
+    ``conference_id``; NotFound(``what``) without it) and its session as :func:`load_session`
+    gives it to ``actor``, in the caller's transaction."""
+    row = await conn.fetchrow(sql, record_id)
+    if row is None:
+        raise NotFound(f"{what} not found")
+    session = await load_session(
+        conn,
+        actor=actor,
+        call_id=row["call_id"],
+        conference_id=row["conference_id"],
+        refuse_blocked=refuse_blocked,
+    )
+    return row, session
+
+
 async def visible_session_record(
     conn: DbConnection, sql: str, record_id: UUID, viewer: UUID, what: str
 ) -> asyncpg.Record:
-    """A recording or screen share (``sql`` selects it by id, with ``call_id`` and
-    ``conference_id``), for whoever could start one in its session: a party of the call, an
-    active member of the conference's chat."""
+    """A recording or screen share (:func:`session_record`), for whoever could start one in its
+    session: a party of the call, an active member of the conference's chat."""
     async with conn.transaction():
-        row = await conn.fetchrow(sql, record_id)
-        if row is None:
-            raise NotFound(f"{what} not found")
-        await load_session(
-            conn, actor=viewer, call_id=row["call_id"], conference_id=row["conference_id"]
-        )
+        row, _ = await session_record(conn, sql, record_id, viewer, what)
     return row
 
 

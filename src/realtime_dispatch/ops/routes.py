@@ -32,7 +32,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.auth.tokens import (
     AuthError,
     KeysUnavailable,
@@ -40,6 +39,7 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     www_authenticate,
 )
+from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.manifest.kinds import KIND_NAME, MAX_KIND
 from realtime_dispatch.ops.service import OpsService
 

@@ -1,7 +1,7 @@
 """Versioned SQL migrations (``<package>/migrations/NNNN_name.sql``): the outbox's own here, and
-whatever the owner service adds (the reference messenger's:
-:mod:`realtime_dispatch.messenger.schema`). Versions are one sequence across all sources, so
-each file keeps its number wherever it lives.
+whatever the owner service adds, handed in by the caller (the reference messenger's, by the
+command line through ``realtime_dispatch.messenger.schema``; this module never imports it).
+Versions are one sequence across all sources, so each file keeps its number wherever it lives.
 
 Applied in order under an advisory lock, each in its own transaction, and recorded in
 ``messenger.realtime_schema_migrations``: running ``migrate`` twice, or from two processes at

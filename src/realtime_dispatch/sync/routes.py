@@ -19,7 +19,7 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     www_authenticate,
 )
-from realtime_dispatch.contracts.rest import SyncPageOut
+from realtime_dispatch.contracts.sync import SyncPageOut
 from realtime_dispatch.errors import DatabaseUnavailable
 from realtime_dispatch.sync.cursor import CursorError
 from realtime_dispatch.sync.service import (

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import Protocol, TypeAlias
 from uuid import UUID
 
 import asyncpg
@@ -39,11 +39,9 @@ from realtime_dispatch.errors import (
     TargetGone,
     TransientError,
 )
+from realtime_dispatch.manifest.kinds import DeclaredKind
 from realtime_dispatch.outbox.model import ClaimedRow, OutboxIntent, RealtimeDispatchKind
 from realtime_dispatch.values.keys import Key
-
-if TYPE_CHECKING:
-    from realtime_dispatch.dispatch.projections.declared import DeclaredKindBuilder
 
 BuildResults: TypeAlias = dict[UUID, Push | RealtimeDispatchError]
 _BUILTIN = frozenset(kind.value for kind in RealtimeDispatchKind)
@@ -63,6 +61,21 @@ class KindBuilder(Protocol):
     async def build(self, conn: DbConnection, items: Sequence[RowIntent]) -> BuildResults:
         """Build every item; return a result for each row id."""
         ...
+
+
+class DeclaredBuilder(Protocol):
+    """What :class:`CompositePayloadBuilder` uses of a declared kind's builder
+    (:class:`~.declared.DeclaredKindBuilder`)."""
+
+    @property
+    def kind(self) -> DeclaredKind: ...
+
+    @property
+    def query(self) -> str: ...
+
+    async def build_rows(self, conn: DbConnection, rows: Sequence[ClaimedRow]) -> BuildResults: ...
+
+    def ids_payload(self, row: ClaimedRow) -> Push: ...
 
 
 class PayloadBuilder(Protocol):
@@ -129,7 +142,7 @@ class CompositePayloadBuilder:
         *,
         deleted_chats_sql: str | None = None,
         chat_alive_sql: str | None = None,
-        declared: Iterable[DeclaredKindBuilder] = (),
+        declared: Iterable[DeclaredBuilder] = (),
     ) -> None:
         """``deleted_chats_sql``: the manifest's ``deleted_chats`` query, or else
         ``chat_alive_sql``, the deprecated ``chat_alive`` (neither: a row whose referenced

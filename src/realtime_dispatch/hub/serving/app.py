@@ -1,11 +1,11 @@
 """An ASGI app of the hub alone, its :class:`~.runtime.Hub` entered and left by the lifespan.
 
 For a bigger app (REST + hub), enter a :class:`~.runtime.Hub` in that app's lifespan and mount
-``hub_routes(hub)`` instead, and put :class:`~realtime_dispatch.auth.request_guard.RequestGuard`
+``hub_routes(hub)`` instead, and put :class:`~realtime_dispatch.edge.request_guard.RequestGuard`
 with :func:`~.routes.hub_body_rules` in front of it (``serve`` does:
 ``hub.serving.server.guarded``).
 The header and body timeouts and the per-address cap live in the HTTP protocol
-(:mod:`.http_protocol`): they apply under ``serve`` / ``run_hub``, or with
+(:mod:`~realtime_dispatch.edge.http_protocol`): they apply under ``serve`` / ``run_hub``, or with
 ``uvicorn_config``'s protocol class, not under another server.
 """
 
@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from realtime_dispatch.auth.request_guard import RequestGuard
+from realtime_dispatch.edge.request_guard import RequestGuard
 from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.serving.routes import hub_body_rules, hub_routes
 

@@ -36,8 +36,8 @@ from realtime_dispatch.delivery.push import (
     MAX_PUSH_BYTES,
     hub_problem,
 )
+from realtime_dispatch.edge.direct_post import Answer
 from realtime_dispatch.hub.connections.registry import is_valid_group
-from realtime_dispatch.hub.serving.direct_post import Answer
 from realtime_dispatch.hub.wire.protocol import invocation_frame
 from realtime_dispatch.values.json_types import JsonValue
 
@@ -143,10 +143,11 @@ class BatchEndpoint:
 
 class DirectBatch:
     """The batch endpoint as the hub's HTTP protocol serves it itself, without the ASGI app
-    (:func:`~.http_protocol.guarded_http_protocol`'s ``posts``): the same answers as
-    :class:`BatchEndpoint`. The key is checked on the raw header: an ``Authorization`` that is
-    exactly ``Bearer <key>`` (what the worker sends) is one constant-time comparison of bytes;
-    any other form of it goes through :func:`service_key_matches`, as the app's check does."""
+    (:func:`~realtime_dispatch.edge.http_protocol.guarded_http_protocol`'s ``posts``): the same
+    answers as :class:`BatchEndpoint`. The key is checked on the raw header: an
+    ``Authorization`` that is exactly ``Bearer <key>`` (what the worker sends) is one
+    constant-time comparison of bytes; any other form of it goes through
+    :func:`service_key_matches`, as the app's check does."""
 
     __slots__ = ("_expected", "_hub")
     max_body_bytes = MAX_BATCH_BYTES

@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from realtime_dispatch.auth.request_guard import BodyRule
 from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_BYTES
+from realtime_dispatch.edge.request_guard import BodyRule
 from realtime_dispatch.hub.connections.caps import ConnectionRefused
 from realtime_dispatch.hub.serving.push_api import MAX_BODY_BYTES, BatchEndpoint, push_to_group
 from realtime_dispatch.hub.transports.common import Refused, identity_of
@@ -36,7 +36,7 @@ HUB_POST_MAX_BODY_BYTES = 1 << 20
 
 def hub_body_rules() -> list[BodyRule]:
     """Credentials and body limits of the hub's HTTP routes, for
-    :class:`~realtime_dispatch.auth.request_guard.RequestGuard`."""
+    :class:`~realtime_dispatch.edge.request_guard.RequestGuard`."""
     post = frozenset({"POST"})
     return [
         BodyRule(f"{HUB_PATH}/negotiate", NEGOTIATE_MAX_BODY_BYTES, "token", post),

@@ -21,17 +21,17 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 
-from realtime_dispatch.auth.request_guard import BodyRule, RequestGuard
 from realtime_dispatch.delivery.push import BATCH_PATH
-from realtime_dispatch.errors import RealtimeDispatchError
-from realtime_dispatch.hub.runtime import Hub, HubOptions
-from realtime_dispatch.hub.serving.gc_sweep import GC_SWEEP_DELAY, GarbageSweep
-from realtime_dispatch.hub.serving.http_protocol import (
+from realtime_dispatch.edge.gc_sweep import GC_SWEEP_DELAY, GarbageSweep
+from realtime_dispatch.edge.http_protocol import (
     DirectPost,
     DirectUpgrade,
     HttpLimits,
     guarded_http_protocol,
 )
+from realtime_dispatch.edge.request_guard import BodyRule, RequestGuard
+from realtime_dispatch.errors import RealtimeDispatchError
+from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.serving.push_api import DirectBatch
 from realtime_dispatch.hub.serving.routes import HUB_PATH, hub_body_rules, hub_routes
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
@@ -209,7 +209,7 @@ def uvicorn_config(
     WebSockets (:class:`~.ws_direct.DirectWebSocket`) and its batch endpoint
     (:class:`~.push_api.DirectBatch`) are served directly, not through ``app``. ``uds``: listen
     on that Unix socket instead of ``host:port`` (a worker of ``--workers N``). ``ended`` is
-    told of every connection's end (:class:`~.gc_sweep.GarbageSweep`)."""
+    told of every connection's end (:class:`~realtime_dispatch.edge.gc_sweep.GarbageSweep`)."""
     direct: dict[str, DirectUpgrade] = {}
     posts: dict[str, DirectPost] = {}
     refusals = None
@@ -261,8 +261,8 @@ async def run_hub(
 ) -> None:
     """Serve the hub (negotiate, WebSocket, push endpoint, health, metrics, plus
     ``extra_routes``) until SIGTERM/SIGINT. Raises if a background task of the hub dies. A full
-    collection runs ``gc_sweep_delay`` seconds after connections end (:mod:`.gc_sweep`; 0:
-    none)."""
+    collection runs ``gc_sweep_delay`` seconds after connections end
+    (:mod:`~realtime_dispatch.edge.gc_sweep`; 0: none)."""
     async with Hub(options, pool=pool, dsn=dsn, metrics_registry=metrics_registry) as hub:
         app = Starlette(routes=[*hub_routes(hub), *extra_routes])
         sweep = GarbageSweep(gc_sweep_delay) if gc_sweep_delay > 0 else None

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -29,10 +28,8 @@ from realtime_dispatch.hub.connections.caps import Reservation
 from realtime_dispatch.hub.connections.connection import HubConnection
 from realtime_dispatch.hub.connections.outbound import Outbound
 from realtime_dispatch.hub.connections.session import CloseReason, InboundSession
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.wire.protocols import Transport
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +44,7 @@ class AdmissionRefused(RealtimeDispatchError):
 
 
 async def admit(
-    hub: Hub,
+    hub: TransportHost,
     *,
     connection_id: str,
     token: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 from starlette.requests import Request
@@ -23,11 +23,9 @@ from realtime_dispatch.auth.tokens import (
 )
 from realtime_dispatch.hub.connections.connection import Attachment, Writer
 from realtime_dispatch.hub.connections.session import CloseReason
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 from realtime_dispatch.values.keys import Key
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +56,7 @@ class Credentialed(Protocol):
     def query_params(self) -> Mapping[str, str]: ...
 
 
-async def identity_of(hub: Hub, request: Credentialed, transport: str) -> Identity:
+async def identity_of(hub: TransportHost, request: Credentialed, transport: str) -> Identity:
     """The verified identity of a request's token (negotiate, the WebSocket, SSE, long
     polling): 401 when it is refused (expired, revoked, forged...), 503 when the identity
     provider's keys are unavailable."""
@@ -77,7 +75,7 @@ def _unauthorized(exc: AuthError) -> Response:
     return PlainTextResponse("Unauthorized", status_code=401, headers=headers)
 
 
-def state_of(hub: Hub, request: Request, user_id: Key) -> HttpConnectionState:
+def state_of(hub: TransportHost, request: Request, user_id: Key) -> HttpConnectionState:
     """The connection named by ``id``: 404 when this replica has none, 403 for another user."""
     state = hub.http_transports.get(request.query_params.get("id"))
     if state is None:
@@ -114,7 +112,7 @@ async def disconnected(receive: Receive) -> CloseReason:
 
 
 async def serve_attached(
-    hub: Hub,
+    hub: TransportHost,
     state: HttpConnectionState,
     writer: Writer,
     reader: asyncio.Task[CloseReason] | None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 from starlette.responses import PlainTextResponse, Response
@@ -41,13 +41,11 @@ from realtime_dispatch.hub.connections.session import (
 )
 from realtime_dispatch.hub.transports.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.transports.common import Refused, identity_of
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.negotiate import new_connection_id
 from realtime_dispatch.hub.wire.framing import RawSink
 from realtime_dispatch.hub.wire.protocol import HANDSHAKE_OK, handshake_error
 from realtime_dispatch.hub.wire.protocols import Transport
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +82,7 @@ class DirectSocket(OpeningSocket, Protocol):
     def attach(self, connection: HubConnection) -> None: ...
 
 
-async def serve_websocket(hub: Hub, websocket: WebSocket | DirectSocket) -> None:
+async def serve_websocket(hub: TransportHost, websocket: WebSocket | DirectSocket) -> None:
     if hub.stopping:
         await _deny(websocket, 503, "Service Unavailable")
         return
@@ -152,7 +150,7 @@ async def _handshake(
 
 
 async def _open(
-    hub: Hub,
+    hub: TransportHost,
     websocket: WebSocket | DirectSocket,
     identity: Identity,
     id_param: str | None,
@@ -216,7 +214,9 @@ async def _send_handshake_reply(
         await websocket.send_text(text)
 
 
-async def _resume(hub: Hub, websocket: WebSocket | DirectSocket, connection: HubConnection) -> None:
+async def _resume(
+    hub: TransportHost, websocket: WebSocket | DirectSocket, connection: HubConnection
+) -> None:
     old = connection.attachment
     connection.attachment = None
     connection.sink = None
@@ -261,7 +261,9 @@ def received(connection: HubConnection, data: str | bytes, now: float) -> CloseR
     return connection.closing.reason
 
 
-def detach(hub: Hub, connection: HubConnection, attachment: Attachment, ended: CloseReason) -> int:
+def detach(
+    hub: TransportHost, connection: HubConnection, attachment: Attachment, ended: CloseReason
+) -> int:
     """The socket of ``attachment`` is done with ``connection``: it ``ended`` for that reason
     (or the connection is closing). The connection ends, or (stateful, transport lost) waits
     to resume; returns the code to close the socket with."""
@@ -296,7 +298,9 @@ async def _read_loop(connection: HubConnection, websocket: WebSocket) -> CloseRe
             return closing
 
 
-async def _run(hub: Hub, connection: HubConnection, websocket: WebSocket | DirectSocket) -> None:
+async def _run(
+    hub: TransportHost, connection: HubConnection, websocket: WebSocket | DirectSocket
+) -> None:
     if not isinstance(websocket, WebSocket):
         websocket.attach(connection)
         return

@@ -17,7 +17,6 @@ user.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import structlog
 from starlette.requests import Request
@@ -38,6 +37,7 @@ from realtime_dispatch.hub.transports.common import (
     serve_attached,
     state_of,
 )
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState, LongPollWriter
 from realtime_dispatch.hub.transports.longpolling import poll
 from realtime_dispatch.hub.transports.sse import serve_stream
@@ -45,16 +45,13 @@ from realtime_dispatch.hub.wire.protocol import HANDSHAKE_OK, handshake_error
 from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.values.keys import Key
 
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
-
 log = structlog.get_logger(__name__)
 
 
 class HttpTransportEndpoint:
     """The ASGI app of the HTTP transports for one hub."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: TransportHost) -> None:
         self._hub = hub
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

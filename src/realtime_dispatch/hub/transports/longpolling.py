@@ -9,16 +9,14 @@ poll counts as hearing from the client for the idle timeout."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive
 
 from realtime_dispatch.hub.transports.common import disconnected
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 POLL_TIMEOUT = 90.0
 """A poll with nothing to send answers empty after this; the server's pings (every 15 s of
@@ -45,7 +43,7 @@ async def _first_of(future: asyncio.Future[Any], receive: Receive) -> bool:
     return future.done() and not future.cancelled()
 
 
-async def poll(hub: Hub, state: HttpConnectionState, receive: Receive) -> Response:
+async def poll(hub: TransportHost, state: HttpConnectionState, receive: Receive) -> Response:
     loop = asyncio.get_running_loop()
     if state.connection is None and not state.ended:  # the handshake POST has not come yet
         answered = asyncio.ensure_future(state.answered.wait())

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Send
 
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.common import disconnected, serve_attached
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -54,7 +51,9 @@ class SseWriter:
         return True
 
 
-async def serve_stream(hub: Hub, state: HttpConnectionState, receive: Receive, send: Send) -> None:
+async def serve_stream(
+    hub: TransportHost, state: HttpConnectionState, receive: Receive, send: Send
+) -> None:
     """The stream of one connection: opened now, records once its handshake was accepted."""
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": OPENING, "more_body": True})

@@ -1,10 +1,11 @@
 """A hub WebSocket served straight on its asyncio transport: no ASGI app and no task while the
 connection is open, so an idle connection costs its few objects and nothing that runs.
 
-:class:`DirectWebSocket` is the protocol the hub's HTTP protocol (:mod:`.http_protocol`) hands
-an upgrade of ``/hubs/messenger`` to. The upgrade handshake and the frames are websockets'
-sans-I/O :class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments,
-ping and close frames). Opening a connection (token, per-user cap, handshake, admission) is
+:class:`DirectWebSocket` is the protocol the guarded HTTP protocol
+(:mod:`~realtime_dispatch.edge.http_protocol`) hands an upgrade of ``/hubs/messenger`` to. The
+upgrade handshake and the frames are websockets' sans-I/O
+:class:`~websockets.server.ServerProtocol`'s (RFC 6455 checks, masking, fragments, ping and
+close frames). Opening a connection (token, per-user cap, handshake, admission) is
 the endpoint's own :func:`~.endpoint.serve_websocket`, run in a task that ends once the
 connection is admitted: :class:`~.ws_opening.WebSocketOpening` gives it the ASGI-style calls it
 uses, and holds what the client sends meanwhile. From then on:
@@ -27,7 +28,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import Message
 from websockets.frames import Frame, Opcode
@@ -39,12 +40,10 @@ from websockets.server import ServerProtocol
 from realtime_dispatch.hub.connections.connection import Attachment, DrainWake, HubConnection, Wake
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.endpoint import detach, disconnect_reason, received
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.ws_opening import WebSocketOpening
 from realtime_dispatch.hub.wire.framing import RawSink, records_frame
 from realtime_dispatch.hub.wire.protocols import Transport
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
 
 _frames_log = logging.getLogger("realtime_dispatch.hub.ws_frames")
 _frames_log.setLevel(logging.WARNING)  # websockets logs every open and close at info
@@ -81,7 +80,7 @@ class DirectWebSocket(asyncio.Protocol):
         "writable",
     )
 
-    def __init__(self, hub: Hub, connections: set[Any]) -> None:
+    def __init__(self, hub: TransportHost, connections: set[Any]) -> None:
         self._hub = hub
         self._connections = connections
         """The server's open connections (uvicorn's ``server_state.connections``): its

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 from starlette.datastructures import Headers, QueryParams
@@ -26,11 +26,8 @@ from websockets.server import ServerProtocol
 
 from realtime_dispatch.hub.connections.connection import HubConnection
 from realtime_dispatch.hub.transports.endpoint import serve_websocket
+from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.wire.framing import ws_frame
-
-if TYPE_CHECKING:
-    from realtime_dispatch.hub.runtime import Hub
-    from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +36,26 @@ INBOX_HIGH = 16
 
 DENIAL_HEADERS = frozenset({"www-authenticate", "retry-after"})
 """Headers of a denial response passed to the client (the rest are the handshake's own)."""
+
+
+class OpeningSocket(Protocol):
+    """What an opening uses of its socket (a :class:`~.ws_direct.DirectWebSocket`)."""
+
+    @property
+    def lost(self) -> bool:
+        """The transport is gone."""
+        ...
+
+    @property
+    def transport(self) -> asyncio.Transport: ...
+
+    def answer(self, response: HandshakeResponse) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def send_close(self, code: int) -> None: ...
+
+    def attach(self, connection: HubConnection, held: deque[Message] | None) -> None: ...
 
 
 class WebSocketOpening:
@@ -57,8 +74,8 @@ class WebSocketOpening:
 
     def __init__(
         self,
-        socket: DirectWebSocket,
-        hub: Hub,
+        socket: OpeningSocket,
+        hub: TransportHost,
         handshake: ServerProtocol,
         request: Request,
         response: HandshakeResponse,
@@ -76,7 +93,7 @@ class WebSocketOpening:
             self._run(hub), name="hub-websocket-open"
         )
 
-    async def _run(self, hub: Hub) -> None:
+    async def _run(self, hub: TransportHost) -> None:
         try:
             await serve_websocket(hub, self)
         except (ConnectionError, asyncio.CancelledError):

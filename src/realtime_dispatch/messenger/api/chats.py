@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from realtime_dispatch.contracts.rest import (
+from realtime_dispatch.contracts.messenger_rest import (
     ChatCreated,
     ChatOut,
     ChatPage,
@@ -31,7 +31,7 @@ from realtime_dispatch.contracts.rest import (
 from realtime_dispatch.messenger import chats, messages, reads
 from realtime_dispatch.messenger.api.deps import Conn, User
 from realtime_dispatch.messenger.api.send_rate import SendLimiter
-from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
+from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute, no_content
 from realtime_dispatch.messenger.messages import MessageContent
 from realtime_dispatch.messenger.refusals import RateLimited
 
@@ -110,31 +110,20 @@ async def get_chat(chat_id: ChatId, user: User, conn: Conn) -> ChatOut:
     )
 
 
-@router.patch(
-    "/{chatId}",
-    status_code=204,
-    response_class=Response,
-    summary="Change the title (pushes chat_updated)",
-)
+@no_content(router.patch, "/{chatId}", "Change the title (pushes chat_updated)")
 async def rename_chat(chat_id: ChatId, body: RenameChat, user: User, conn: Conn) -> None:
     await chats.rename_chat(conn, chat_id=chat_id, actor=user, title=body.title)
 
 
-@router.post(
-    "/{chatId}/participants",
-    status_code=204,
-    response_class=Response,
-    summary="Add a member (joins chat:{chatId} live)",
-)
+@no_content(router.post, "/{chatId}/participants", "Add a member (joins chat:{chatId} live)")
 async def add_participant(chat_id: ChatId, body: UserRef, user: User, conn: Conn) -> None:
     await chats.add_participant(conn, chat_id=chat_id, actor=user, user_id=body.user_id)
 
 
-@router.delete(
+@no_content(
+    router.delete,
     "/{chatId}/participants/{userId}",
-    status_code=204,
-    response_class=Response,
-    summary="Leave (own id) or remove a member (the creator); leaves the group live",
+    "Leave (own id) or remove a member (the creator); leaves the group live",
 )
 async def remove_participant(chat_id: ChatId, user_id: UserId, user: User, conn: Conn) -> None:
     await chats.remove_participant(conn, chat_id=chat_id, actor=user, user_id=user_id)
@@ -244,21 +233,11 @@ async def edit_message(  # noqa: PLR0917 (FastAPI passes parameters by name)
     return MessageEditedReply(message_id=message_id, edited_at=edited_at)
 
 
-@router.delete(
-    "/{chatId}/messages/{messageId}",
-    status_code=204,
-    response_class=Response,
-    summary="Delete (the sender)",
-)
+@no_content(router.delete, "/{chatId}/messages/{messageId}", "Delete (the sender)")
 async def delete_message(chat_id: ChatId, message_id: MessageId, user: User, conn: Conn) -> None:
     await messages.delete_message(conn, chat_id=chat_id, message_id=message_id, actor=user)
 
 
-@router.post(
-    "/{chatId}/read",
-    status_code=204,
-    response_class=Response,
-    summary="Mark messages up to seq as read",
-)
+@no_content(router.post, "/{chatId}/read", "Mark messages up to seq as read")
 async def mark_read(chat_id: ChatId, body: ReadMark, user: User, conn: Conn) -> None:
     await reads.mark_read(conn, chat_id=chat_id, user_id=user, seq=body.seq)

@@ -14,8 +14,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from realtime_dispatch.auth.identity import Identity
-from realtime_dispatch.auth.request_guard import verified_identity
 from realtime_dispatch.auth.tokens import TokenVerifier
+from realtime_dispatch.edge.request_guard import verified_identity
 
 if TYPE_CHECKING:
     PooledConnection = PoolConnectionProxy[asyncpg.Record]

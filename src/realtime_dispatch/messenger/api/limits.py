@@ -1,4 +1,4 @@
-"""Body limits of the REST API, for :class:`~realtime_dispatch.auth.request_guard.RequestGuard`:
+"""Body limits of the REST API, for :class:`~realtime_dispatch.edge.request_guard.RequestGuard`:
 each the largest valid request of its routes, compactly encoded, with room to spare.
 
 * A message (send, edit): 4,000 characters of body or card text, a file's three 255-character
@@ -10,7 +10,7 @@ each the largest valid request of its routes, compactly encoded, with room to sp
 
 from __future__ import annotations
 
-from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
+from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 
 MESSAGE_MAX_BODY_BYTES = 64 * 1024
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from realtime_dispatch.auth.media import MediaMinter
 from realtime_dispatch.contracts.media import MediaJoin
-from realtime_dispatch.contracts.rest import (
+from realtime_dispatch.contracts.messenger_rest import (
     CallCreated,
     CallList,
     CallOut,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path
 
-from realtime_dispatch.contracts.rest import (
+from realtime_dispatch.contracts.messenger_rest import (
     BlockCreated,
     BlockedList,
     BlockedOut,
@@ -21,7 +21,7 @@ from realtime_dispatch.contracts.rest import (
 )
 from realtime_dispatch.messenger import blacklist, contacts
 from realtime_dispatch.messenger.api.deps import Conn, User
-from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute
+from realtime_dispatch.messenger.api.strict_json import StrictJsonRoute, no_content
 
 router = APIRouter(prefix="/api", tags=["contacts", "blacklist"], route_class=StrictJsonRoute)
 
@@ -59,19 +59,12 @@ async def accept_contact(request_id: RequestId, user: User, conn: Conn) -> Conta
     return ContactCreated(contact_id=contact_id)
 
 
-@router.post(
-    "/contacts/requests/{requestId}/decline",
-    status_code=204,
-    response_class=Response,
-    summary="Decline (the addressee)",
-)
+@no_content(router.post, "/contacts/requests/{requestId}/decline", "Decline (the addressee)")
 async def decline_contact(request_id: RequestId, user: User, conn: Conn) -> None:
     await contacts.decline_contact(conn, request_id=request_id, actor=user)
 
 
-@router.delete(
-    "/contacts/{userId}", status_code=204, response_class=Response, summary="Remove a contact"
-)
+@no_content(router.delete, "/contacts/{userId}", "Remove a contact")
 async def remove_contact(user_id: UserId, user: User, conn: Conn) -> None:
     await contacts.remove_contact(conn, actor=user, other=user_id)
 
@@ -90,8 +83,6 @@ async def block_user(body: UserRef, user: User, conn: Conn) -> BlockCreated:
     return BlockCreated(entry_id=entry_id)
 
 
-@router.delete(
-    "/blacklist/{userId}", status_code=204, response_class=Response, summary="Unblock a user"
-)
+@no_content(router.delete, "/blacklist/{userId}", "Unblock a user")
 async def unblock_user(user_id: UserId, user: User, conn: Conn) -> None:
     await blacklist.unblock_user(conn, owner=user, blocked=user_id)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import structlog
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from realtime_dispatch.hub.serving.http_limits import LINGER_BYTES, LINGER_SECONDS
+from realtime_dispatch.edge.http_limits import LINGER_BYTES, LINGER_SECONDS
 
 log = structlog.get_logger(__name__)
 

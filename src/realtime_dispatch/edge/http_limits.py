@@ -1,4 +1,4 @@
-"""The limits of the hub's HTTP protocol (:mod:`.http_protocol`) and what it answers past them.
+"""The limits of the guarded HTTP protocol (:mod:`.http_protocol`) and what it answers past them.
 
 :class:`HttpLimits` is what the server is given; :class:`ClientConnections` counts the open
 connections per client address; the refusals are whole responses, built once. Pure: no I/O.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realtime_dispatch.hub.serving.forwarded import IPNetwork, TrustedProxies
+from realtime_dispatch.edge.forwarded import IPNetwork, TrustedProxies
 
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024

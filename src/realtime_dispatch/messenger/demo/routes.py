@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from realtime_dispatch.auth.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
 from realtime_dispatch.auth.tokens import (
     AuthError,
     KeysUnavailable,
@@ -29,8 +28,9 @@ from realtime_dispatch.auth.tokens import (
     bearer,
     mint_token,
 )
-from realtime_dispatch.demo.hosts import served_host
-from realtime_dispatch.demo.users import BY_KEY, DEMO_USERS
+from realtime_dispatch.edge.request_guard import DEFAULT_MAX_BODY_BYTES, BodyRule
+from realtime_dispatch.messenger.demo.hosts import served_host
+from realtime_dispatch.messenger.demo.users import BY_KEY, DEMO_USERS
 
 TOKEN_TTL_SECONDS = 12 * 3600
 DEMO_BODY_RULES = (
@@ -63,7 +63,11 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _read(name: str) -> str:
-    return resources.files("realtime_dispatch.demo").joinpath(f"static/{name}").read_text("utf-8")
+    return (
+        resources.files("realtime_dispatch.messenger.demo")
+        .joinpath(f"static/{name}")
+        .read_text("utf-8")
+    )
 
 
 def _is_json(content_type: str | None) -> bool:

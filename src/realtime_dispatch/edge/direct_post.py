@@ -1,8 +1,9 @@
-"""``POST`` endpoints the hub's HTTP protocol (:mod:`.http_protocol`) answers itself.
+"""``POST`` endpoints the guarded HTTP protocol (:mod:`.http_protocol`) answers itself.
 
-A :class:`DirectPost` (the hub's batch endpoint, :class:`~.push_api.DirectBatch`) is answered in
-the parser's callbacks, without a request cycle, a task or the ASGI app; only the endpoint's own
-wait (the publish) runs in a task. :class:`DirectRequest` is one such request on its way: its
+A :class:`DirectPost` (the hub's batch endpoint,
+:class:`~realtime_dispatch.hub.serving.push_api.DirectBatch`) is answered in the parser's
+callbacks, without a request cycle, a task or the ASGI app; only the endpoint's own wait (the
+publish) runs in a task. :class:`DirectRequest` is one such request on its way: its
 body read (bounded by the endpoint's ``max_body_bytes``), its refusal before the body or its
 answer after it, and the response written. :func:`direct_endpoint` tells which requests are
 direct; the protocol keeps the connection's state (its timer, a pipelined request waiting, the
@@ -21,8 +22,8 @@ import structlog
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.server import ServerState
 
-from realtime_dispatch.hub.serving.http_limits import content_length
-from realtime_dispatch.hub.serving.http_timer import ConnectionTimer
+from realtime_dispatch.edge.http_limits import content_length
+from realtime_dispatch.edge.http_timer import ConnectionTimer
 
 log = structlog.get_logger(__name__)
 

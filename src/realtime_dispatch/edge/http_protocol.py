@@ -25,10 +25,12 @@ protocol with what it lacks.
   token is verified or an opening started (:func:`~.http_timer.peer_closed`): otherwise a replica
   whose queue is deeper than its clients' patience spends all its work on the ones that left.
 * **WebSocket upgrades served directly.** An upgrade of a path in ``direct`` goes to the
-  protocol its factory builds (the hub's :class:`~.ws_direct.DirectWebSocket`) instead of
-  uvicorn's WebSocket protocol and the ASGI app.
+  protocol its factory builds (the hub's
+  :class:`~realtime_dispatch.hub.transports.ws_direct.DirectWebSocket`) instead of uvicorn's
+  WebSocket protocol and the ASGI app.
 * **POST endpoints served directly.** A ``POST`` to a path in ``posts`` (the hub's batch
-  endpoint, :class:`~.push_api.DirectBatch`) is answered by the protocol itself
+  endpoint, :class:`~realtime_dispatch.hub.serving.push_api.DirectBatch`) is answered by the
+  protocol itself
   (:mod:`.direct_post`), in the parser's callbacks, without a request cycle, a task or the
   ASGI app; only the endpoint's own wait (the publish) runs in a task. It falls back to the
   app when another request is still being answered on the connection (pipelining), and for
@@ -75,15 +77,14 @@ from uvicorn._types import ASGI3Application, ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from realtime_dispatch.hub.http_refusals import HttpRefusals, RefusalReason
-from realtime_dispatch.hub.serving.direct_post import (
+from realtime_dispatch.edge.direct_post import (
     Answer,
     DirectPost,
     DirectRequest,
     direct_endpoint,
 )
-from realtime_dispatch.hub.serving.forwarded import TrustedProxies
-from realtime_dispatch.hub.serving.http_limits import (
+from realtime_dispatch.edge.forwarded import TrustedProxies
+from realtime_dispatch.edge.http_limits import (
     HEAD_TOO_LARGE_RESPONSE,
     REFUSAL_LINGER_BYTES,
     REQUEST_TIMEOUT_RESPONSE,
@@ -95,8 +96,9 @@ from realtime_dispatch.hub.serving.http_limits import (
     HttpLimits,
     expects_body,
 )
-from realtime_dispatch.hub.serving.http_timer import ConnectionTimer, LingeringClose, peer_closed
-from realtime_dispatch.hub.serving.pipelining import GatedFlow, PipelineGate
+from realtime_dispatch.edge.http_refusals import HttpRefusals, RefusalReason
+from realtime_dispatch.edge.http_timer import ConnectionTimer, LingeringClose, peer_closed
+from realtime_dispatch.edge.pipelining import GatedFlow, PipelineGate
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,11 @@
-"""Request and response bodies of the REST API: camelCase on the wire, unknown fields refused,
-text trimmed and bounded. The messenger's routes validate with them and the client SDK parses
-with them; the rules of what each message kind may carry live here, for both."""
+"""Request and response bodies of the reference messenger's REST API (``/api/chats…``,
+``/api/contacts…``, calls, conferences, recordings): camelCase on the wire, unknown fields
+refused, text trimmed and bounded. The messenger's routes validate with them and the client SDKs
+parse with them; the rules of what each message kind may carry live here, for both.
+
+Part of the reference app, not of the pipeline: no pipeline package imports this module (the
+``pipeline`` contract in ``pyproject.toml``). The pipeline's own REST body, the ``GET /api/sync``
+page, is :mod:`.sync`."""
 
 from __future__ import annotations
 
@@ -10,8 +15,6 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from uuid import UUID
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
@@ -20,6 +23,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from realtime_dispatch.contracts.base import ApiModel
 
 Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Body = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
@@ -50,10 +55,6 @@ def content_problems(kind: MessageKind, given: set[str]) -> list[tuple[str, str]
     problems = [] if required in given else [(required, "missing")]
     allowed = {required, *_OPTIONAL[kind]}
     return problems + [(f, "not_allowed") for f in CONTENT_FIELDS if f in given - allowed]
-
-
-class ApiModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 # requests ------------------------------------------------------------------------------------
@@ -235,32 +236,6 @@ class ChatPage(ApiModel):
     items: list[ChatSummaryOut]
     next_cursor: str | None = Field(
         default=None, description="Pass as `cursor` for the next page; null on the last page."
-    )
-
-
-class SyncEventOut(ApiModel):
-    event_id: UUID = Field(description="The outbox row: the same id as the push's `eventId`.")
-    target: str = Field(description="The event name, as in the hub invocation's `target`.")
-    payload: dict[str, Any] = Field(description="Exactly what the push carries.")
-
-
-class SyncPageOut(ApiModel):
-    events: list[SyncEventOut]
-    next_cursor: str = Field(description="Pass as `since` next time (opaque).")
-    limited: bool = Field(
-        description="The cursor is past what the outbox retains (or from another database):"
-        " resync fully over REST, then continue from `nextCursor`."
-    )
-    held_back: bool = Field(
-        default=False,
-        description="Newer events wait behind a transaction still open: ask again shortly"
-        " (they are never skipped; the cursor stays before them).",
-    )
-    more: bool = Field(
-        default=False,
-        description="The page stopped at its page size or its scan bound: ask again at once"
-        " from `nextCursor` (a page may hold fewer events than `limit`, or none, and still"
-        " have more after it).",
     )
 
 
