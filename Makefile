@@ -34,12 +34,12 @@ test: $(STAMP) node_modules/.package-lock.json bench-peers
 check: lint typecheck layers
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples clients/python
-	$(BIN)/ruff format --check src tests bench examples clients/python
+	$(BIN)/ruff check src tests bench support examples clients/python
+	$(BIN)/ruff format --check src tests bench support examples clients/python
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench examples clients/python
-	$(BIN)/ruff check --fix src tests bench examples clients/python
+	$(BIN)/ruff format src tests bench support examples clients/python
+	$(BIN)/ruff check --fix src tests bench support examples clients/python
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -55,14 +55,19 @@ js: $(STAMP) node_modules/.package-lock.json
 	node_modules/.bin/tsc -p clients/js
 	node scripts/build_demo_bundle.mjs
 
-## bench-peers: the Go peers of bench/hub_peers.py, built from Debian's Go packages (.ci/run
+## bench-peers: the Go peers of bench/hub/peers.py, built from Debian's Go packages (.ci/run
 ## installs them) into build/bench-go/ unless already built from the current source
 bench-peers: $(STAMP)
-	$(BIN)/python bench/hub_peers.py build
+	$(BIN)/python -m bench.hub.peers build
 
-bench: $(STAMP)
-	$(BIN)/python bench/drain.py
-	$(BIN)/python bench/lag.py
+## bench: the headline benchmarks at short sizes, each against its floor or peer (bench/README.md);
+## every benchmark runs as `python -m bench.<group>.<name>` from here
+bench: $(STAMP) bench-peers
+	$(BIN)/python -m bench.dispatch.drain --scenarios base --runs 3
+	$(BIN)/python -m bench.dispatch.lag --scenarios raw,notify --rate 500 --runs 2
+	$(BIN)/python -m bench.hub.peers --servers hub-marked,floor-batched,go-ws,centrifuge --runs 1
+	$(BIN)/python -m bench.e2e.scenarios --scenario A --runs 1 --seconds 10
+	$(BIN)/python -m bench.e2e.storm --clients 1000
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

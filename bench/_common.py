@@ -1,6 +1,6 @@
 """Helpers shared by the benchmarks: a scratch database, fast seeding with COPY, a no-op
-publisher, a hub's connections writing to transports that discard (``hub_peers.py fanout``,
-``hub_signals.py``), machine facts, CPU accounting, medians and output."""
+publisher, a hub's connections writing to transports that discard (``bench/hub/peers.py fanout``,
+``bench/hub/signals.py``), machine facts, CPU accounting, medians and output."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID, uuid4
 
 import asyncpg
 
+import support.databases
 from realtime_dispatch.delivery.push import PublishResult, Push
-from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.telemetry.logs import configure_logging
 from realtime_dispatch.values.ids import new_id
+from support.procs import cpu_seconds_of, free_port
 
 DEFAULT_DSN = os.environ.get(
     "REALTIME_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -69,28 +69,15 @@ def parse_with_smoke(
     return parser.parse_args(argv)
 
 
-def with_database(dsn: str, name: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+def module_command(module: str) -> list[str]:
+    """The command that runs the benchmark module ``module`` (``bench.hub.fanout``) in a
+    process of its own; like every benchmark, from the repository root."""
+    return [sys.executable, "-m", module]
 
 
-@contextlib.asynccontextmanager
-async def scratch_database(dsn: str, prefix: str) -> AsyncIterator[str]:
-    """A fresh, migrated database ``bench_<prefix>_<random>``; dropped on exit."""
-    name = f"bench_{prefix}_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        url = with_database(dsn, name)
-        conn = await asyncpg.connect(url)
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-        yield url
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+def scratch_database(dsn: str, prefix: str) -> contextlib.AbstractAsyncContextManager[str]:
+    """A fresh, migrated database ``bench_<prefix>_…``; dropped on exit."""
+    return support.databases.scratch_database(dsn, f"bench_{prefix}", migrated=True)
 
 
 def quiet_production_logging() -> None:
@@ -200,12 +187,6 @@ def postgres_pids() -> list[int]:
     return pids
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def private_redis() -> Any:
     """A ``redis-server`` of this benchmark's own on a free port (no persistence), so that no
@@ -235,32 +216,6 @@ def private_redis() -> Any:
         proc.wait(10)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (raises OSError once it has exited)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds_ns(pid: int) -> float:
-    """CPU seconds of ``pid``'s live threads so far, at the scheduler's nanosecond resolution
-    (``/proc/<pid>/task/*/schedstat``): for short runs, where :func:`cpu_seconds`' clock
-    ticks (10 ms) are a large part of what is measured. A thread that exits takes its time with
-    it, so use it for servers whose threads live as long as they do."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
-
-
-def rss_mib(pid: int) -> float:
-    """Resident set size of ``pid`` in MiB (raises OSError once it has exited)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise OSError(f"no VmRSS for {pid}")
-
-
 def cpu_pressure_us() -> int | None:
     """Total µs in which some runnable task waited for a CPU (``/proc/pressure/cpu``, PSI)."""
     try:
@@ -268,14 +223,6 @@ def cpu_pressure_us() -> int | None:
     except OSError:
         return None
     return int(first.rsplit("total=", 1)[1])
-
-
-def _cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _machine_ticks() -> tuple[int, int]:
@@ -298,7 +245,7 @@ class CpuMeter:
         self.wall = self.client = self.server = self.machine_busy = 0.0
 
     def start(self) -> None:
-        self._server0 = {pid: _cpu(pid) for pid in postgres_pids()}
+        self._server0 = {pid: cpu_seconds_of([pid]) for pid in postgres_pids()}
         self._ticks0 = _machine_ticks()
         self._client0 = time.process_time()
         self._t0 = time.perf_counter()
@@ -306,9 +253,8 @@ class CpuMeter:
     def stop(self) -> None:
         self.wall = time.perf_counter() - self._t0
         self.client = time.process_time() - self._client0
-        self.server = sum(
-            _cpu(pid) - self._server0[pid] for pid in postgres_pids() if pid in self._server0
-        )
+        lasting = [pid for pid in postgres_pids() if pid in self._server0]
+        self.server = cpu_seconds_of(lasting) - sum(self._server0[pid] for pid in lasting)
         busy, total = _machine_ticks()
         elapsed = total - self._ticks0[1]
         self.machine_busy = (busy - self._ticks0[0]) / elapsed if elapsed else 0.0

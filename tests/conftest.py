@@ -4,7 +4,6 @@ the schema migrated once into a template database, and a fresh copy of it per te
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -16,28 +15,16 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
 
 import asyncpg
 import pytest
 
 from realtime_dispatch.cli.embedded_postgres import EmbeddedPostgres
 from realtime_dispatch.messenger.schema import migrate
+from support.databases import scratch_database, with_database
+from support.procs import free_port
 
 _counter = itertools.count()
-
-
-def with_database(url: str, name: str) -> str:
-    """``url`` pointing at database ``name`` (keeps host, socket dir and credentials)."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -102,20 +89,6 @@ async def database_url(pg_server_url: str, template_db: str) -> AsyncIterator[st
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
         yield with_database(pg_server_url, name)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-@contextlib.asynccontextmanager
-async def scratch_database(server_url: str, prefix: str = "rd_scratch") -> AsyncIterator[str]:
-    """A new, empty database on the server (nothing of ours in it: not the migrated template),
-    dropped afterwards; its URL."""
-    name = f"{prefix}_{os.getpid()}_{uuid4().hex[:8]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(server_url, name)
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
@@ -257,17 +230,3 @@ def redis_cluster_url() -> Iterator[str]:
         yield cluster.url
     finally:
         cluster.stop()
-
-
-async def wait_until(predicate: object, within: float = 10.0, interval: float = 0.02) -> None:
-    """Poll an async or sync zero-argument predicate until it is truthy."""
-    deadline = time.monotonic() + within
-    while True:
-        result = predicate()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(interval)

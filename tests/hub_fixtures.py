@@ -1,11 +1,10 @@
-"""Test harness for the hub: a real uvicorn server on a free port in the test's event loop, tokens,
+"""Test harness for the hub: a real uvicorn server on a free port in the test's event loop,
 and a minimal raw SignalR JSON client on ``websockets`` for wire-level assertions."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +13,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
-import jwt
 import orjson
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -25,11 +23,8 @@ from realtime_dispatch.hub.runtime import Hub, HubOptions
 from realtime_dispatch.hub.serving.routes import hub_routes
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.settings import Settings
-from tests.conftest import free_port
-
-SECRET = "test-hub-secret-with-at-least-32-bytes!"
-SERVICE_KEY = "test-service-key"
-RS = "\x1e"
+from support.hub_wire import RS, SECRET, SERVICE_KEY
+from support.procs import free_port
 
 
 def hub_settings(**overrides: Any) -> Settings:
@@ -53,11 +48,6 @@ async def create_shared_chat(
     for member in members:
         await send_message(conn, chat_id=chat, sender=member, body="hi")
     return chat
-
-
-def make_token(user: uuid.UUID, *, ttl: float = 300, secret: str = SECRET, **claims: Any) -> str:
-    payload: dict[str, Any] = {"sub": str(user), "exp": int(time.time() + ttl), **claims}
-    return jwt.encode(payload, secret, algorithm="HS256")
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.conftest import free_port, wait_until
+from support.procs import free_port, wait_until
 
 
 @contextlib.asynccontextmanager

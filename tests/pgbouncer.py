@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from tests.conftest import free_port
+from support.procs import free_port
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 

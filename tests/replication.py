@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from support.procs import free_port
 
 DEBIAN_BIN = Path("/usr/lib/postgresql/15/bin")
 

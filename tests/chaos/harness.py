@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -26,14 +25,12 @@ import orjson
 from websockets.asyncio.client import connect
 
 from realtime_dispatch.messenger import commands
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import COMMAND, cli_env
-from tests.hub_fixtures import SECRET, make_token
+from support.hub_wire import RS, SECRET, make_token
+from support.procs import Proc, cli_env, free_port, wait_until
 
 SERVICE_KEY = "chaos-service-key"
 # What a client of a database that is going away sees.
 RETRYABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
-RS = "\x1e"
 
 
 def scale(name: str, default: int) -> int:
@@ -62,85 +59,6 @@ def base_env(database_url: str, **extra: str) -> dict[str, str]:
     }
     values.update(extra)
     return cli_env(**values)
-
-
-@dataclass
-class Proc:
-    """A ``realtime-dispatch`` subprocess whose output goes to a log file (never a pipe that
-    could fill up and stall it)."""
-
-    args: tuple[str, ...]
-    env: dict[str, str]
-    log_path: Path
-    port: int | None = None
-    process: asyncio.subprocess.Process | None = None
-    starts: int = 0
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/hubs/messenger"
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
-    async def start(self) -> None:
-        args = list(self.args)
-        if self.port is not None:
-            args += ["--port", str(self.port)]
-        with self._open_log() as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *COMMAND, *args, env=self.env, stdout=log, stderr=asyncio.subprocess.STDOUT
-            )
-        self.starts += 1
-        if self.port is not None:
-            await wait_until(self._ready, within=60, interval=0.05)
-        else:
-            marker = b"dispatcher_connected"
-            need = self.log_text().count("dispatcher_connected") + 1
-
-            def connected() -> bool:
-                assert self.alive, self.log_text()[-3000:]
-                return self.log_path.read_bytes().count(marker) >= need
-
-            await wait_until(connected, within=60, interval=0.05)
-
-    def _open_log(self) -> Any:
-        return open(self.log_path, "ab")
-
-    async def _ready(self) -> bool:
-        assert self.alive, self.log_text()[-3000:]
-        try:
-            async with httpx.AsyncClient() as http:
-                return (await http.get(f"{self.http_url}/readyz")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    async def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        await self.process.wait()
-
-    async def stop(self) -> int:
-        assert self.process is not None
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return await asyncio.wait_for(self.process.wait(), 20)
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()
-            raise
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
 
 @contextlib.asynccontextmanager
@@ -407,3 +325,38 @@ def delivery_figures(totals: dict[str, int]) -> dict[str, int]:
     """The client side of a chaos report from :func:`check_timelines`' totals: nothing lost and
     nothing duplicated after resync (it asserts both), and the pushes and resyncs behind that."""
     return {"lost": 0, "duplicated_at_client_after_resync": 0, **totals}
+
+
+async def invariants(pool: asyncpg.Pool) -> None:
+    """No partial write: every message has exactly one MessageReceived row and vice versa; the
+    schema is intact."""
+    orphans = await pool.fetchval(
+        """
+        SELECT count(*) FROM messenger.messages AS m
+        WHERE (SELECT count(*) FROM messenger.realtime_outbox AS o
+               WHERE o.message_id = m.id AND o.kind = 'MessageReceived') <> 1
+        """
+    )
+    assert orphans == 0
+    dangling = await pool.fetchval(
+        """
+        SELECT count(*) FROM messenger.realtime_outbox AS o
+        WHERE o.kind = 'MessageReceived'
+          AND NOT EXISTS (SELECT 1 FROM messenger.messages AS m WHERE m.id = o.message_id)
+        """
+    )
+    assert dangling == 0
+
+
+@contextlib.asynccontextmanager
+async def serving(database_url: str, tmp_path: Path, **env: str) -> Any:
+    # A media secret as a deployment configures it: outside development mode none is made up,
+    # and the media routes would answer 503.
+    env = {"REALTIME_MEDIA_JITSI_APP_SECRET": "hostile-input-jitsi-secret", **env}
+    async with processes() as procs:
+        serve = hub_proc(base_env(database_url, **env), tmp_path, name="serve", command="serve")
+        procs.append(serve)
+        await serve.start()
+        yield serve
+        assert serve.alive, serve.log_text()[-3000:]
+        assert await serve.stop() == 0

@@ -19,6 +19,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from support.procs import wait_until
 from tests.chaos.harness import (
     Listener,
     Proc,
@@ -35,7 +36,6 @@ from tests.chaos.harness import (
     worker_proc,
     write_messages,
 )
-from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 

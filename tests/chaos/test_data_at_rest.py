@@ -14,6 +14,8 @@ import asyncpg
 import httpx
 import pytest
 
+from support.hub_wire import SECRET, make_token
+from support.procs import wait_until
 from tests.chaos.harness import (
     SERVICE_KEY,
     Listener,
@@ -23,8 +25,7 @@ from tests.chaos.harness import (
     processes,
     report,
 )
-from tests.conftest import wait_until
-from tests.hub_fixtures import SECRET, make_token
+from tests.integration.support import table_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -32,20 +33,6 @@ JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
 JITSI_SECRET = "jitsi-secret-" + "j" * 32
 TURN_SECRET = "turn-secret-" + "t" * 32
 BANNER = "realtime-dispatch: a token for user"
-
-
-async def table_texts(pool: asyncpg.Pool) -> dict[str, str]:
-    tables = await pool.fetch(
-        "SELECT table_schema, table_name FROM information_schema.tables"
-        " WHERE table_type = 'BASE TABLE'"
-        " AND table_schema NOT IN ('pg_catalog', 'information_schema')"
-    )
-    texts = {}
-    for t in tables:
-        name = f'"{t["table_schema"]}"."{t["table_name"]}"'
-        rows = await pool.fetch(f"SELECT x::text AS row FROM {name} AS x")
-        texts[name] = "\n".join(r["row"] for r in rows)
-    return texts
 
 
 async def test_no_secret_or_body_at_rest(

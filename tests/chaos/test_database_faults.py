@@ -16,9 +16,9 @@ import pytest
 
 from realtime_dispatch.cli.embedded_postgres import EmbeddedPostgres
 from realtime_dispatch.messenger.schema import migrate
+from support.procs import wait_until
 from tests.chaos.harness import delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress, tolerant_status
-from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

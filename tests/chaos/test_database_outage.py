@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
+from support.procs import free_port, wait_until
 from tests.chaos.harness import Proc, base_env, hub_proc, outbox_status, processes, report
-from tests.conftest import free_port, wait_until
 from tests.hub_fixtures import SlowPostgresProxy
 from tests.integration.support import new_chat, send
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from support.procs import wait_until
 from tests.chaos.harness import Proc, delivery_figures, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress
-from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

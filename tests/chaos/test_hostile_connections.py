@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from support.procs import rss_kib
 from tests.chaos.harness import base_env, hub_proc, processes, report
-from tests.chaos.test_soak import rss_kib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -115,11 +115,11 @@ async def test_pipelining_floods_leave_the_hub_flat(
 async def test_connections_cut_mid_work_give_their_memory_back(database_url: str) -> None:
     """H29: ``CHURN_CONNECTS`` connections opened and cut mid-work (WebSocket, SSE, long
     polling, pipelined HTTP with answers in flight; pushes to their users all along), through
-    ``bench/connection_churn.py`` (its real path; the bench runs 10,000 and more): every one
+    ``bench/http/connection_churn.py`` (its real path; the bench runs 10,000 and more): every one
     went as planned, the hub's RSS 8 s after the last (past the sweep's 5 s) is within
     ``CHURN_GROWTH_MB`` of its RSS after the first 500, and its log has no traceback."""
     command = [
-        sys.executable, "bench/connection_churn.py", "--dsn", database_url,
+        sys.executable, "-m", "bench.http.connection_churn", "--dsn", database_url,
         "--connects", str(CHURN_CONNECTS), "--every", "500", "--concurrency", "20",
         "--settle", "8",
     ]  # fmt: skip

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -26,19 +25,18 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import SECRET, make_token
+from support.procs import wait_until
 from tests.chaos.harness import (
     RS,
     SERVICE_KEY,
     Listener,
-    base_env,
-    hub_proc,
+    invariants,
     outbox_status,
-    processes,
     report,
     scale,
+    serving,
 )
-from tests.conftest import wait_until
-from tests.hub_fixtures import SECRET, make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -114,41 +112,6 @@ bodies = st.one_of(
     st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4),
     st.binary(max_size=64),
 )
-
-
-async def invariants(pool: asyncpg.Pool) -> None:
-    """No partial write: every message has exactly one MessageReceived row and vice versa; the
-    schema is intact."""
-    orphans = await pool.fetchval(
-        """
-        SELECT count(*) FROM messenger.messages AS m
-        WHERE (SELECT count(*) FROM messenger.realtime_outbox AS o
-               WHERE o.message_id = m.id AND o.kind = 'MessageReceived') <> 1
-        """
-    )
-    assert orphans == 0
-    dangling = await pool.fetchval(
-        """
-        SELECT count(*) FROM messenger.realtime_outbox AS o
-        WHERE o.kind = 'MessageReceived'
-          AND NOT EXISTS (SELECT 1 FROM messenger.messages AS m WHERE m.id = o.message_id)
-        """
-    )
-    assert dangling == 0
-
-
-@contextlib.asynccontextmanager
-async def serving(database_url: str, tmp_path: Path, **env: str) -> Any:
-    # A media secret as a deployment configures it: outside development mode none is made up,
-    # and the media routes would answer 503.
-    env = {"REALTIME_MEDIA_JITSI_APP_SECRET": "hostile-input-jitsi-secret", **env}
-    async with processes() as procs:
-        serve = hub_proc(base_env(database_url, **env), tmp_path, name="serve", command="serve")
-        procs.append(serve)
-        await serve.start()
-        yield serve
-        assert serve.alive, serve.log_text()[-3000:]
-        assert await serve.stop() == 0
 
 
 async def test_rest_fuzz_and_sql_injection(

@@ -14,10 +14,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from support.procs import free_port, run_cli, wait_until
 from tests.chaos.harness import delivery_figures, outbox_status, report, scale
 from tests.chaos.pipeline import Pipeline, run_pipeline, time_to_progress
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import run_cli
 
 # A worker's JSON log line for a pass that retried rows, whatever the key order.
 RETRIED = re.compile(

@@ -16,9 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from realtime_dispatch.messenger import commands
-from tests.chaos.harness import report, scale
-from tests.chaos.test_hostile_input import invariants, serving
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
+from tests.chaos.harness import invariants, report, scale, serving
 
 schemathesis = pytest.importorskip("schemathesis")
 

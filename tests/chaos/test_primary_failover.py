@@ -19,11 +19,13 @@ import pytest
 
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.messenger.schema import migrate
+from support.procs import wait_until
 from tests.chaos.harness import (
     RETRYABLE,
     Listener,
     base_env,
     hub_proc,
+    invariants,
     make_chats,
     message_rows_status,
     processes,
@@ -31,8 +33,6 @@ from tests.chaos.harness import (
     worker_proc,
 )
 from tests.chaos.pipeline import time_to_progress
-from tests.chaos.test_hostile_input import invariants
-from tests.conftest import wait_until
 from tests.replication import replicated_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

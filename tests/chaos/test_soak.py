@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.messenger import commands
+from support.procs import rss_kib
 from tests.chaos.harness import (
     Listener,
     base_env,
@@ -46,13 +47,6 @@ SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM updated_a
 FROM messenger.realtime_outbox
 WHERE status = 'Done' AND updated_at > now() - make_interval(secs => $1)
 """
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def open_fds(pid: int) -> int:

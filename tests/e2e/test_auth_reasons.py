@@ -14,8 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, stop, wait_for_line
+from support.procs import cli_env, free_port, start_cli, stop, wait_for_line
 
 SECRET = "s" * 40
 AUDIENCE = "talk"

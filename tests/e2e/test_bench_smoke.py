@@ -20,40 +20,45 @@ RESULTS = BENCH / "results"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-# Every bench/*.py (helpers start with "_"), with its own smoke arguments past --smoke.
+# Every benchmark, bench/<group>/<name>.py as "<group>/<name>" (helpers start with "_"), with its
+# own smoke arguments past --smoke.
 SMOKES: dict[str, list[str]] = {
-    "backplane_engines": [],
-    "connection_churn": [],
-    "drain": [],
-    "e2e": [],
-    "header_flood": [],
-    "http_limits": [],
-    "http_push": [],
-    "hub_capacity": [],
-    "hub_fanout": [],
-    "hub_peers": [],
-    "hub_revocation": [],
-    "hub_signals": [],
-    "lag": [],
-    "media_jobs": [],
-    "negotiations": [],
-    "owner_cost": [],
-    "partitions": [],
-    "perf_split": [],
-    "pipeline_flood": [],
-    "presence_flood": [],
-    "resume_cost": [],
-    "retention": [],
-    "slow_push": [],
-    "storm": [],
-    "sweep": [],
-    "sync_query": [],
-    "sync_replay": [],
+    "dispatch/drain": [],
+    "dispatch/lag": [],
+    "dispatch/media_jobs": [],
+    "dispatch/owner_cost": [],
+    "dispatch/partitions": [],
+    "dispatch/retention": [],
+    "dispatch/slow_push": [],
+    "e2e/scenarios": [],
+    "e2e/storm": [],
+    "e2e/sweep": [],
+    "http/connection_churn": [],
+    "http/header_flood": [],
+    "http/limits": [],
+    "http/pipeline_flood": [],
+    "hub/backplane_engines": [],
+    "hub/capacity": [],
+    "hub/fanout": [],
+    "hub/http_push": [],
+    "hub/negotiations": [],
+    "hub/peers": [],
+    "hub/perf_split": [],
+    "hub/presence_flood": [],
+    "hub/revocation": [],
+    "hub/signals": [],
+    "sync/query": [],
+    "sync/replay": [],
+    "sync/resume_cost": [],
 }
 
 
 def benchmarks() -> set[str]:
-    return {path.stem for path in BENCH.glob("*.py") if not path.name.startswith("_")}
+    return {
+        path.relative_to(BENCH).with_suffix("").as_posix()
+        for path in BENCH.glob("*/*.py")
+        if not path.name.startswith("_")
+    }
 
 
 def test_every_benchmark_has_a_smoke_run() -> None:
@@ -64,7 +69,15 @@ def test_every_benchmark_has_a_smoke_run() -> None:
 # they run a few at once, longest first: the module takes about the longest smoke plus a third of
 # the rest, instead of their sum. Each test waits for its own smoke's outcome.
 PARALLEL = 3
-LONGEST_FIRST = ["hub_peers", "media_jobs", "storm", "lag", "drain", "sweep", "hub_capacity"]
+LONGEST_FIRST = [
+    "hub/peers",
+    "dispatch/media_jobs",
+    "e2e/storm",
+    "dispatch/lag",
+    "dispatch/drain",
+    "e2e/sweep",
+    "hub/capacity",
+]
 
 
 @dataclass(frozen=True)
@@ -73,19 +86,24 @@ class Smoke:
     extra: tuple[str, ...] = ()
 
     def command(self) -> list[str]:
-        return [sys.executable, f"bench/{self.name}.py", "--smoke", *SMOKES[self.name], *self.extra]
+        module = "bench." + self.name.replace("/", ".")
+        return [sys.executable, "-m", module, "--smoke", *SMOKES[self.name], *self.extra]
 
 
 KEY_TYPES = ("--key-types", "uuid,bigint")
 DECLARED = {
-    "drain": ("--declared",),
-    "lag": ("--scenarios", "half_builtin,half_declared,all_declared"),
+    "dispatch/drain": ("--declared",),
+    "dispatch/lag": ("--scenarios", "half_builtin,half_declared,all_declared"),
 }
 CENTRIFUGE = ("--server", "centrifuge")
 ALL = (
     [Smoke(name) for name in LONGEST_FIRST]
     + [Smoke(name) for name in sorted(set(SMOKES) - set(LONGEST_FIRST))]
-    + [Smoke("drain", KEY_TYPES), Smoke("lag", KEY_TYPES), Smoke("hub_capacity", CENTRIFUGE)]
+    + [
+        Smoke("dispatch/drain", KEY_TYPES),
+        Smoke("dispatch/lag", KEY_TYPES),
+        Smoke("hub/capacity", CENTRIFUGE),
+    ]
     + [Smoke(name, extra) for name, extra in DECLARED.items()]
 )
 
@@ -129,14 +147,14 @@ def smokes(pg_server_url: str) -> Iterator[Runs]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", sorted(set(SMOKES) - {"e2e", "storm"}))
+@pytest.mark.parametrize("name", sorted(set(SMOKES) - {"e2e/scenarios", "e2e/storm"}))
 def test_bench_smoke_runs(name: str, smokes: Runs) -> None:
     done = smokes.outcome(Smoke(name))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", ["drain", "lag"])
+@pytest.mark.parametrize("name", ["dispatch/drain", "dispatch/lag"])
 def test_bench_key_types_smoke_runs(name: str, smokes: Runs) -> None:
     """The ``--key-types`` runs: an owner's schema on uuid and on bigint keys."""
     done = smokes.outcome(Smoke(name, KEY_TYPES))
@@ -155,7 +173,7 @@ def test_bench_declared_kind_smoke_runs(name: str, smokes: Runs) -> None:
 
 @pytest.mark.timeout(600)
 def test_bench_e2e_smoke_delivers_everything(smokes: Runs) -> None:
-    done = smokes.outcome(Smoke("e2e"))
+    done = smokes.outcome(Smoke("e2e/scenarios"))
     assert done.returncode == 0, done.stdout + done.stderr
     [written] = smokes.written("e2e-smoke-*.json")
     result = json.loads(written.read_text())
@@ -168,7 +186,7 @@ def test_bench_e2e_smoke_delivers_everything(smokes: Runs) -> None:
 
 @pytest.mark.timeout(600)
 def test_bench_storm_smoke_brings_everyone_back(smokes: Runs) -> None:
-    done = smokes.outcome(Smoke("storm"))
+    done = smokes.outcome(Smoke("e2e/storm"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     [written] = smokes.written("storm-*.json")
     result = json.loads(written.read_text())
@@ -183,7 +201,7 @@ def test_bench_hub_peers_smoke_runs_the_compiled_peers(smokes: Runs) -> None:
     """The Go peers (built from Debian's packages) ran in the same harness as the hub: each
     delivered its pushes to every member once (the bench checks it, or exits non-zero) and
     reported its CPU per frame and its memory per connection."""
-    done = smokes.outcome(Smoke("hub_peers"))
+    done = smokes.outcome(Smoke("hub/peers"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     results = {row["server"]: row for row in json.loads(done.stdout)["results"]}
     for peer in ("go-ws", "go-ws-joined", "centrifuge"):
@@ -194,9 +212,9 @@ def test_bench_hub_peers_smoke_runs_the_compiled_peers(smokes: Runs) -> None:
 
 @pytest.mark.timeout(600)
 def test_bench_hub_capacity_smoke_runs_the_centrifuge_peer(smokes: Runs) -> None:
-    """``hub_capacity.py --server centrifuge``: the Centrifuge peer took every connection (the
+    """``bench/hub/capacity.py --server centrifuge``: the Centrifuge peer took every connection (the
     token checked, the user's channels subscribed) and delivered every push once."""
-    done = smokes.outcome(Smoke("hub_capacity", CENTRIFUGE))
+    done = smokes.outcome(Smoke("hub/capacity", CENTRIFUGE))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     result = json.loads(done.stdout)
     assert result["valid"], result["runs"]

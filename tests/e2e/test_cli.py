@@ -14,7 +14,7 @@ import pytest
 
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.errors import PushRejected
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from support.procs import cli_env, run_cli, start_cli, stop, wait_for_line
 from tests.fakes import RecordingPublisher
 from tests.integration.support import make_stack, new_chat, send
 

@@ -19,9 +19,8 @@ import orjson
 import pytest
 
 from realtime_dispatch.client import ClientOptions, ConnectionOptions, MessengerClient
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
+from support.procs import cli_env, free_port, start_cli, stop, wait_until
 
 pytestmark = pytest.mark.e2e
 

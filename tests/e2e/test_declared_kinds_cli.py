@@ -12,8 +12,8 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from tests.e2e.processes import cli_env, run_cli, side_by_side
-from tests.hub_fixtures import SECRET, SERVICE_KEY
+from support.hub_wire import SECRET, SERVICE_KEY
+from support.procs import cli_env, run_cli, side_by_side
 
 pytestmark = pytest.mark.e2e
 

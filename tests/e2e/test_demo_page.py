@@ -7,44 +7,20 @@ on development secrets."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, stop, wait_ready
+from tests.e2e.browser import serve
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e
 
 SCREENSHOT_DIR = os.environ.get("REALTIME_TEST_SCREENSHOTS")  # set to keep PNGs of the page
-
-
-@contextlib.asynccontextmanager
-async def serve(database_url: str, data_dir: Path, **extra: str) -> AsyncIterator[str]:
-    port = free_port()
-    env = cli_env(
-        REALTIME_DATABASE_URL=database_url,
-        REALTIME_DATA_DIR=str(data_dir),
-        REALTIME_DISPATCH_POLLING_INTERVAL="0.2",
-        **extra,
-    )
-    proc = await start_cli("serve", "--port", str(port), env=env)
-    url = f"http://127.0.0.1:{port}"
-    drains = [asyncio.create_task(s.read()) for s in (proc.stdout, proc.stderr) if s is not None]
-    try:
-        await wait_ready(proc, url)
-        yield url
-    finally:
-        code = await stop(proc)
-        await asyncio.gather(*drains)
-    assert code == 0
 
 
 async def sign_in(page: Page, url: str, user: str) -> None:

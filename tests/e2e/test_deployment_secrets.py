@@ -12,8 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop, wait_for_line
+from support.procs import cli_env, free_port, run_cli, start_cli, stop, wait_for_line, wait_until
 
 SECRET = "s" * 40
 

@@ -38,9 +38,10 @@ from realtime_dispatch.contracts.messages import MessageReceived
 from realtime_dispatch.messenger.schema import selected_migrations
 from realtime_dispatch.outbox.migrate import migration_script
 from realtime_dispatch.values.keys import key_codec
-from tests.conftest import free_port, scratch_database, wait_until
-from tests.e2e.processes import cli_env, running
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, TcpProxy
+from support.databases import scratch_database
+from support.hub_wire import SECRET, SERVICE_KEY
+from support.procs import cli_env, free_port, running, wait_until
+from tests.hub_fixtures import NodeClient, TcpProxy
 
 pytestmark = pytest.mark.e2e
 

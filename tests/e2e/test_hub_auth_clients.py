@@ -17,15 +17,10 @@ from realtime_dispatch.auth import revocation_store
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.wire.protocols import Transport
-from tests.e2e.processes import cli_env, start_cli
+from support.hub_wire import SECRET
+from support.procs import cli_env, start_cli
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
-from tests.hub_fixtures import (
-    NODE_TRANSPORTS,
-    REPO,
-    SECRET,
-    NodeClient,
-    push,
-)
+from tests.hub_fixtures import NODE_TRANSPORTS, REPO, NodeClient, push
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,10 @@ from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.e2e.test_ops_page import CHROMIUM, CHROMIUM_ARGS
-from tests.hub_fixtures import REPO, hub_settings, make_token, push, running_hub
+from tests.hub_fixtures import REPO, hub_settings, push, running_hub
 
 pytestmark = pytest.mark.e2e
 

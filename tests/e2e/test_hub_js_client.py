@@ -12,12 +12,12 @@ import pytest
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger.commands import create_chat, set_participant
+from support.hub_wire import make_token
 from tests.hub_fixtures import (
     NODE_TRANSPORTS,
     NodeClient,
     TcpProxy,
     create_shared_chat,
-    make_token,
     push,
 )
 from tests.integration.chat_pairs import alice_bob_and_a_chat
@@ -84,7 +84,7 @@ async def test_stateful_reconnect_survives_transport_drop(hub, pool, protocol):
             assert (await client.event())["args"] == [{"seq": 1}]
             await push(hub, group, "message_received", {"seq": 2})
             proxy.cut()  # seq 2 may or may not have reached the client
-            from tests.conftest import wait_until
+            from support.procs import wait_until
 
             await wait_until(lambda: connection.attachment is None, within=5)
             for seq in (3, 4, 5):  # sent while the client has no transport

@@ -18,7 +18,8 @@ from pysignalr.protocol.messagepack import MessagepackProtocol
 
 from realtime_dispatch.auth.tokens import mint_token
 from realtime_dispatch.hub.connections.registry import user_group
-from tests.hub_fixtures import SECRET, make_token, push
+from support.hub_wire import SECRET, make_token
+from tests.hub_fixtures import push
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from tests.conftest import free_port
-from tests.e2e.processes import wait_ready
-from tests.hub_fixtures import SECRET, SERVICE_KEY, RunningHub, make_token, raw_client
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
+from support.procs import free_port, wait_ready
+from tests.hub_fixtures import RunningHub, raw_client
 
 pytestmark = pytest.mark.e2e
 

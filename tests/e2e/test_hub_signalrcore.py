@@ -27,7 +27,8 @@ from signalrcore.protocol.json_hub_protocol import JsonHubProtocol
 from signalrcore.protocol.messagepack_protocol import MessagePackHubProtocol
 
 from realtime_dispatch.hub.connections.registry import user_group
-from tests.hub_fixtures import RunningHub, hub_settings, make_token, push, running_hub
+from support.hub_wire import make_token
+from tests.hub_fixtures import RunningHub, hub_settings, push, running_hub
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 pytestmark = pytest.mark.e2e

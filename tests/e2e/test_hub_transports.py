@@ -13,8 +13,9 @@ from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.protocols import Transport
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
-from tests.hub_fixtures import NodeClient, make_token, push
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import NodeClient, push
 
 pytestmark = pytest.mark.e2e
 

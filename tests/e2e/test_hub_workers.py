@@ -25,9 +25,9 @@ from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
 from realtime_dispatch.messenger.messages import send_message
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, run_cli, running
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
+from support.procs import cli_env, free_port, run_cli, running, wait_until
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 

@@ -24,10 +24,8 @@ from realtime_dispatch.messenger.jobs.options import (
 from realtime_dispatch.messenger.jobs.recording_finalize import RecordingFinalizeRetry
 from realtime_dispatch.messenger.jobs.scheduled import JobRun
 from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop
-from tests.integration.status_service import StatusService, status_service
-from tests.integration.test_media_jobs import stopped_call_recording
+from support.procs import cli_env, free_port, start_cli, stop, wait_until
+from tests.integration.status_service import StatusService, status_service, stopped_call_recording
 
 
 async def overlong_conference(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:

@@ -18,9 +18,9 @@ import jwt
 import orjson
 import pytest
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, stop
-from tests.hub_fixtures import RunningHub, make_token, raw_client
+from support.hub_wire import make_token
+from support.procs import cli_env, free_port, start_cli, stop
+from tests.hub_fixtures import RunningHub, raw_client
 
 pytestmark = pytest.mark.e2e
 

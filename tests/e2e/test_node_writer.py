@@ -21,10 +21,10 @@ import jwt
 import orjson
 import pytest
 
-from tests.conftest import free_port
+from support.hub_wire import SECRET
+from support.procs import cli_env, free_port, run_cli, running, wait_ready
 from tests.e2e.hub_and_worker import hub_and_worker_env
-from tests.e2e.processes import cli_env, run_cli, running, wait_ready
-from tests.hub_fixtures import SECRET, NodeClient, require_node_client
+from tests.hub_fixtures import NodeClient, require_node_client
 
 pytestmark = pytest.mark.e2e
 

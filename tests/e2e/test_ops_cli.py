@@ -10,7 +10,7 @@ from rich.console import Console
 
 from realtime_dispatch.cli.ops import render_watch
 from realtime_dispatch.ops.service import LockHolder, OpsService
-from tests.e2e.processes import cli_env, run_cli, start_cli, stop
+from support.procs import cli_env, run_cli, start_cli, stop
 from tests.errors_support import quarantine_rows
 
 LOCK_SQL = (

@@ -13,20 +13,10 @@ from starlette.applications import Starlette
 from realtime_dispatch.auth.tokens import TokenVerifier
 from realtime_dispatch.ops.routes import ops_routes
 from realtime_dispatch.ops.service import OpsService
+from support.hub_wire import SECRET, make_token
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.errors_support import quarantine_rows
-from tests.hub_fixtures import SECRET, make_token
 from tests.local_server import serving
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @contextlib.asynccontextmanager

@@ -22,10 +22,10 @@ import asyncpg
 import jwt
 import pytest
 
-from tests.conftest import free_port
+from support.hub_wire import SECRET
+from support.procs import cli_env, free_port, run_cli, running, side_by_side
 from tests.e2e.hub_and_worker import hub_and_worker_env
-from tests.e2e.processes import cli_env, run_cli, running, side_by_side
-from tests.hub_fixtures import SECRET, NodeClient
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 

@@ -16,16 +16,14 @@ import httpx
 import jwt
 import pytest
 
-from realtime_dispatch.outbox.queries import parse_queries
-from tests.conftest import free_port
+from support.hub_wire import SERVICE_KEY, make_token
+from support.procs import cli_env, free_port, run_cli, running, wait_ready
 from tests.e2e.hub_and_worker import hub_and_worker_env
-from tests.e2e.processes import cli_env, run_cli, running, wait_ready
-from tests.hub_fixtures import SERVICE_KEY, NodeClient, make_token
+from tests.e2e.own_schema import EXAMPLE, WRITES
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-schema"
-WRITES = dict(parse_queries((EXAMPLE / "writes.sql").read_text()))
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 TURN_SECRET = "turn-shared-secret-of-the-adopter"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 import httpx
-import orjson
 import pytest
 import structlog
 
@@ -29,18 +27,21 @@ from realtime_dispatch.client.client import ClientOptions
 from realtime_dispatch.client.connection import ConnectionOptions
 from realtime_dispatch.contracts.calls import CallInvited
 from realtime_dispatch.contracts.messages import MessageReceived
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import (
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
+from support.procs import (
     LogTail,
     cli_env,
+    free_port,
     run_cli,
     start_cli,
     stop,
     wait_for_line,
     wait_ready,
+    wait_until,
 )
-from tests.e2e.test_own_schema import EXAMPLE, WRITES
-from tests.hub_fixtures import SECRET, SERVICE_KEY, NodeClient, make_token, require_node_client
+from tests.e2e.browser import TARGETS, build_sdk, sdk_client
+from tests.e2e.own_schema import EXAMPLE, WRITES
+from tests.hub_fixtures import NodeClient
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +53,6 @@ TRANSPORT_CLASSES = {
     "ServerSentEvents": "ServerSentEventsTransport",
     "LongPolling": "LongPollingTransport",
 }
-TARGETS = ["message_received", "call_invited"]
 JITSI_SECRET = "jitsi-app-secret-of-the-adopter-32-bytes!"
 QUICK = ClientOptions(connection=ConnectionOptions(reconnect_base=0.05, reconnect_cap=0.3))
 # What the Python SDK logs when it calls reference routes a hub on an own schema does not have.
@@ -94,36 +94,6 @@ class Hub:
         if self._logs is not None:
             await self._logs.finished()
             self._logs = None
-
-
-def build_sdk() -> None:
-    """``clients/js/dist``, what the driver imports (as ``test_js_sdk`` builds it)."""
-    require_node_client()
-    built = subprocess.run(
-        ["node_modules/.bin/tsc", "-p", "clients/js"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-
-
-async def sdk_client(
-    url: str, user: UUID, transport: str, targets: list[str] = TARGETS
-) -> NodeClient:
-    """``tests/js/sdk_client.mjs``: the TypeScript SDK with its own resync hook."""
-    config = {"url": url, "token": make_token(user), "transport": transport, "targets": targets}
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(REPO / "tests" / "js" / "sdk_client.mjs"),
-        orjson.dumps(config).decode(),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        cwd=REPO,
-    )
-    return NodeClient(process)
 
 
 async def next_of(client: NodeClient, kind: str, within: float = 30) -> dict[str, Any]:

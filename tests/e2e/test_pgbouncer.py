@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from realtime_dispatch.messenger import commands
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.chaos.harness import Listener, Proc, base_env, hub_proc, make_chats, processes
-from tests.conftest import wait_until
-from tests.hub_fixtures import make_token
 from tests.pgbouncer import pgbouncer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]

@@ -12,9 +12,9 @@ import asyncpg
 import httpx
 
 from realtime_dispatch.messenger import commands
-from tests.conftest import free_port, wait_until
-from tests.e2e.processes import cli_env, start_cli, stop, wait_for_line
-from tests.hub_fixtures import SECRET, make_token, raw_client
+from support.hub_wire import SECRET, make_token
+from support.procs import cli_env, free_port, start_cli, stop, wait_for_line, wait_until
+from tests.hub_fixtures import raw_client
 from tests.integration.support import send
 
 

@@ -20,9 +20,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.conftest import free_port
-from tests.e2e.processes import cli_env, start_cli, wait_ready
-from tests.hub_fixtures import SECRET, SERVICE_KEY, make_token
+from support.hub_wire import SECRET, SERVICE_KEY, make_token
+from support.procs import cli_env, free_port, start_cli, wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.e2e.processes import cli_env, start_cli, stop
+from support.procs import cli_env, start_cli, stop
 from tests.integration.support import new_chat, row, send, wait_done
 from tests.local_server import serving
 

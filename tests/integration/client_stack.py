@@ -21,13 +21,15 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub import Hub, hub_routes
+from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.serving.server import HubServer, uvicorn_config
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.settings import Settings
 from realtime_dispatch.sync.routes import sync_routes
 from realtime_dispatch.sync.service import SyncService
-from tests.conftest import free_port
-from tests.hub_fixtures import hub_settings, make_token
+from support.hub_wire import make_token
+from support.procs import free_port
+from tests.hub_fixtures import hub_settings
 
 FAST = RealtimeDispatchOptions(
     polling_interval=0.1, backoff_base=0.05, backoff_cap=0.2, max_run_duration=2, lock_ttl=10
@@ -104,3 +106,9 @@ async def messenger_stack(
             await stack.stop_dispatcher()
             server.should_exit = True
             await task
+
+
+def drop_everyone(hub: Hub) -> None:
+    """Every connection closed from the server side, reconnect allowed (a lost socket)."""
+    for connection in list(hub.connections.values()):
+        connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))

@@ -17,7 +17,7 @@ def open_api(pool: asyncpg.Pool) -> Callable[..., contextlib.AbstractAsyncContex
     API served in this process (``httpx.ASGITransport``) on ``hub_settings(**settings)``."""
     from realtime_dispatch.messenger.api import create_api
     from tests.hub_fixtures import hub_settings
-    from tests.integration.test_messenger_api import Api
+    from tests.integration.messenger_scenario import Api
 
     @contextlib.asynccontextmanager
     async def open_(**settings: Any) -> AsyncIterator[Api]:

@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
+import httpx
 
 from realtime_dispatch.messenger import (
     blacklist,
@@ -28,6 +29,7 @@ from realtime_dispatch.messenger import (
 )
 from realtime_dispatch.messenger.reaper import reap_unanswered_calls
 from realtime_dispatch.outbox.model import RealtimeDispatchKind, SessionKind
+from support.hub_wire import make_token
 
 K = RealtimeDispatchKind
 D = SessionKind.DIRECT
@@ -557,3 +559,19 @@ def row_shape(row: asyncpg.Record) -> tuple[str, str, str | None]:
 
 def expected_shape(expected: Expected) -> list[tuple[str, str, str | None]]:
     return [(k.value, g, sk.value if sk else None) for k, g, sk in expected]
+
+
+class Api:
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def call(
+        self, method: str, path: str, user: UUID | None, body: Any = None, **kw: Any
+    ) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {make_token(user)}"} if user else {}
+        return await self.http.request(method, path, json=body, headers=headers, **kw)
+
+
+async def written(pool: asyncpg.Pool) -> tuple[dict[str, str], int]:
+    count = await pool.fetchval("SELECT count(*) FROM messenger.realtime_outbox")
+    return await domain_snapshot(pool), int(count)

@@ -6,13 +6,19 @@ one raw SignalR client per user over a real WebSocket."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 import asyncpg
+import jwt
+import pytest
 from pydantic import SecretStr
 
 from realtime_dispatch.auth.media import MediaOptions
@@ -22,15 +28,9 @@ from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.dispatch.service import dispatch_service
 from realtime_dispatch.hub.backplane.publishers import RedisHubPublisher
 from realtime_dispatch.outbox.model import RealtimeDispatchKind
-from tests.conftest import wait_until
-from tests.hub_fixtures import (
-    RawClient,
-    RunningHub,
-    hub_settings,
-    make_token,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import RawClient, RunningHub, hub_settings, raw_client, running_hub
 from tests.integration.messenger_scenario import (
     CREATED,
     Ctx,
@@ -167,3 +167,39 @@ async def world(
         w = World(ctx, clients, running, metrics=service.metrics)
         await w.delivered(CREATED, created)
         yield w
+
+
+def verify_media(media: dict[str, Any], *, subject: str) -> dict[str, Any]:
+    claims: dict[str, Any] = jwt.decode(
+        media["accessToken"], JITSI_SECRET, algorithms=["HS256"], audience="jitsi"
+    )
+    assert claims["iss"] == MEDIA.jitsi_app_id
+    assert claims["sub"] == MEDIA.jitsi_domain
+    assert claims["room"] == media["roomName"]
+    now = time.time()
+    assert now < claims["exp"] <= now + MEDIA.token_ttl + 2
+    [ice] = media["iceServers"]
+    assert ice["urls"] == list(MEDIA.turn_urls)
+    expiry, _, who = ice["username"].partition(":")
+    assert who == subject
+    assert int(expiry) == claims["exp"]
+    digest = hmac.new(TURN_SECRET.encode(), ice["username"].encode(), hashlib.sha1).digest()
+    assert ice["credential"] == base64.b64encode(digest).decode()
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(
+            media["accessToken"],
+            "another-secret-of-32-bytes-length!",
+            algorithms=["HS256"],
+            audience="jitsi",
+        )
+    return claims
+
+
+MEDIA_SETTINGS = {
+    "media_jitsi_app_id": MEDIA.jitsi_app_id,
+    "media_jitsi_app_secret": JITSI_SECRET,
+    "media_jitsi_domain": MEDIA.jitsi_domain,
+    "media_turn_urls": ",".join(MEDIA.turn_urls),
+    "media_turn_secret": MEDIA.turn_secret.get_secret_value() if MEDIA.turn_secret else None,
+    "media_token_ttl": MEDIA.token_ttl,
+}

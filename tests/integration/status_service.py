@@ -7,14 +7,16 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import asyncpg
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from realtime_dispatch.messenger import calls, recordings
 from tests.local_server import serving
 
 
@@ -53,3 +55,14 @@ async def status_service(service: StatusService) -> AsyncIterator[str]:
             yield f"{url}/status"
         finally:
             service.released.set()
+
+
+async def stopped_call_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
+    """A stopped recording of an answered call; returns (recording, caller, callee)."""
+    caller, callee = uuid4(), uuid4()
+    async with pool.acquire() as conn:
+        call = await calls.start_call(conn, caller=caller, callee=callee)
+        await calls.answer_call(conn, call_id=call, actor=callee)
+        recording = await recordings.start_recording(conn, actor=caller, call_id=call)
+        await recordings.stop_recording(conn, recording_id=recording, actor=caller)
+    return recording, caller, callee

@@ -15,7 +15,8 @@ from realtime_dispatch.dispatch.projections.builder import PayloadBuilder
 from realtime_dispatch.dispatch.projections.registry import default_payload_builder
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
-from tests.conftest import wait_until
+from realtime_dispatch.values.ids import new_id
+from support.procs import wait_until
 from tests.fakes import RecordingAlerts, RecordingPublisher
 
 FAST = RealtimeDispatchOptions(
@@ -103,3 +104,40 @@ async def make_due(pool: asyncpg.Pool) -> None:
     await pool.execute(
         "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE status = 'Pending'"
     )
+
+
+# The default backoffs (2 s first retry) switch pipelining on; the tests' FAST options do not.
+PIPELINED = RealtimeDispatchOptions(batch_size=50, max_run_duration=20, lock_ttl=30)
+
+
+async def backlog(pool: asyncpg.Pool, chats: int, per_chat: int) -> None:
+    """``chats`` chats of ``per_chat`` messages, each with its outbox row, inserted chat by chat
+    with UUIDv7 ids: outbox id order is seq order within a chat."""
+    for _ in range(chats):
+        chat, sender = await new_chat(pool)
+        messages = [(new_id(), chat, seq, sender, f"m{seq}") for seq in range(1, per_chat + 1)]
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.executemany(
+                "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                messages,
+            )
+            await conn.executemany(
+                "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id,"
+                " message_id, seq) VALUES ($1, 'MessageReceived', 'ChatGroup', $2, $3, $4)",
+                [(new_id(), chat, message_id, seq) for message_id, _, seq, _, _ in messages],
+            )
+
+
+async def table_texts(pool: asyncpg.Pool) -> dict[str, str]:
+    tables = await pool.fetch(
+        "SELECT table_schema, table_name FROM information_schema.tables"
+        " WHERE table_type = 'BASE TABLE'"
+        " AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+    )
+    texts = {}
+    for t in tables:
+        name = f'"{t["table_schema"]}"."{t["table_name"]}"'
+        rows = await pool.fetch(f"SELECT x::text AS row FROM {name} AS x")
+        texts[name] = "\n".join(r["row"] for r in rows)
+    return texts

@@ -1,4 +1,4 @@
-"""The reconnect storm's client (``bench/_storm_clients.py``) against the real messenger: an
+"""The reconnect storm's client (``bench/e2e/_storm_clients.py``) against the real messenger: an
 attempt whose socket the server closes before answering the WebSocket upgrade (a replica killed
 or restarting with the request still in its backlog) is a failed attempt, retried, so the
 client comes back. picows resolves ``ws_connect`` without an error in that case and never calls
@@ -17,15 +17,16 @@ from uuid import uuid4
 
 import asyncpg
 
-from tests.conftest import wait_until
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.integration.client_stack import messenger_stack
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def storm_clients() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_storm_clients", BENCH / "_storm_clients.py")
+    path = BENCH / "e2e" / "_storm_clients.py"
+    spec = importlib.util.spec_from_file_location("_storm_clients", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

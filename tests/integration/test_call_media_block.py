@@ -20,7 +20,7 @@ from realtime_dispatch.messenger.refusals import Forbidden
 from tests.fakes import RecordingPublisher
 from tests.integration.messenger_world import MEDIA
 from tests.integration.support import make_due, make_stack
-from tests.integration.test_sync import sync_api
+from tests.integration.sync_client import sync_api
 
 
 def _invited(publisher: RecordingPublisher, call: UUID) -> dict[str, object]:

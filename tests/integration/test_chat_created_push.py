@@ -12,7 +12,8 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from tests.hub_fixtures import RawClient, RunningHub, make_token, raw_client
+from support.hub_wire import make_token
+from tests.hub_fixtures import RawClient, RunningHub, raw_client
 from tests.integration.client_stack import Stack, messenger_stack
 
 

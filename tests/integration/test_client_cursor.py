@@ -15,10 +15,9 @@ from realtime_dispatch.client.events import AppEvent, ContactRequestReceived
 from realtime_dispatch.delivery.push import Push
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.messenger import contacts
-from tests.conftest import wait_until
-from tests.hub_fixtures import make_token
-from tests.integration.client_stack import QUICK_CLIENT, messenger_stack
-from tests.integration.test_client_resume import drop_everyone
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.integration.client_stack import QUICK_CLIENT, drop_everyone, messenger_stack
 
 _BULK = """
 WITH c AS (

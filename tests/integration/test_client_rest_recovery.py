@@ -13,12 +13,12 @@ import httpx
 from realtime_dispatch.client import MessageEdited, MessageReceived, MessengerClient
 from realtime_dispatch.client.rest import MessengerRest
 from realtime_dispatch.contracts.calls import CallAnswered, CallInvited
-from tests.conftest import wait_until
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.fakes import RecordingPublisher
-from tests.hub_fixtures import hub_settings, make_token
+from tests.hub_fixtures import hub_settings
 from tests.integration.client_stack import messenger_stack
-from tests.integration.test_media_delivery import verify_media
-from tests.integration.test_rest_recovery import MEDIA_SETTINGS
+from tests.integration.messenger_world import MEDIA_SETTINGS, verify_media
 
 FILE = {"fileId": "f-9", "name": "a.png", "size": 10, "contentType": "image/png"}
 

@@ -9,17 +9,11 @@ import asyncpg
 from realtime_dispatch.client import MessageReceived, MessengerClient
 from realtime_dispatch.client.events import ContactRequestReceived
 from realtime_dispatch.hub import Hub
-from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.messenger import contacts
-from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token
-from tests.integration.client_stack import QUICK_CLIENT, messenger_stack
-
-
-def drop_everyone(hub: Hub) -> None:
-    """Every connection closed from the server side, reconnect allowed (a lost socket)."""
-    for connection in list(hub.connections.values()):
-        connection.close(CloseRequest(CloseReason.TRANSPORT_LOST, "dropped by the test", True))
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import hub_settings
+from tests.integration.client_stack import QUICK_CLIENT, drop_everyone, messenger_stack
 
 
 def heard(client: MessengerClient) -> tuple[list[MessageReceived], list[int]]:

@@ -22,8 +22,8 @@ from realtime_dispatch.client import (
     RestError,
 )
 from realtime_dispatch.delivery.push import Push
-from tests.conftest import wait_until
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.integration.client_stack import QUICK_CLIENT, Stack, messenger_stack
 
 

@@ -11,10 +11,9 @@ import asyncpg
 import pytest
 
 from realtime_dispatch.client import HubMethodError, PresenceChanged, UserTyping
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import create_shared_chat, hub_settings
-from tests.integration.client_stack import messenger_stack
-from tests.integration.test_client_resume import drop_everyone
+from tests.integration.client_stack import drop_everyone, messenger_stack
 
 
 async def test_typing_and_presence_through_the_sdk(database_url: str, pool: asyncpg.Pool) -> None:

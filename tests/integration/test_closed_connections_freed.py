@@ -21,8 +21,9 @@ from realtime_dispatch.edge.gc_sweep import GarbageSweep
 from realtime_dispatch.hub.connections.connection import HubConnection
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
-from tests.conftest import wait_until
-from tests.hub_fixtures import RS, RunningHub, hub_settings, make_token, running_hub
+from support.hub_wire import RS, make_token
+from support.procs import wait_until
+from tests.hub_fixtures import RunningHub, hub_settings, running_hub
 
 HUB = "/hubs/messenger"
 HANDSHAKE = b'{"protocol":"json","version":1}' + RS.encode()

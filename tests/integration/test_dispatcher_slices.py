@@ -13,8 +13,7 @@ import pytest
 from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PUSH_SLICE
 from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from tests.integration.support import FAST, make_stack
-from tests.integration.test_pipelining import PIPELINED, backlog
+from tests.integration.support import FAST, PIPELINED, backlog, make_stack
 
 PIPELINED_TWO_SLICES = replace(PIPELINED, batch_size=2 * PUSH_SLICE)
 

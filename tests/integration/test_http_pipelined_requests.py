@@ -19,7 +19,7 @@ import uvicorn
 
 from realtime_dispatch.edge.http_protocol import HttpLimits, guarded_http_protocol
 from realtime_dispatch.edge.pipelining import GatedFlow
-from tests.conftest import wait_until
+from support.procs import wait_until
 
 PAD = b"p" * 200  # heads of ~260 bytes: thousands of them span many reads
 

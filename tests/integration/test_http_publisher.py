@@ -15,8 +15,9 @@ from starlette.routing import Route
 from realtime_dispatch.delivery.push import BATCH_PATH, Push, hub_problem
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from tests.conftest import free_port
-from tests.hub_fixtures import SERVICE_KEY, hub_settings, running_hub
+from support.hub_wire import SERVICE_KEY
+from support.procs import free_port
+from tests.hub_fixtures import hub_settings, running_hub
 from tests.integration.support import make_stack, new_chat, send
 from tests.local_server import serving
 

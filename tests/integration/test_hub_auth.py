@@ -29,18 +29,11 @@ from realtime_dispatch.auth.tokens import TokenOptions, mint_token
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.wire.protocols import JSON, Transport
 from realtime_dispatch.messenger.api.app import ApiOptions, create_api
-from tests.conftest import wait_until
-from tests.hub_fixtures import (
-    SECRET,
-    hub_settings,
-    negotiate,
-    options_for,
-    push,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import SECRET
+from support.procs import wait_until
+from tests.hub_fixtures import hub_settings, negotiate, options_for, push, raw_client, running_hub
+from tests.jwks import AUDIENCE, ISSUER, public_jwk
 from tests.local_server import serving
-from tests.unit.test_tokens import AUDIENCE, ISSUER, public_jwk
 
 EXPIRED = {"type": 7, "error": "token expired", "allowReconnect": True}
 REVOKED = {"type": 7, "error": "token revoked"}

@@ -22,8 +22,9 @@ from realtime_dispatch.hub.backplane.subscriber import (
 )
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import send_message, set_participant
-from tests.conftest import free_port
-from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client
+from support.hub_wire import SERVICE_KEY, make_token
+from support.procs import free_port
+from tests.hub_fixtures import hub_settings, raw_client
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 

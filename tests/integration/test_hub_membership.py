@@ -9,8 +9,9 @@ import uuid
 
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
-from tests.hub_fixtures import make_token, push, raw_client
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import push, raw_client
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 

@@ -16,11 +16,11 @@ from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, send_message, set_participant
 from realtime_dispatch.messenger.reads import mark_read
-from tests.conftest import wait_until
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.hub_fixtures import (
     create_shared_chat,
     hub_settings,
-    make_token,
     options_for,
     push,
     raw_client,

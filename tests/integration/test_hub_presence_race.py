@@ -18,11 +18,11 @@ from realtime_dispatch.hub.signals.hub_signals import SIGNAL_QUERIES
 from realtime_dispatch.hub.signals.watch_rate import WatchRate
 from realtime_dispatch.messenger.blacklist import block_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.hub_fixtures import (
     create_shared_chat,
     hub_settings,
-    make_token,
     options_for,
     raw_client,
     running_hub,

@@ -15,15 +15,9 @@ from realtime_dispatch.delivery.push import BATCH_PATH, MAX_BATCH_BYTES, Push
 from realtime_dispatch.dispatch.http_publisher import HttpHubPublisher
 from realtime_dispatch.edge.http_protocol import HttpLimits
 from realtime_dispatch.errors import HubUnavailable, PushRejected
-from tests.conftest import wait_until
-from tests.hub_fixtures import (
-    SERVICE_KEY,
-    SlowPostgresProxy,
-    hub_settings,
-    make_token,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import SERVICE_KEY, make_token
+from support.procs import wait_until
+from tests.hub_fixtures import SlowPostgresProxy, hub_settings, raw_client, running_hub
 
 # The hub as ``realtime-dispatch hub`` serves the batch endpoint (by its HTTP protocol, without
 # the app), and through the ASGI app.

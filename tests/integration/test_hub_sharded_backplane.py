@@ -12,15 +12,9 @@ from realtime_dispatch.errors import HubUnavailable
 from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPublisher
 from realtime_dispatch.hub.connections.registry import chat_group, user_group
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
-from tests.hub_fixtures import (
-    SlowPostgresProxy,
-    hub_settings,
-    make_token,
-    options_for,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import SlowPostgresProxy, hub_settings, options_for, raw_client, running_hub
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from realtime_dispatch.hub.signals.typing_signal import BLOCKED
 from realtime_dispatch.messenger.blacklist import block_user
-from tests.conftest import wait_until
+from support.hub_wire import make_token
+from support.procs import wait_until
 from tests.hub_fixtures import (
     RawClient,
     RunningHub,
     hub_settings,
-    make_token,
     raw_client,
 )
 from tests.integration.chat_pairs import alice_bob_and_a_chat

@@ -24,17 +24,9 @@ from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest
 from realtime_dispatch.hub.wire.messagepack import BinaryRecordBuffer, length_prefixed
 from realtime_dispatch.hub.wire.protocols import Transport
-from tests.conftest import wait_until
-from tests.hub_fixtures import (
-    RS,
-    SECRET,
-    RunningHub,
-    hub_settings,
-    make_token,
-    negotiate,
-    push,
-    running_hub,
-)
+from support.hub_wire import RS, SECRET, make_token
+from support.procs import wait_until
+from tests.hub_fixtures import RunningHub, hub_settings, negotiate, push, running_hub
 
 HUB = "/hubs/messenger"
 JSON_HANDSHAKE = b'{"protocol":"json","version":1}\x1e'

@@ -16,8 +16,9 @@ from realtime_dispatch.messenger.access import BLOCKED_IN_CHAT_SQL as SEND_BLOCK
 from realtime_dispatch.messenger.access import is_blocked_in_chat
 from realtime_dispatch.messenger.blacklist import block_user, unblock_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
-from tests.conftest import wait_until
-from tests.hub_fixtures import hub_settings, make_token, options_for, raw_client, running_hub
+from support.hub_wire import make_token
+from support.procs import wait_until
+from tests.hub_fixtures import hub_settings, options_for, raw_client, running_hub
 from tests.integration.chat_pairs import alice_bob_and_a_chat
 
 

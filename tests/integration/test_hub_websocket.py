@@ -10,15 +10,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from realtime_dispatch.hub.connections.registry import user_group
-from tests.hub_fixtures import (
-    RS,
-    hub_settings,
-    make_token,
-    negotiate,
-    push,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import RS, make_token
+from tests.hub_fixtures import hub_settings, negotiate, push, raw_client, running_hub
 
 # The hub as ``realtime-dispatch hub`` serves WebSockets (directly on the transport), and through
 # the ASGI app as any other server would.
@@ -70,7 +63,7 @@ async def test_bad_token_is_refused(hub, token):
 async def test_token_without_exp_or_uuid_sub_is_refused(hub):
     import jwt
 
-    from tests.hub_fixtures import SECRET
+    from support.hub_wire import SECRET
 
     no_exp = jwt.encode({"sub": str(uuid.uuid4())}, SECRET, algorithm="HS256")
     bad_sub = make_token(uuid.uuid4(), sub="alice")
@@ -163,7 +156,7 @@ async def test_oversized_frame_is_refused(hub):
 
 
 async def _no_connections(hub):
-    from tests.conftest import wait_until
+    from support.procs import wait_until
 
     await wait_until(lambda: not hub.hub.connections, within=5)
 

@@ -15,8 +15,9 @@ from websockets.exceptions import ConnectionClosed
 
 from realtime_dispatch.hub.connections.registry import user_group
 from realtime_dispatch.hub.transports.ws_direct import DirectWebSocket
-from tests.conftest import wait_until
-from tests.hub_fixtures import RS, make_token, raw_client
+from support.hub_wire import RS, make_token
+from support.procs import wait_until
+from tests.hub_fixtures import raw_client
 
 
 def record(n: int) -> bytes:

@@ -5,51 +5,26 @@ any table or any log line."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
-import hmac
 import logging
-import time
 from typing import Any
 
 import asyncpg
-import jwt
 import pytest
 from structlog.testing import capture_logs
 
 from realtime_dispatch.auth.media import MediaOptions
 from tests.integration.messenger_scenario import STEPS
-from tests.integration.messenger_world import JITSI_SECRET, MEDIA, TURN_SECRET, World, world
+from tests.integration.messenger_world import (
+    JITSI_SECRET,
+    TURN_SECRET,
+    World,
+    verify_media,
+    world,
+)
 
 MEDIA_STEPS = ("call alice→bob", "start conference", "invite bob")
 INVITES = ("call_invited", "conference_started", "conference_invited")
-
-
-def verify_media(media: dict[str, Any], *, subject: str) -> dict[str, Any]:
-    claims: dict[str, Any] = jwt.decode(
-        media["accessToken"], JITSI_SECRET, algorithms=["HS256"], audience="jitsi"
-    )
-    assert claims["iss"] == MEDIA.jitsi_app_id
-    assert claims["sub"] == MEDIA.jitsi_domain
-    assert claims["room"] == media["roomName"]
-    now = time.time()
-    assert now < claims["exp"] <= now + MEDIA.token_ttl + 2
-    [ice] = media["iceServers"]
-    assert ice["urls"] == list(MEDIA.turn_urls)
-    expiry, _, who = ice["username"].partition(":")
-    assert who == subject
-    assert int(expiry) == claims["exp"]
-    digest = hmac.new(TURN_SECRET.encode(), ice["username"].encode(), hashlib.sha1).digest()
-    assert ice["credential"] == base64.b64encode(digest).decode()
-    with pytest.raises(jwt.InvalidSignatureError):
-        jwt.decode(
-            media["accessToken"],
-            "another-secret-of-32-bytes-length!",
-            algorithms=["HS256"],
-            audience="jitsi",
-        )
-    return claims
 
 
 async def test_join_tokens_are_valid_at_the_client_and_stored_nowhere(

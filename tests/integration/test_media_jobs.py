@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from realtime_dispatch.messenger import calls, chats, conferences, recordings
+from realtime_dispatch.messenger import chats, conferences, recordings
 from realtime_dispatch.messenger.jobs.conference_reaper import (
     ConferenceRoomReaper,
     reap_stale_conferences,
@@ -32,8 +32,8 @@ from realtime_dispatch.messenger.jobs.scheduled import JobRun, JobWork, Schedule
 from realtime_dispatch.messenger.jobs.status_client import RecordingStatusClient
 from realtime_dispatch.messenger.refusals import Conflict
 from realtime_dispatch.outbox.backoff import Backoff
-from tests.conftest import free_port, wait_until
-from tests.integration.status_service import StatusService, status_service
+from support.procs import free_port, wait_until
+from tests.integration.status_service import StatusService, status_service, stopped_call_recording
 from tests.integration.support import make_stack
 
 REAPER = ConferenceReaperOptions(empty_timeout=300, max_duration=8 * 3600)
@@ -405,17 +405,6 @@ async def test_a_stop_ends_the_run_before_the_next_batch(pool: asyncpg.Pool) -> 
 
 
 # --- the recording-finalize retry ---------------------------------------------------------
-
-
-async def stopped_call_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID, UUID]:
-    """A stopped recording of an answered call; returns (recording, caller, callee)."""
-    caller, callee = uuid4(), uuid4()
-    async with pool.acquire() as conn:
-        call = await calls.start_call(conn, caller=caller, callee=callee)
-        await calls.answer_call(conn, call_id=call, actor=callee)
-        recording = await recordings.start_recording(conn, actor=caller, call_id=call)
-        await recordings.stop_recording(conn, recording_id=recording, actor=caller)
-    return recording, caller, callee
 
 
 async def stopped_conference_recording(pool: asyncpg.Pool) -> tuple[UUID, UUID]:

@@ -16,13 +16,8 @@ from realtime_dispatch.hub.backplane.sharded_publisher import ShardedRedisHubPub
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.manifest.check import require_valid
 from realtime_dispatch.manifest.manifest import Manifest, parse_manifest
-from tests.hub_fixtures import (
-    SlowPostgresProxy,
-    hub_settings,
-    make_token,
-    raw_client,
-    running_hub,
-)
+from support.hub_wire import make_token
+from tests.hub_fixtures import SlowPostgresProxy, hub_settings, raw_client, running_hub
 
 # A Django-style membership table: one row per stint, so a user who left and came back has two
 # rows for the chat; a leave sets left_at, a rejoin inserts a new row. The trigger sends the

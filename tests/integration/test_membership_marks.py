@@ -32,9 +32,10 @@ from realtime_dispatch.hub.backplane.subscriber import redis_client as backplane
 from realtime_dispatch.hub.connections.registry import chat_group
 from realtime_dispatch.messenger import commands
 from realtime_dispatch.outbox.store import OutboxStore
-from tests.conftest import free_port, wait_until
+from support.hub_wire import SERVICE_KEY, make_token
+from support.procs import free_port, wait_until
 from tests.fakes import RecordingAlerts, RecordingPublisher
-from tests.hub_fixtures import SERVICE_KEY, hub_settings, make_token, raw_client, running_hub
+from tests.hub_fixtures import hub_settings, raw_client, running_hub
 from tests.integration.support import FAST, new_chat, send
 
 BARRIERS = "messenger_realtime_hub_membership_barriers_total"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import asyncpg
 import httpx
@@ -14,24 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from realtime_dispatch.messenger.api import create_api
 from realtime_dispatch.messenger.api.send_rate import SendLimiter, SendRate
-from tests.hub_fixtures import SECRET, hub_settings, make_token
-from tests.integration.messenger_scenario import domain_snapshot
-
-
-class Api:
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
-
-    async def call(
-        self, method: str, path: str, user: UUID | None, body: Any = None, **kw: Any
-    ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {make_token(user)}"} if user else {}
-        return await self.http.request(method, path, json=body, headers=headers, **kw)
-
-
-async def written(pool: asyncpg.Pool) -> tuple[dict[str, str], int]:
-    count = await pool.fetchval("SELECT count(*) FROM messenger.realtime_outbox")
-    return await domain_snapshot(pool), int(count)
+from support.hub_wire import SECRET, make_token
+from tests.hub_fixtures import hub_settings
+from tests.integration.messenger_scenario import Api, written
 
 
 async def test_auth_is_required(api: Api) -> None:

@@ -41,10 +41,9 @@ from realtime_dispatch.messenger.reaper import (
 )
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 from realtime_dispatch.outbox.model import ClaimedRow
-from tests.chaos.test_data_at_rest import table_texts
 from tests.integration.messenger_scenario import domain_snapshot
 from tests.integration.messenger_world import MEDIA
-from tests.integration.support import make_stack
+from tests.integration.support import make_stack, table_texts
 
 
 async def outbox_count(pool: asyncpg.Pool) -> int:

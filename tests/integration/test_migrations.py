@@ -8,7 +8,7 @@ import pytest
 from realtime_dispatch.messenger.schema import all_migrations, messenger_migrations, migrate
 from realtime_dispatch.outbox import migrate as outbox_schema
 from realtime_dispatch.outbox.migrate import applied_versions
-from tests.conftest import with_database
+from support.databases import with_database
 
 
 async def test_template_has_every_packaged_migration(pool: asyncpg.Pool) -> None:

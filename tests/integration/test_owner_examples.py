@@ -16,7 +16,7 @@ from examples import owner_asyncpg, owner_psycopg, owner_sqlalchemy
 from sqlalchemy import create_engine
 
 from realtime_dispatch.client import MessageReceived
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.integration.client_stack import messenger_stack
 
 Poster = Callable[[str, UUID, UUID, str], Awaitable[Any]]

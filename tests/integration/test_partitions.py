@@ -18,7 +18,7 @@ from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.outbox.partitions import Partition, partitions
 from realtime_dispatch.outbox.queries import QUERIES
 from realtime_dispatch.settings import load_settings
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, new_chat, send
 

@@ -9,32 +9,8 @@ import asyncpg
 
 from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.dispatcher import PIPELINE_LANES
-from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
-from realtime_dispatch.values.ids import new_id
 from tests.fakes import RecordingPublisher
-from tests.integration.support import make_stack, new_chat
-
-# The default backoffs (2 s first retry) switch pipelining on; the tests' FAST options do not.
-PIPELINED = RealtimeDispatchOptions(batch_size=50, max_run_duration=20, lock_ttl=30)
-
-
-async def backlog(pool: asyncpg.Pool, chats: int, per_chat: int) -> None:
-    """``chats`` chats of ``per_chat`` messages, each with its outbox row, inserted chat by chat
-    with UUIDv7 ids: outbox id order is seq order within a chat."""
-    for _ in range(chats):
-        chat, sender = await new_chat(pool)
-        messages = [(new_id(), chat, seq, sender, f"m{seq}") for seq in range(1, per_chat + 1)]
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.executemany(
-                "INSERT INTO messenger.messages (id, chat_id, seq, sender_user_id, body)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                messages,
-            )
-            await conn.executemany(
-                "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id,"
-                " message_id, seq) VALUES ($1, 'MessageReceived', 'ChatGroup', $2, $3, $4)",
-                [(new_id(), chat, message_id, seq) for message_id, _, seq, _, _ in messages],
-            )
+from tests.integration.support import PIPELINED, backlog, make_stack
 
 
 async def warm(pool: asyncpg.Pool, connections: int) -> None:

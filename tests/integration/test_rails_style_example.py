@@ -19,7 +19,7 @@ from realtime_dispatch.manifest.manifest import load_manifest
 from realtime_dispatch.messenger.schema import migrate
 from realtime_dispatch.outbox.queries import parse_queries
 from realtime_dispatch.values.keys import BIGINT_KEYS
-from tests.conftest import scratch_database
+from support.databases import scratch_database
 from tests.integration.support import make_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rails-style"

@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from realtime_dispatch.hub.backplane.resp import CommandConnection
 from realtime_dispatch.hub.backplane.subscriber import BackplaneSubscriber, redis_client
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.hub_fixtures import TcpProxy
 
 

@@ -14,18 +14,9 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
-from tests.integration.messenger_world import JITSI_SECRET, MEDIA
-from tests.integration.test_media_delivery import verify_media
-from tests.integration.test_messenger_api import Api, written
+from tests.integration.messenger_scenario import Api, written
+from tests.integration.messenger_world import MEDIA_SETTINGS, verify_media
 
-MEDIA_SETTINGS = {
-    "media_jitsi_app_id": MEDIA.jitsi_app_id,
-    "media_jitsi_app_secret": JITSI_SECRET,
-    "media_jitsi_domain": MEDIA.jitsi_domain,
-    "media_turn_urls": ",".join(MEDIA.turn_urls),
-    "media_turn_secret": MEDIA.turn_secret.get_secret_value() if MEDIA.turn_secret else None,
-    "media_token_ttl": MEDIA.token_ttl,
-}
 FILE = {"fileId": "f-1", "name": "plan.pdf", "size": 12345, "contentType": "application/pdf"}
 
 

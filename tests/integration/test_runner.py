@@ -14,7 +14,7 @@ from realtime_dispatch.database.connections import DISPATCHER_SERVER_SETTINGS, c
 from realtime_dispatch.delivery.push import PublishResult, Push
 from realtime_dispatch.dispatch.runner import DispatchRunner
 from realtime_dispatch.errors import PushRejected
-from tests.conftest import wait_until
+from support.procs import wait_until
 from tests.fakes import RecordingPublisher
 from tests.integration.support import FAST, Stack, make_stack, new_chat, send
 

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import AsyncIterator
 
 from realtime_dispatch.edge.gc_sweep import MAX_CPU_SHARE, GarbageSweep, rest_after
-from tests.conftest import wait_until
+from support.procs import wait_until
 
 
 class Node:

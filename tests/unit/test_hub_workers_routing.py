@@ -20,7 +20,7 @@ from realtime_dispatch.cli.workers import (
 from realtime_dispatch.errors import ConfigurationError
 from realtime_dispatch.hub.transports.negotiate import NegotiationStore, worker_of, worker_prefix
 from realtime_dispatch.settings import load_settings, parse_workers
-from tests.hub_fixtures import make_token
+from support.hub_wire import make_token
 
 
 def test_worker_count_is_a_number_or_the_cpus_this_process_may_use() -> None:

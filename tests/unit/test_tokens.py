@@ -15,7 +15,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.algorithms import ECAlgorithm
 
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.auth.jwks import JwksKeys, KeysUnavailable, parse_key_set
@@ -39,20 +39,11 @@ from realtime_dispatch.hub.connections.session import InboundSession
 from realtime_dispatch.hub.transports.http_connections import LongPollWriter
 from realtime_dispatch.hub.transports.sse import SseWriter, sse_event
 from realtime_dispatch.hub.wire.protocol import close_message
+from tests.jwks import AUDIENCE, ISSUER, public_jwk
 
-ISSUER = "https://idp.example/realms/acme"
-AUDIENCE = "realtime-dispatch"
 USER = uuid.uuid4()
 RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 EC_KEY = ec.generate_private_key(ec.SECP256R1())
-
-
-def public_jwk(kid: str, key: Any) -> dict[str, Any]:
-    if isinstance(key, rsa.RSAPrivateKey):
-        jwk = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
-    else:
-        jwk = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
-    return {**jwk, "kid": kid, "use": "sig"}
 
 
 def idp_token(kid: str, key: Any, **claims: Any) -> str:
