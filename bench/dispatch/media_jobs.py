@@ -56,6 +56,7 @@ from bench._common import (
     write_json,
 )
 from bench.dispatch.lag import lag_run
+from realtime_dispatch.dispatch.options import RealtimeDispatchOptions
 from realtime_dispatch.messenger.jobs.call_reaper import CallReaperOptions
 from realtime_dispatch.messenger.jobs.conference_reaper import ConferenceRoomReaper
 from realtime_dispatch.messenger.jobs.metrics import MediaJobMetrics
@@ -243,6 +244,15 @@ async def run_jobs(url: str, status_url: str, schedule: JobSchedule, stop: async
         await pool.close()
 
 
+def job_schedule(**pace: Any) -> JobSchedule:
+    """The jobs' schedule as ``serve`` builds it at the defaults: the dispatcher's lease and run
+    length, and ``pace`` (``batch_size``, ``pause``) where given."""
+    dispatch = RealtimeDispatchOptions()
+    return JobSchedule(
+        lock_ttl=dispatch.lock_ttl, max_run_duration=dispatch.max_run_duration, **pace
+    )
+
+
 async def jobs_process(spec: dict[str, Any]) -> None:
     """``--jobs-process``: say ``ready`` once imported, then, told the start time on stdin,
     :func:`run_jobs` from then until SIGTERM (a ``hub`` beside the worker)."""
@@ -250,7 +260,7 @@ async def jobs_process(spec: dict[str, Any]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    schedule = JobSchedule(batch_size=spec["batch"], pause=spec["pause"])
+    schedule = job_schedule(batch_size=spec["batch"], pause=spec["pause"])
     print("ready", flush=True)
     start_at = float(await loop.run_in_executor(None, sys.stdin.readline))
     await asyncio.sleep(start_at - time.time())
@@ -284,7 +294,7 @@ async def sweeping(
 
     async def jobs() -> None:
         if proc is None:
-            schedule = JobSchedule(batch_size=args.batch, pause=args.pause)
+            schedule = job_schedule(batch_size=args.batch, pause=args.pause)
             await asyncio.sleep(start_at - time.time())
             await run_jobs(url, status_url, schedule, stop)
             return
@@ -414,7 +424,7 @@ async def main() -> None:
     parser.add_argument(
         "--jobs-in-process", action="store_true", help="--lag: the jobs beside the dispatcher"
     )
-    schedule = JobSchedule()
+    schedule = job_schedule()
     parser.add_argument("--batch", type=int, default=schedule.batch_size, help="items per batch")
     parser.add_argument(
         "--pause", type=float, default=schedule.pause, help="rest after a batch, × its time"
