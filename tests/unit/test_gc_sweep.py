@@ -6,6 +6,8 @@ import gc
 import weakref
 from collections.abc import AsyncIterator
 
+import pytest
+
 from realtime_dispatch.edge.gc_sweep import MAX_CPU_SHARE, GarbageSweep, rest_after
 from support.procs import wait_until
 
@@ -60,3 +62,4 @@ def test_costly_collections_are_spaced_to_their_share() -> None:
     assert rest_after(0.008, 5.0) == 0.0  # 8 ms: every 5 s is under 1 %
     assert rest_after(0.06, 5.0) == 1.0  # 60 ms: every 6 s
     assert rest_after(0.3, 5.0) == 25.0  # 300 ms: every 30 s
+    assert rest_after(0.3, 5.0, share=0.05) == pytest.approx(1.0)  # a larger share: every 6 s

@@ -31,10 +31,10 @@ MAX_CPU_SHARE = 0.01
 """The sweeps' CPU, at most, as a share of the time."""
 
 
-def rest_after(cpu_seconds: float, delay: float) -> float:
+def rest_after(cpu_seconds: float, delay: float, share: float = MAX_CPU_SHARE) -> float:
     """Seconds to wait after a sweep that took ``cpu_seconds`` before the next may be due (its
-    own ``delay`` comes on top), so that sweeps take at most :data:`MAX_CPU_SHARE`."""
-    return max(0.0, cpu_seconds / MAX_CPU_SHARE - delay)
+    own ``delay`` comes on top), so that sweeps take at most ``share`` of the time."""
+    return max(0.0, cpu_seconds / share - delay)
 
 
 class GarbageSweep:
@@ -42,8 +42,9 @@ class GarbageSweep:
     collection ``delay`` seconds after the first end since the last one (:meth:`run`), spaced
     further when collections are costly (:func:`rest_after`)."""
 
-    def __init__(self, delay: float = GC_SWEEP_DELAY) -> None:
+    def __init__(self, delay: float = GC_SWEEP_DELAY, max_cpu_share: float = MAX_CPU_SHARE) -> None:
         self.delay = delay
+        self.max_cpu_share = max_cpu_share
         self._due = asyncio.Event()
         self.ends = 0
         """Connections ended since the last sweep."""
@@ -74,6 +75,6 @@ class GarbageSweep:
                 ms=round(took * 1000, 1),
                 cpu_ms=round(cpu * 1000, 1),
             )
-            rest = rest_after(cpu, self.delay)
+            rest = rest_after(cpu, self.delay, self.max_cpu_share)
             if rest:
                 await asyncio.sleep(rest)
