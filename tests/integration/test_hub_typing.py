@@ -10,9 +10,7 @@ import uuid
 import orjson
 
 from realtime_dispatch.hub.connections.registry import chat_group
-from realtime_dispatch.hub.signals.hub_signals import BLOCKED_IN_CHAT_SQL
 from realtime_dispatch.hub.signals.typing_signal import BLOCKED
-from realtime_dispatch.messenger.access import BLOCKED_IN_CHAT_SQL as SEND_BLOCKED_IN_CHAT_SQL
 from realtime_dispatch.messenger.access import is_blocked_in_chat
 from realtime_dispatch.messenger.blacklist import block_user, unblock_user
 from realtime_dispatch.messenger.commands import create_chat, set_participant
@@ -160,10 +158,3 @@ async def test_typing_follows_the_block_rule_of_sending(pool, start_hub):
         assert await a.next_of([3]) == {"type": 3, "invocationId": "4"}
         assert (await b.invocations(1))[0]["arguments"][0]["chatId"] == str(direct)
         assert hub.hub.metrics.typing.labels("refused")._value.get() == 2
-
-
-def test_the_hubs_block_rule_is_the_send_rule():
-    """The hub cannot import the messenger: its copy of the statement must stay the same."""
-    assert " ".join(BLOCKED_IN_CHAT_SQL.split()) == " ".join(
-        f"SELECT {SEND_BLOCKED_IN_CHAT_SQL}".split()
-    )

@@ -429,62 +429,62 @@ export interface ReadReceiptUpdated {
 }
 export interface RecordingAvailable {
   eventId: string;
-  recordingId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  recordingId: Key;
   startedByUserId: Key;
   availableAt: string;
 }
 export interface RecordingFailed {
   eventId: string;
-  recordingId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  recordingId: Key;
   startedByUserId: Key;
   failedAt: string;
   failureCode?: string | null;
 }
 export interface RecordingStarted {
   eventId: string;
-  recordingId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  recordingId: Key;
   startedByUserId: Key;
   startedAt: string;
 }
 export interface RecordingStopped {
   eventId: string;
-  recordingId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  recordingId: Key;
   startedByUserId: Key;
   stoppedAt: string;
 }
 export interface ScreenShareStarted {
   eventId: string;
-  screenShareId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  screenShareId: Key;
   userId: Key;
   startedAt: string;
 }
 export interface ScreenShareStopped {
   eventId: string;
-  screenShareId: Key;
   sessionKind: string;
   callId?: Key | null;
   conferenceId?: Key | null;
   chatId?: Key | null;
+  screenShareId: Key;
   userId: Key;
   stoppedAt: string;
 }

@@ -80,6 +80,17 @@ class PushPayload(Contract):
     event_id: UUID | None = None
 
 
+class SessionPayload(PushPayload):
+    """Base of the payloads that follow a media session (recordings, screen shares): a call
+    (``session_kind`` ``Direct``, ``call_id``) or a conference (``Conference``,
+    ``conference_id`` and its ``chat_id``)."""
+
+    session_kind: str
+    call_id: KeyId | None = None
+    conference_id: KeyId | None = None
+    chat_id: KeyId | None = None
+
+
 class ApiModel(BaseModel):
     """Base of the REST bodies: camelCase on the wire, unknown fields refused."""
 

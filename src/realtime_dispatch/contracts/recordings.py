@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from realtime_dispatch.contracts.base import KeyId, PushPayload
+from realtime_dispatch.contracts.base import KeyId, SessionPayload
 
 
-class _RecordingEvent(PushPayload):
+class _RecordingEvent(SessionPayload):
     recording_id: KeyId
-    session_kind: str
-    call_id: KeyId | None = None
-    conference_id: KeyId | None = None
-    chat_id: KeyId | None = None
     started_by_user_id: KeyId
 
 

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from realtime_dispatch.contracts.base import KeyId, PushPayload
+from realtime_dispatch.contracts.base import KeyId, SessionPayload
 
 
-class _ScreenShareEvent(PushPayload):
+class _ScreenShareEvent(SessionPayload):
     screen_share_id: KeyId
-    session_kind: str
-    call_id: KeyId | None = None
-    conference_id: KeyId | None = None
-    chat_id: KeyId | None = None
     user_id: KeyId
 
 

@@ -16,21 +16,11 @@ from uuid import UUID
 import asyncpg
 
 from realtime_dispatch.database.connections import DbConnection
+from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT_SQL
 from realtime_dispatch.messenger.refusals import Conflict, Forbidden, InvalidInput, NotFound
 
 _MEMBER_SQL = "SELECT active FROM messenger.participants WHERE chat_id = $1 AND user_id = $2"
 _CHAT_EXISTS_SQL = "SELECT 1 FROM messenger.chats WHERE id = $1"
-# Shared with the send statement (messages.py): $1 chat, $2 actor.
-BLOCKED_IN_CHAT_SQL = """
-EXISTS (SELECT 1 FROM messenger.blacklist b
-        JOIN messenger.participants o
-          ON o.chat_id = $1 AND o.user_id = b.owner_user_id AND o.active
-        WHERE b.blocked_user_id = $2 AND b.removed_at IS NULL
-          AND (EXISTS (SELECT 1 FROM messenger.blacklist_chats m
-                       WHERE m.chat_id = $1 AND m.blacklist_id = b.id)
-               OR (SELECT count(*) FROM messenger.participants a
-                   WHERE a.chat_id = $1 AND a.active) = 2))
-"""
 _BLOCKED_SQL = """
 SELECT EXISTS (SELECT 1 FROM messenger.blacklist
                WHERE owner_user_id = $1 AND blocked_user_id = $2 AND removed_at IS NULL)

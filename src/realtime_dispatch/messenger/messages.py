@@ -23,8 +23,8 @@ import orjson
 from realtime_dispatch.contracts.messenger_rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
+from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT_SQL
 from realtime_dispatch.messenger.access import (
-    BLOCKED_IN_CHAT_SQL,
     is_blocked_in_chat,
     refuse_if_blocked_in_chat,
     require_active_member,
@@ -82,8 +82,8 @@ class SentMessage:
     """The ``clientMessageId`` was sent before: this is the first send's answer."""
 
 
-# The sender's membership, and whether the sender is blocked in the chat (access.py: a blocker
-# is an active member of a chat that has been, or is, a chat of just the two of them).
+# The sender's membership, and whether the sender is blocked in the chat (manifest.blacklist: a
+# blocker is an active member of a chat that has been, or is, a chat of just the two of them).
 _SENDER_SQL = f"""
 SELECT p.active, {BLOCKED_IN_CHAT_SQL} AS blocked
 FROM messenger.participants p

@@ -42,27 +42,12 @@ FROM unnest($1::uuid[], $2::int[]) AS t(id, row_version)
 WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
 RETURNING o.id, extract(epoch FROM clock_timestamp() - o.created_at)::float8 AS lag;
 
--- name: mark_gone
--- Done without a push, the target being gone ($3 reasons): no lag is observed for these.
+-- name: mark_with_error
+-- The outcomes that carry their reason ($3 errors), by $4 the status they take: Pending (a
+-- retry: the backoff was set at claim), Quarantined (the claim never picks it again until
+-- requeued) or Done (the target is gone, done without a push: no lag is observed for these).
 UPDATE messenger.realtime_outbox AS o
-SET status = 'Done', last_error = t.last_error, updated_at = now(),
-    row_version = o.row_version + 1
-FROM unnest($1::uuid[], $2::int[], $3::text[]) AS t(id, row_version, last_error)
-WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
-RETURNING o.id;
-
--- name: mark_retry
--- Keep Pending (the backoff was set at claim); record why ($3 errors).
-UPDATE messenger.realtime_outbox AS o
-SET last_error = t.last_error, updated_at = now(), row_version = o.row_version + 1
-FROM unnest($1::uuid[], $2::int[], $3::varchar[]) AS t(id, row_version, last_error)
-WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'
-RETURNING o.id;
-
--- name: mark_quarantined
--- Quarantined with its reason; the claim never picks it again until requeued.
-UPDATE messenger.realtime_outbox AS o
-SET status = 'Quarantined', last_error = t.last_error, updated_at = now(),
+SET status = $4::varchar, last_error = t.last_error, updated_at = now(),
     row_version = o.row_version + 1
 FROM unnest($1::uuid[], $2::int[], $3::varchar[]) AS t(id, row_version, last_error)
 WHERE o.id = t.id AND o.row_version = t.row_version AND o.status = 'Pending'

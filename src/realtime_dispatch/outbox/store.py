@@ -171,32 +171,14 @@ class OutboxStore:
     async def _outcome_statements(conn: DbConnection, outcomes: Outcomes) -> WrittenOutcomes:
         lags: list[float] = []
         done: set[UUID] = set()
-        retried: set[UUID] = set()
-        quarantined: set[UUID] = set()
         if outcomes.done:
             ids, versions = zip(*outcomes.done, strict=True)
             for record in await conn.fetch(QUERIES["mark_done"], list(ids), list(versions)):
                 lags.append(max(0.0, float(record["lag"])))
                 done.add(record["id"])
-        if outcomes.retry:
-            ids, versions, errors = zip(*outcomes.retry, strict=True)
-            records = await conn.fetch(
-                QUERIES["mark_retry"], list(ids), list(versions), list(errors)
-            )
-            retried = {r["id"] for r in records}
-        if outcomes.quarantine:
-            ids, versions, errors = zip(*outcomes.quarantine, strict=True)
-            records = await conn.fetch(
-                QUERIES["mark_quarantined"], list(ids), list(versions), list(errors)
-            )
-            quarantined = {r["id"] for r in records}
-        gone: set[UUID] = set()
-        if outcomes.gone:
-            ids, versions, errors = zip(*outcomes.gone, strict=True)
-            records = await conn.fetch(
-                QUERIES["mark_gone"], list(ids), list(versions), list(errors)
-            )
-            gone = {r["id"] for r in records}
+        retried = await _mark_with_error(conn, outcomes.retry, "Pending")
+        quarantined = await _mark_with_error(conn, outcomes.quarantine, "Quarantined")
+        gone = await _mark_with_error(conn, outcomes.gone, "Done")
         return WrittenOutcomes(lags, retried, quarantined, gone, done)
 
     async def release(self, rows: Sequence[ClaimedRow], *, conn: DbConnection | None = None) -> int:
@@ -265,3 +247,16 @@ class OutboxStore:
             oldest_pending_age_seconds=float(record["oldest_pending_age_seconds"]),
             target_gone=int(record["target_gone"]),
         )
+
+
+async def _mark_with_error(
+    conn: DbConnection, rows: Sequence[tuple[UUID, int, str]], status: str
+) -> set[UUID]:
+    """Write ``rows`` (id, row_version, error) with ``status``; the ids that were written."""
+    if not rows:
+        return set()
+    ids, versions, errors = zip(*rows, strict=True)
+    records = await conn.fetch(
+        QUERIES["mark_with_error"], list(ids), list(versions), list(errors), status
+    )
+    return {r["id"] for r in records}
