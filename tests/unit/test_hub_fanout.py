@@ -344,15 +344,22 @@ async def accepted(protocol: asyncio.Protocol) -> socket.socket:
     return peer
 
 
-async def test_the_direct_socket_pauses_queues_and_resumes_in_order() -> None:
-    """A client that stops reading: once the transport pauses, pushes queue; as it reads again,
-    what waited is written first, then pushes are written at once again; every record once."""
-    made = hub()
+async def direct_member(made: Hub) -> tuple[HubConnection, DirectWebSocket, socket.socket]:
+    """A member of :data:`GROUP` served by the hub's own WebSocket on a socket pair, as once
+    admitted; the client's end."""
     member, _ = connection(made, 0)
     server = DirectWebSocket(made, set())
     peer = await accepted(server)
     server.attach(member, None)
     assert member.direct is server.transport
+    return member, server, peer
+
+
+async def test_the_direct_socket_pauses_queues_and_resumes_in_order() -> None:
+    """A client that stops reading: once the transport pauses, pushes queue; as it reads again,
+    what waited is written first, then pushes are written at once again; every record once."""
+    made = hub()
+    member, server, peer = await direct_member(made)
     server.transport.set_write_buffer_limits(high=1 << 14)
     big = b"x" * (1 << 16)
     sent = 0
@@ -380,11 +387,7 @@ async def test_the_direct_socket_pauses_queues_and_resumes_in_order() -> None:
 
 async def test_the_direct_socket_ends_direct_writes_at_the_clients_end() -> None:
     made = hub()
-    member, _ = connection(made, 0)
-    server = DirectWebSocket(made, set())
-    peer = await accepted(server)
-    server.attach(member, None)
-    assert member.direct is server.transport
+    member, server, peer = await direct_member(made)
     server.eof_received()  # what the transport calls on the client's end, then closes itself
     assert member.direct is None
     assert server.transport.is_closing()

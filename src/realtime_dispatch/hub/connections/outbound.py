@@ -5,7 +5,9 @@ Every sequenced record gets the next sequence id (1, 2, …). Records before ``_
 written to a transport; the others wait. Without stateful reconnect a written record is dropped
 at once; with it, a record stays until the client acknowledges its id (``Ack``), and
 :meth:`Outbound.rewind` makes every unacknowledged record pending again for a new transport.
-Control records (pings, acks, sequence, close) are never numbered nor replayed.
+Control records (pings, acks, sequence, close) are never numbered nor replayed. Without
+stateful reconnect, a record written past the queue while nothing waits is not numbered either
+(:meth:`Outbound.writes_through`): ids are sent only under stateful reconnect.
 
 Bounds: at most ``max_pending`` records waiting to be written, and (stateful) at most
 ``max_replay_chars`` bytes kept for replay. :meth:`push` returns False when a bound would be
