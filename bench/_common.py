@@ -379,5 +379,5 @@ def null_connection(index: int, user: Any, protocol: str = "json") -> Any:
         on_sent=lambda _n: None,
         now=0.0,
     )
-    made.sink = RawSink(NullServer())  # type: ignore[arg-type]
+    made.attach_sink(RawSink(NullServer()))  # type: ignore[arg-type]
     return made

@@ -230,7 +230,7 @@ def _connection(sent: list[int], *, stateful: bool = False, expires_in: float = 
         now=0.0,
     )
     server = _server()
-    connection.sink = RawSink(server)
+    connection.attach_sink(RawSink(server))
     return connection, server.transport
 
 

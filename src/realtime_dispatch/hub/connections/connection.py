@@ -12,6 +12,13 @@ transport takes writes (:class:`~.framing.RawSink`), the push's pre-built frame 
 connection's batch, and the hub writes each batch to its transport once per delivery
 (:meth:`HubConnection.flush`). Otherwise the record is queued and the writer task, woken through
 ``wake``, drains the queue once the transport takes writes again; only it writes queued records.
+
+Whether a push may be written at once is one attribute, :attr:`HubConnection.direct`: the
+transport while it takes writes and nothing waits before them, else None. The fan-out reads it
+per member instead of asking the transport and the queue (:mod:`.fanout`). It is kept by
+:meth:`HubConnection.refresh`, called on every change it depends on: the transport attached or
+detached (:meth:`HubConnection.attach_sink`), the server's flow control, close frames and end
+(the sink's ``watcher``), a record queued, the queue written out, the connection closing.
 """
 
 from __future__ import annotations
@@ -195,12 +202,14 @@ class Attachment:
 class HubConnection:
     __slots__ = (
         "_on_sent",
+        "_sink",
         "attachment",
         "batch",
         "batched",
         "closing",
         "connection_id",
         "detached_at",
+        "direct",
         "identity",
         "invoke",
         "last_received",
@@ -210,7 +219,6 @@ class HubConnection:
         "outbound",
         "protocol",
         "session",
-        "sink",
         "token",
         "transport",
         "wake",
@@ -250,8 +258,12 @@ class HubConnection:
         self.last_received = now
         self.last_sent = now
         self.loop = asyncio.get_running_loop()
-        self.sink: RawSink | None = None
-        """The attached transport, while frames may be written to it directly."""
+        self._sink: RawSink | None = None
+        self.direct: asyncio.Transport | None = None
+        """The transport a push may be written to now, past the queue: set while a sink is
+        attached, the connection is not closing, the transport takes writes (not paused, no
+        close frame sent or received, not closing) and nothing waits in the queue (no record,
+        no control record) nor is kept for replay; None otherwise. Kept by :meth:`refresh`."""
         self.batch: list[bytes] = []
         """Frames offered during the current delivery, written by :meth:`flush`."""
         self.batched = 0
@@ -268,11 +280,40 @@ class HubConnection:
     def stateful(self) -> bool:
         return self.outbound.stateful
 
+    @property
+    def sink(self) -> RawSink | None:
+        """The attached transport, while frames may be written to it directly."""
+        return self._sink
+
+    def attach_sink(self, sink: RawSink | None) -> None:
+        """Write to ``sink`` from now on (None: to no transport, the socket is done); its
+        server tells the connection when it pauses, resumes or closes (:meth:`refresh`)."""
+        old = self._sink
+        if old is not None and old is not sink:
+            old.watch(None)
+        self._sink = sink
+        if sink is not None:
+            sink.watch(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute :attr:`direct` from the sink, the connection and its queue."""
+        sink = self._sink
+        self.direct = (
+            sink.transport
+            if sink is not None
+            and self.closing is None
+            and self.outbound.writes_through()
+            and sink.open()
+            else None
+        )
+
     def send(self, record: bytes) -> None:
         """Queue one sequenced record for the writer; a consumer that cannot keep up is closed."""
         if self.closing is not None:
             return
         if self.outbound.push(record):
+            self.direct = None  # the next push goes behind this record
             self.wake.set()
         else:
             self._too_slow()
@@ -281,7 +322,7 @@ class HubConnection:
         """:meth:`send` of an answer to the client (a completion), written to the transport at
         once, as a push's frames are, when nothing is queued before it, the transport takes
         writes and the token is still valid; otherwise queued for the writer as :meth:`send`."""
-        sink = self.sink
+        sink = self._sink
         outbound = self.outbound
         if (
             sink is None
@@ -315,19 +356,24 @@ class HubConnection:
         the batch, later runs go there too without checking the transport again: nothing is
         written to it, nor can its state change, before the owner's :meth:`flush` at the end of
         the same synchronous delivery. Otherwise the records queue for the writer task.
+
+        Without stateful reconnect, :attr:`direct` says which; with it (``direct`` is then
+        always None), the transport and the queue are asked.
         """
         batch = self.batch
         if not batch:
-            sink = self.sink
-            if (
-                sink is None
-                or self.closing is not None
-                or self.outbound.has_pending()
-                or not sink.open()
-            ):
-                for record in records:
-                    self.send(record)
-                return
+            if self.direct is None:
+                sink = self._sink
+                if (
+                    not self.outbound.stateful
+                    or sink is None
+                    or self.closing is not None
+                    or self.outbound.has_pending()
+                    or not sink.open()
+                ):
+                    for record in records:
+                        self.send(record)
+                    return
             touched.append(self)
         elif self.closing is not None:
             return
@@ -350,7 +396,7 @@ class HubConnection:
         """Write the batched frames to the transport in one call; returns how many records."""
         batch, records = self.batch, self.batched
         self.batch, self.batched = [], 0
-        sink = self.sink
+        sink = self._sink
         if sink is None or not batch:  # detached since: stateful records are replayed
             return 0
         if len(batch) == 1:
@@ -371,6 +417,7 @@ class HubConnection:
     def send_control(self, record: bytes) -> None:
         if self.closing is None:
             self.outbound.push_control(record)
+            self.direct = None
             self.wake.set()
 
     def apply(self, inbound: Inbound) -> None:
@@ -393,6 +440,7 @@ class HubConnection:
         if self.closing is not None:
             return
         self.closing = request
+        self.direct = None
         self.outbound.take_control()
         if request.reason is not CloseReason.CLIENT_CLOSE:
             self.outbound.push_control(self.protocol.close(request.error, request.allow_reconnect))
@@ -437,9 +485,11 @@ class HubConnection:
         return records
 
     def wrote(self, records: int) -> None:
-        """``records`` queued records were written to the transport."""
+        """``records`` queued records were written to the transport: once the queue is empty,
+        pushes may be written at once again (:meth:`refresh`)."""
         self.last_sent = self.loop.time()
         self._on_sent(records)
+        self.refresh()
 
 
 def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:

@@ -194,21 +194,18 @@ def _write_through(
     transport that takes it now, offered to the others; returns the records written.
 
     This loop is the hub's Python per member and per push, so it does as little as it can:
-    the loop's time is read once by the caller, and no member's protocol is looked at here."""
+    the loop's time is read once by the caller, no member's protocol is looked at here, and
+    whether a member takes the run at once is one attribute,
+    :attr:`~.connection.HubConnection.direct` (its transport, kept by the connection)."""
     records, frames, data = run
     written = 0
     for connection_id in members:
         connection = connections[connection_id]
-        sink = connection.sink
-        if (
-            sink is None
-            or connection.closing is not None
-            or not sink.open()
-            or not connection.outbound.write_through(size)
-        ):
+        transport = connection.direct
+        if transport is None:
             connection.offer(records, frames, data, touched)
             continue
-        sink.transport.write(data)
+        transport.write(data)
         connection.last_sent = now
         written += size
     return written

@@ -5,7 +5,9 @@ Every sequenced record gets the next sequence id (1, 2, …). Records before ``_
 written to a transport; the others wait. Without stateful reconnect a written record is dropped
 at once; with it, a record stays until the client acknowledges its id (``Ack``), and
 :meth:`Outbound.rewind` makes every unacknowledged record pending again for a new transport.
-Control records (pings, acks, sequence, close) are never numbered nor replayed.
+Control records (pings, acks, sequence, close) are never numbered nor replayed. Without
+stateful reconnect, a record written past the queue while nothing waits is not numbered either
+(:meth:`Outbound.writes_through`): ids are sent only under stateful reconnect.
 
 Bounds: at most ``max_pending`` records waiting to be written, and (stateful) at most
 ``max_replay_chars`` bytes kept for replay. :meth:`push` returns False when a bound would be
@@ -80,23 +82,19 @@ class Outbound:
         self._unsent_from = self._first_id = self._next_id
         return True
 
-    def write_through(self, count: int) -> bool:
-        """:meth:`push_written_run` when nothing waits (no record, no control record) and
-        nothing is kept for replay: the ``count`` records are numbered for a caller that writes
-        them at once. False otherwise, nothing numbered: the caller queues them instead.
-
-        The fan-out asks this of every member of every push: the numbering is done here, without
-        the call to :meth:`push_written_run` (nothing pending, so only a bound of 0 refuses)."""
-        if (
-            self.stateful
-            or self._control
-            or self._next_id != self._unsent_from
-            or self._max_pending <= 0
-        ):
-            return False
-        self._next_id += count
-        self._unsent_from = self._first_id = self._next_id
-        return True
+    def writes_through(self) -> bool:
+        """True when a record may be written past the queue, at once and unnumbered: nothing
+        waits (no record, no control record), nothing is kept for replay and the bound takes
+        one. Without stateful reconnect sequence ids are never sent, so a record written
+        while nothing waits needs no number: the queue's state is the same as if it had been
+        numbered and taken. The connection keeps its direct-write flag by this
+        (:meth:`~.connection.HubConnection.refresh`)."""
+        return (
+            not self.stateful
+            and not self._control
+            and self._next_id == self._unsent_from
+            and self._max_pending > 0
+        )
 
     def push_control(self, record: bytes, *, first: bool = False) -> None:
         """Queue a record to go before any data; ``first``: before the control records queued

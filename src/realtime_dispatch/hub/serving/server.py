@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.frames import Frame
 from websockets.http11 import Request
 
 from realtime_dispatch.delivery.push import BATCH_PATH
@@ -63,21 +64,64 @@ def redact_uvicorn_logs() -> None:
 class HubWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket protocol that also hands the app its transport (scope
     extension ``realtime_dispatch.raw_transport``), so the hub writes pre-built frames straight
-    to it instead of framing every record again per member through ASGI ``send``."""
+    to it instead of framing every record again per member through ASGI ``send``.
+
+    Every change to whether the transport takes writes is told to the sink's ``watcher`` at
+    once (:meth:`~.framing.RawSink.watch`): flow control, ``close_sent`` (set wherever uvicorn
+    sends a close frame), a close frame received, the peer's end, shutdown and the transport's
+    loss; uvicorn closes the transport only after one of them."""
 
     on_connection_lost: Callable[[], None] | None = None
     """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
+    watcher: Callable[[], None] | None = None
+    _close_sent = False
+
+    @property
+    def close_sent(self) -> bool:
+        return self._close_sent
+
+    @close_sent.setter
+    def close_sent(self, sent: bool) -> None:
+        self._close_sent = sent
+        self._changed()
 
     def connection_lost(self, exc: Exception | None) -> None:
         callback, self.on_connection_lost = self.on_connection_lost, None
         if callback is not None:
             callback()
         super().connection_lost(exc)
+        self._changed()
+
+    def eof_received(self) -> None:
+        super().eof_received()
+        self.transport.close()  # as the transport would on return: nothing may follow the end
+        self._changed()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._changed()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._changed()
+
+    def handle_close(self, event: Frame) -> None:
+        super().handle_close(event)
+        self._changed()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._changed()
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
         if self.response.status_code == 101:  # the ASGI task starts on the next loop turn
             self.scope["extensions"][RAW_TRANSPORT_EXTENSION] = {"server": self}
+
+    def _changed(self) -> None:
+        watcher = self.watcher
+        if watcher is not None:
+            watcher()
 
 
 class HubServer(uvicorn.Server):

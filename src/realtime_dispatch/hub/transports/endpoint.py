@@ -219,7 +219,7 @@ async def _resume(
 ) -> None:
     old = connection.attachment
     connection.attachment = None
-    connection.sink = None
+    connection.attach_sink(None)
     if old is not None:
         old.stop()
     await websocket.accept()
@@ -270,7 +270,7 @@ def detach(
     if connection.attachment is not attachment:  # a new transport took over (resume)
         return 1000
     connection.attachment = None
-    connection.sink = None
+    connection.attach_sink(None)
     if connection.closing is not None:
         hub.finalize(connection, connection.closing.reason)
         return 1009 if connection.closing.reason is CloseReason.MESSAGE_TOO_BIG else 1000
@@ -315,7 +315,7 @@ async def _run(
     )
     reader = asyncio.create_task(_read_loop(connection, websocket), name=f"hub-reader:{name}")
     attachment.writer, attachment.reader = writer, reader
-    connection.sink = sink
+    connection.attach_sink(sink)
     if connection.closing is not None:  # closed before the writer existed
         attachment.force_close = asyncio.get_running_loop().call_later(
             connection.limits.close_grace, writer.cancel
@@ -332,7 +332,7 @@ async def _run(
         raise
     finally:
         if connection.attachment is attachment:
-            connection.sink = None
+            connection.attach_sink(None)
         for task in (reader, writer):
             task.cancel()
         await asyncio.gather(reader, writer, return_exceptions=True)

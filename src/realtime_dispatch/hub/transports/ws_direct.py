@@ -18,7 +18,10 @@ uses, and holds what the client sends meanwhile. From then on:
   after the connection's wake is set (:class:`~.connection.DrainWake`) and when the transport
   takes writes again;
 * the end (a close frame, the transport lost, the connection closing) goes through
-  :func:`~.endpoint.detach`, as for the ASGI socket.
+  :func:`~.endpoint.detach`, as for the ASGI socket;
+* every change to whether the transport takes writes (paused, resumed, a close frame, the
+  peer's end, the transport closed or lost) is told to the sink's ``watcher`` at once, so the
+  connection's direct-write flag is never stale (:meth:`~.connection.HubConnection.refresh`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class DirectWebSocket(asyncio.Protocol):
         "lost",
         "on_connection_lost",
         "transport",
+        "watcher",
         "writable",
     )
 
@@ -90,6 +94,9 @@ class DirectWebSocket(asyncio.Protocol):
         self.writable = Wake()
         self.writable.set()
         self.close_sent = False
+        self.watcher: Callable[[], None] | None = None
+        """Told whenever the transport may have stopped or started taking writes
+        (:meth:`~.framing.RawSink.watch`)."""
         self.connection: HubConnection | None = None
         self.on_connection_lost: Callable[[], None] | None = None
         """Set by the HTTP protocol that upgraded the connection: frees its per-address place."""
@@ -124,17 +131,23 @@ class DirectWebSocket(asyncio.Protocol):
         with contextlib.suppress(EOFError):
             self._conn.receive_eof()
         self._flush()
-        return None  # the transport closes itself
+        if not self.transport.is_closing():
+            self.transport.close()  # as the transport would once this returns: nothing follows
+            self._changed()
+        return None
 
     def pause_writing(self) -> None:
         self.writable.clear()
+        self._changed()
 
     def resume_writing(self) -> None:
         self.writable.set()
-        self._drain()
+        self._drain()  # what waited goes first
+        self._changed()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._changed()
         self._connections.discard(self)
         callback, self.on_connection_lost = self.on_connection_lost, None
         if callback is not None:
@@ -182,7 +195,7 @@ class DirectWebSocket(asyncio.Protocol):
         if self.lost:
             self._gone(CloseReason.TRANSPORT_LOST, 1006)
             return
-        connection.sink = RawSink(self)
+        connection.attach_sink(RawSink(self))
         while held:  # what came while it was being admitted, in order
             message = held.popleft()
             if message["type"] == "websocket.disconnect":
@@ -244,6 +257,7 @@ class DirectWebSocket(asyncio.Protocol):
                 self.transport.write(data)
             else:
                 self.transport.close()
+                self._changed()
 
     def _drain(self) -> None:
         """Write the connection's queued records while the transport takes them; once it is
@@ -295,6 +309,7 @@ class DirectWebSocket(asyncio.Protocol):
         if self.close_sent or self.lost:
             return
         self.close_sent = True
+        self._changed()
         conn = self._conn
         if conn.state is State.OPEN:
             conn.send_close(code)
@@ -306,7 +321,13 @@ class DirectWebSocket(asyncio.Protocol):
             grace = self._hub.options.limits.close_grace
             self._close_timer = asyncio.get_running_loop().call_later(grace, self._abort)
 
+    def _changed(self) -> None:
+        watcher = self.watcher
+        if watcher is not None:
+            watcher()
+
     def _abort(self) -> None:
         with contextlib.suppress(Exception):
             if not self.lost:
                 self.transport.close()
+        self._changed()

@@ -8,13 +8,16 @@ those bytes, with no per-member framing.
 :class:`RawSink` is the transport of one accepted WebSocket, found through the
 ``realtime_dispatch.raw_transport`` ASGI scope extension that :class:`~.server.HubWebSocketProtocol`
 adds. Under another server the extension is absent and records go through the ASGI ``send``.
+The server calls its ``watcher`` (:meth:`RawSink.watch`) whenever :meth:`RawSink.open` may have
+changed: the connection keeps its direct-write flag by it
+(:attr:`~.connection.HubConnection.direct`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 RAW_TRANSPORT_EXTENSION = "realtime_dispatch.raw_transport"
@@ -77,6 +80,11 @@ class _ServerSide(Protocol):
     @property
     def close_sent(self) -> bool: ...
 
+    watcher: Callable[[], None] | None
+    """Called, once set, whenever ``writable``, ``close_sent`` or the transport's closing
+    changes: paused, resumed, a close frame sent or received, the peer's end, the transport
+    closed or lost."""
+
 
 class RawSink:
     """Writes whole frames to one WebSocket's transport; ``open`` tells whether it may now."""
@@ -100,6 +108,10 @@ class RawSink:
         return (
             not server.close_sent and server.writable.is_set() and not self.transport.is_closing()
         )
+
+    def watch(self, callback: Callable[[], None] | None) -> None:
+        """Have ``callback`` called whenever :meth:`open` may have changed (None: no more)."""
+        self._server.watcher = callback
 
     def closed(self) -> bool:
         return self._server.close_sent or self.transport.is_closing()
