@@ -32,6 +32,7 @@ from realtime_dispatch.hub.connections.connection import (
     HubConnection,
     WebSocketWriter,
     Writer,
+    write_loop,
 )
 from realtime_dispatch.hub.connections.expiry import ExpiryQueue
 from realtime_dispatch.hub.connections.outbound import Outbound
@@ -378,7 +379,7 @@ async def test_the_writer_sends_nothing_queued_after_exp(transport):
         poll = poller.poll()  # a poll is waiting
         writer, expected = poller, [close.encode()]
     async with asyncio.timeout(5):  # a writer that wrote the record would wait for more
-        await connection.write_loop(writer)
+        await write_loop(connection, writer)
     if transport == "longpolling":
         sent = [poll.result()]
     assert sent == expected

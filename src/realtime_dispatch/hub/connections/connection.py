@@ -4,7 +4,7 @@ attached to (none while a stateful connection waits to resume).
 A connection is the same object whatever carries it (:class:`~.protocols.Transport`: WebSockets,
 Server-Sent Events, long polling) and whatever it speaks (:class:`~.protocols.HubProtocol`, from its
 handshake): groups, the slow-consumer policy, closing and metrics live here once. A transport
-attaches by running :meth:`HubConnection.write_loop` with its :class:`Writer` (the WebSocket's
+attaches by running :func:`write_loop` with its :class:`Writer` (the WebSocket's
 in :mod:`.endpoint`, the others in :mod:`.transports`).
 
 A group send is one :meth:`HubConnection.offer` per member. When nothing is queued and the
@@ -45,6 +45,11 @@ from realtime_dispatch.hub.wire.protocols import HubProtocol, Transport
 from realtime_dispatch.values.keys import Key
 
 TOKEN_EXPIRED = CloseRequest(CloseReason.TOKEN_EXPIRED, "token expired", allow_reconnect=True)
+TOO_SLOW = CloseRequest(
+    CloseReason.SLOW_CONSUMER,
+    "Connection closed with an error: the client is not reading fast enough.",
+    allow_reconnect=True,
+)
 """At the token's ``exp``: the client reconnects with a fresh token from its token factory."""
 TOKEN_REVOKED = CloseRequest(CloseReason.TOKEN_REVOKED, "token revoked")
 
@@ -125,7 +130,7 @@ class ConnectionLimits:
 
 
 class Writer(Protocol):
-    """How :meth:`HubConnection.write_loop` hands records to one transport."""
+    """How :func:`write_loop` hands records to one transport."""
 
     async def writable(self) -> bool:
         """Wait until records may be written; False once the transport is gone."""
@@ -406,33 +411,13 @@ class HubConnection:
         return records
 
     def _too_slow(self) -> None:
-        self.close(
-            CloseRequest(
-                CloseReason.SLOW_CONSUMER,
-                "Connection closed with an error: the client is not reading fast enough.",
-                allow_reconnect=True,
-            )
-        )
+        self.close(TOO_SLOW)
 
     def send_control(self, record: bytes) -> None:
         if self.closing is None:
             self.outbound.push_control(record)
             self.direct = None
             self.wake.set()
-
-    def apply(self, inbound: Inbound) -> None:
-        """Act on what the client sent (after the handshake), whatever the transport."""
-        for reply in inbound.replies:
-            self.send(reply)
-        if inbound.invocations and self.invoke is not None:
-            for invocation in inbound.invocations:
-                self.invoke(self, invocation)
-        if inbound.acked is not None:
-            self.outbound.ack(inbound.acked)
-        if inbound.ack_to_send is not None:
-            self.send_control(self.protocol.ack(inbound.ack_to_send))
-        if inbound.close is not None:
-            self.close(inbound.close)
 
     def close(self, request: CloseRequest) -> None:
         """Start closing: the writer sends the close message (if any) and stops. If it cannot
@@ -450,29 +435,6 @@ class HubConnection:
             attachment.force_close = self.loop.call_later(
                 self.limits.close_grace, attachment.writer.cancel
             )
-
-    async def write_loop(self, writer: Writer) -> None:
-        """Drain the outbound queue into the transport through ``writer`` until the connection
-        closes (after its close message) or the transport does."""
-        outbound = self.outbound
-        while True:
-            if self.closing is not None:
-                last = outbound.take_control()
-                if last and await writer.write_last(last):
-                    self.wrote(len(last))
-                return
-            if not outbound.has_pending():
-                self.wake.clear()
-                await self.wake.wait()
-                continue
-            if not await writer.writable():
-                return
-            if self.closing is not None:  # closed while waiting: only the close message goes
-                continue
-            records = self.due()
-            if records is not None:
-                await writer.write(records)
-                self.wrote(len(records))
 
     def due(self) -> list[bytes] | None:
         """The queued records to write next (at most ``max_write_chars`` of them), once the
@@ -492,9 +454,48 @@ class HubConnection:
         self.refresh()
 
 
+async def write_loop(connection: HubConnection, writer: Writer) -> None:
+    """Drain the connection's outbound queue into its transport through ``writer`` until the
+    connection closes (after its close message) or the transport does."""
+    outbound = connection.outbound
+    while True:
+        if connection.closing is not None:
+            last = outbound.take_control()
+            if last and await writer.write_last(last):
+                connection.wrote(len(last))
+            return
+        if not outbound.has_pending():
+            connection.wake.clear()
+            await connection.wake.wait()
+            continue
+        if not await writer.writable():
+            return
+        if connection.closing is not None:  # closed while waiting: only the close message goes
+            continue
+        records = connection.due()
+        if records is not None:
+            await writer.write(records)
+            connection.wrote(len(records))
+
+
+def apply(connection: HubConnection, inbound: Inbound) -> None:
+    """Act on what the client sent (after the handshake), whatever the transport."""
+    for reply in inbound.replies:
+        connection.send(reply)
+    if inbound.invocations and connection.invoke is not None:
+        for invocation in inbound.invocations:
+            connection.invoke(connection, invocation)
+    if inbound.acked is not None:
+        connection.outbound.ack(inbound.acked)
+    if inbound.ack_to_send is not None:
+        connection.send_control(connection.protocol.ack(inbound.ack_to_send))
+    if inbound.close is not None:
+        connection.close(inbound.close)
+
+
 def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:
     """Read what the client sent in one piece (a WebSocket message, an HTTP body) and act on it
-    (:meth:`HubConnection.apply`); returns what was read. None when it was one ``Typing``
+    (:func:`apply`); returns what was read. None when it was one ``Typing``
     invocation on a session without stateful reconnect (nothing numbered, nothing to
     acknowledge), the hub's most frequent inbound record: it is run at once, no
     :class:`~.session.Inbound` built for it; None too for a lone ``Ping`` (nothing to do)."""
@@ -510,5 +511,5 @@ def receive(connection: HubConnection, data: str | bytes) -> Inbound | None:
         inbound = session.feed_records(data)  # read once: the fast path has turned it down
     else:
         inbound = session.feed(data)
-    connection.apply(inbound)
+    apply(connection, inbound)
     return inbound

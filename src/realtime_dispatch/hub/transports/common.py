@@ -21,7 +21,7 @@ from realtime_dispatch.auth.tokens import (
     request_token,
     www_authenticate,
 )
-from realtime_dispatch.hub.connections.connection import Attachment, Writer
+from realtime_dispatch.hub.connections.connection import Attachment, Writer, write_loop
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.host import TransportHost
 from realtime_dispatch.hub.transports.http_connections import HttpConnectionState
@@ -123,7 +123,7 @@ async def serve_attached(
     assert connection is not None
     loop = asyncio.get_running_loop()
     name = connection.connection_id
-    write_task = asyncio.create_task(connection.write_loop(writer), name=f"hub-writer:{name}")
+    write_task = asyncio.create_task(write_loop(connection, writer), name=f"hub-writer:{name}")
     attachment = Attachment(connection.transport, reader=reader, writer=write_task)
     connection.attachment = attachment
     if connection.closing is not None:  # closed before the writer existed

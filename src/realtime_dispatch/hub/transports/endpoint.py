@@ -31,7 +31,9 @@ from realtime_dispatch.hub.connections.connection import (
     Attachment,
     HubConnection,
     WebSocketWriter,
+    apply,
     receive,
+    write_loop,
 )
 from realtime_dispatch.hub.connections.session import (
     CloseReason,
@@ -199,7 +201,7 @@ async def _open(
     except Exception:
         hub.finalize(connection, CloseReason.TRANSPORT_LOST)
         raise
-    connection.apply(inbound)
+    apply(connection, inbound)
     await _run(hub, connection, websocket)
 
 
@@ -310,7 +312,7 @@ async def _run(
     name = connection.connection_id
     sink = RawSink.from_scope(websocket.scope)
     writer = asyncio.create_task(
-        connection.write_loop(WebSocketWriter(websocket, sink, binary=connection.protocol.binary)),
+        write_loop(connection, WebSocketWriter(websocket, sink, binary=connection.protocol.binary)),
         name=f"hub-writer:{name}",
     )
     reader = asyncio.create_task(_read_loop(connection, websocket), name=f"hub-reader:{name}")

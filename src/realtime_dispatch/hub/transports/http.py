@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from realtime_dispatch.auth.identity import Identity
 from realtime_dispatch.hub.connections.caps import ConnectionRefused
-from realtime_dispatch.hub.connections.connection import receive
+from realtime_dispatch.hub.connections.connection import apply, receive
 from realtime_dispatch.hub.connections.session import CloseReason, CloseRequest, InboundSession
 from realtime_dispatch.hub.transports.admission import AdmissionRefused, admit
 from realtime_dispatch.hub.transports.common import (
@@ -181,7 +181,7 @@ class HttpTransportEndpoint:
         # Before anything queued, even the close message of a connection revoked meanwhile.
         connection.outbound.push_control(HANDSHAKE_OK.encode(), first=True)
         state.connection = connection
-        connection.apply(inbound)
+        apply(connection, inbound)
         if state.poller is not None:
             hub.http_transports.spawn(
                 f"hub-longpolling:{state.connection_id}",

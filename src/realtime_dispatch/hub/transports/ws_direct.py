@@ -44,7 +44,7 @@ from realtime_dispatch.hub.connections.connection import Attachment, DrainWake, 
 from realtime_dispatch.hub.connections.session import CloseReason
 from realtime_dispatch.hub.transports.endpoint import detach, disconnect_reason, received
 from realtime_dispatch.hub.transports.host import TransportHost
-from realtime_dispatch.hub.transports.ws_opening import WebSocketOpening
+from realtime_dispatch.hub.transports.ws_opening import WebSocketOpening, open_websocket
 from realtime_dispatch.hub.wire.framing import RawSink, records_frame
 from realtime_dispatch.hub.wire.protocols import Transport
 
@@ -63,6 +63,33 @@ def frames_parser(handshake: ServerProtocol) -> ServerProtocol:
     if rest:
         parser.receive_data(rest)
     return parser
+
+
+class Fragments:
+    """A message's frames until its last (:meth:`whole` joins them)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] | None = None
+
+    def whole(self, frame: Frame) -> bytes | None:
+        """The message ``frame`` ends (a whole one, or a fragmented one's last frame); None for
+        a fragment before the last, a ping or a pong (the parser answers pings)."""
+        if frame.opcode is Opcode.PING or frame.opcode is Opcode.PONG:
+            return None
+        data = bytes(frame.data)  # the same object when it is bytes already
+        parts = self._parts
+        if not frame.fin:
+            if parts is None:
+                self._parts = parts = []
+            parts.append(data)
+            return None
+        if parts is None:
+            return data
+        self._parts = None
+        parts.append(data)
+        return b"".join(parts)
 
 
 class DirectWebSocket(asyncio.Protocol):
@@ -105,7 +132,7 @@ class DirectWebSocket(asyncio.Protocol):
         self._attachment: Attachment | None = None
         self._opening: WebSocketOpening | None = None
         """From a valid upgrade request until the connection is admitted."""
-        self._fragments: list[bytes] | None = None
+        self._fragments = Fragments()
         self._close_timer: asyncio.TimerHandle | None = None
         self._ended = False
 
@@ -122,7 +149,7 @@ class DirectWebSocket(asyncio.Protocol):
             if isinstance(event, Frame):
                 self._frame(event)
             elif isinstance(event, Request):
-                self._upgrade(event)
+                self._opening = open_websocket(self, self._hub, conn, event)
         self._flush()
         if conn.parser_exc is not None and conn.state is not State.CONNECTING:
             self._gone(CloseReason.TRANSPORT_LOST, 1002)  # a protocol violation: already failed
@@ -167,13 +194,6 @@ class DirectWebSocket(asyncio.Protocol):
 
     # the opening (:class:`~.ws_opening.WebSocketOpening`) -----------------------------------
 
-    def _upgrade(self, request: Request) -> None:
-        response = self._conn.accept(request)
-        if response.status_code != 101:  # not a valid WebSocket upgrade
-            self._conn.send_response(response)
-            return
-        self._opening = WebSocketOpening(self, self._hub, self._conn, request, response)
-
     def answer(self, response: HandshakeResponse) -> None:
         """Send the opening's answer to the upgrade: a denial, or its acceptance, after which
         frames alone are parsed."""
@@ -213,19 +233,9 @@ class DirectWebSocket(asyncio.Protocol):
             code = rcvd.code if rcvd is not None else 1005
             self._gone(disconnect_reason(code), code)
             return
-        if opcode is Opcode.PING or opcode is Opcode.PONG:
-            return  # the parser answers pings
-        data = bytes(frame.data)  # the same object when it is bytes already
-        if not frame.fin:
-            if self._fragments is None:
-                self._fragments = []
-            self._fragments.append(data)
-            return
-        if self._fragments is not None:
-            self._fragments.append(data)
-            data = b"".join(self._fragments)
-            self._fragments = None
-        self._message(data)
+        data = self._fragments.whole(frame)
+        if data is not None:
+            self._message(data)
 
     def _message(self, data: bytes) -> None:
         if self._ended:

@@ -58,6 +58,17 @@ class OpeningSocket(Protocol):
     def attach(self, connection: HubConnection, held: deque[Message] | None) -> None: ...
 
 
+def open_websocket(
+    socket: OpeningSocket, hub: TransportHost, handshake: ServerProtocol, request: Request
+) -> WebSocketOpening | None:
+    """The opening of ``request``, a valid WebSocket upgrade; None, the refusal sent, if not."""
+    response = handshake.accept(request)
+    if response.status_code != 101:
+        handshake.send_response(response)
+        return None
+    return WebSocketOpening(socket, hub, handshake, request, response)
+
+
 class WebSocketOpening:
     """One direct WebSocket's opening, from its valid upgrade request until it is admitted."""
 
