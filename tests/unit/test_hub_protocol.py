@@ -92,7 +92,9 @@ def test_parse_messages():
 @settings(max_examples=200, deadline=None)
 @given(
     st.text(min_size=1, max_size=30),
-    st.lists(st.recursive(st.none() | st.integers(-(2**63), 2**63) | st.text(), st.lists)),
+    st.lists(
+        st.recursive(st.none() | st.integers(-(2**63), 2**63) | st.text(), st.lists, max_leaves=20)
+    ),
 )
 def test_invocation_frame_is_its_dict_encoded(target: str, arguments: list[object]) -> None:
     expected = orjson.dumps({"type": 1, "target": target, "arguments": arguments}) + b"\x1e"
