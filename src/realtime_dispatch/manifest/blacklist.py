@@ -9,7 +9,7 @@ chat has been a chat of just the two of them at some moment since the block was 
 
 from __future__ import annotations
 
-BLOCKED_IN_CHAT_SQL = """
+BLOCKED_IN_CHAT = """
 EXISTS (SELECT 1 FROM messenger.blacklist b
         JOIN messenger.participants o
           ON o.chat_id = $1 AND o.user_id = b.owner_user_id AND o.active
@@ -20,3 +20,5 @@ EXISTS (SELECT 1 FROM messenger.blacklist b
                    WHERE a.chat_id = $1 AND a.active) = 2))
 """
 """A boolean expression: whether the user $2 is blocked in the chat $1."""
+BLOCKED_IN_CHAT_SQL = f"SELECT {BLOCKED_IN_CHAT}"
+"""The same as a statement of its own."""

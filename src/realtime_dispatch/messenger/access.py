@@ -63,7 +63,7 @@ async def refuse_to_reach(conn: DbConnection, *, actor: UUID, other: UUID, yours
 
 async def is_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> bool:
     """Whether ``actor`` is blocked in the chat (the module's rule)."""
-    return bool(await conn.fetchval(f"SELECT {BLOCKED_IN_CHAT_SQL}", chat_id, actor))
+    return bool(await conn.fetchval(BLOCKED_IN_CHAT_SQL, chat_id, actor))
 
 
 async def refuse_if_blocked_in_chat(conn: DbConnection, *, chat_id: UUID, actor: UUID) -> None:

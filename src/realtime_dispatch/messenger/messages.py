@@ -23,7 +23,7 @@ import orjson
 from realtime_dispatch.contracts.messenger_rest import MessageKind, MessageOut, content_problems
 from realtime_dispatch.database.connections import DbConnection
 from realtime_dispatch.delivery.channels import MEMBERSHIP_CHANNEL
-from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT_SQL
+from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT
 from realtime_dispatch.messenger.access import (
     is_blocked_in_chat,
     refuse_if_blocked_in_chat,
@@ -85,7 +85,7 @@ class SentMessage:
 # The sender's membership, and whether the sender is blocked in the chat (manifest.blacklist: a
 # blocker is an active member of a chat that has been, or is, a chat of just the two of them).
 _SENDER_SQL = f"""
-SELECT p.active, {BLOCKED_IN_CHAT_SQL} AS blocked
+SELECT p.active, {BLOCKED_IN_CHAT} AS blocked
 FROM messenger.participants p
 WHERE p.chat_id = $1 AND p.user_id = $2
 """

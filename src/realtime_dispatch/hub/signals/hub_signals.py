@@ -23,7 +23,7 @@ from realtime_dispatch.hub.signals.signal_backplane import SignalRelay
 from realtime_dispatch.hub.signals.typing_signal import TypingSignals
 from realtime_dispatch.hub.signals.wire_ids import parse_key
 from realtime_dispatch.hub.wire.signal_envelope import is_signal
-from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT_SQL as BLOCKED_IN_CHAT
+from realtime_dispatch.manifest.blacklist import BLOCKED_IN_CHAT_SQL
 from realtime_dispatch.values.json_types import JsonValue
 from realtime_dispatch.values.keys import UUID_KEYS, Key, KeyCodec
 
@@ -38,9 +38,6 @@ SELECT owner_user_id FROM messenger.blacklist
 WHERE blocked_user_id = $1 AND owner_user_id = ANY($2::uuid[]) AND removed_at IS NULL
 """
 """The reference messenger's blacklist: which of the given users blocked the caller."""
-BLOCKED_IN_CHAT_SQL = f"SELECT {BLOCKED_IN_CHAT}"
-"""The reference messenger's rule for sending a message (``manifest.blacklist``): whether $2 is
-blocked in the chat $1."""
 
 SIGNAL_QUERIES = 4
 """The queries the live signals cause (a watch's chats and blockers, a typing pass's block
